@@ -1,0 +1,1 @@
+"""Configuration: Hydra composition, pydantic schema, build-time rules (DESIGN §4)."""

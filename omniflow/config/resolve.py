@@ -1,0 +1,365 @@
+"""Build-time rules: validated spec -> resolved, immutable stage graph (DESIGN §4.2, §4.3).
+
+Every rule that involves more than one field (the model's declared capabilities, the platform,
+other stages) is applied here, once. Each violation becomes a `ConfigError` naming the key
+path and the rule; all violations of one config are reported together.
+"""
+
+from __future__ import annotations
+
+from omniflow.config.schema import ModelConfig, OmniflowSpec, PlatformConfig, StageConfig
+from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
+from omniflow.models.capabilities import ModelCapabilities
+from omniflow.models.registry import ARCHS
+from omniflow.platforms.base import PLATFORMS, module_available, resolve_platform_name
+
+WINDOW_MAX = 16
+
+
+def build_graph(spec: OmniflowSpec) -> StageGraph:
+    """Apply every build-time rule; raise `ConfigError` (or `ConfigErrors`) on violations."""
+    errors: list[ConfigError] = []
+    platform = _resolve_platform(spec.platform, spec.model, errors)
+    model = _resolve_model(spec.model, platform, errors)
+    stages = spec.pipeline.stages
+    caps = _stage_caps(spec, errors)
+    order, final, downstream = _topology(spec, caps, errors)
+    if spec.pipeline.runtime != "in_process":
+        errors.append(
+            ConfigError(
+                "pipeline.runtime", "process_per_stage is not available yet; use in_process"
+            )
+        )
+    resolved: dict[str, ResolvedStage] = {}
+    for name in order:
+        stage = stages[name]
+        if name not in caps:
+            continue
+        key = f"pipeline.stages.{name}"
+        cap = caps[name]
+        is_final = name == final
+        _check_unsupported(key, stage, errors)
+        _check_window(key, stage, cap, platform, errors)
+        _check_stream_decode(spec, key, stage, cap, is_final, errors)
+        output = "audio" if stage.stream_decode else cap.output
+        if is_final and output != "audio":
+            errors.append(
+                ConfigError(
+                    f"{key}.stream_decode",
+                    f"final stage {name!r} emits {output}, not audio: it would serve empty "
+                    "audio; set stream_decode: true (fused pipeline) or add a code2wav stage",
+                )
+            )
+        decodes_audio = stage.stream_decode or cap.decodes_audio
+        ref = _resolve_ref_context(key, stage, decodes_audio, spec.model, errors)
+        if cap.stage_kind == "ar":
+            _check_kv_capacity(key, stage, errors)
+        resolved[name] = ResolvedStage(
+            name=name,
+            kind=stage.kind,
+            arch=stage.arch,
+            window_k=stage.window_k,
+            stream_decode=stage.stream_decode,
+            ref_context_frames=ref,
+            receives_chunks=receives_chunks(stage),
+            atomic_chunks=receives_chunks(stage),
+            output=output,
+            upstream=stage.upstream,
+            downstream=downstream.get(name),
+            is_final=is_final,
+            scheduler=stage.scheduler,
+        )
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    assert platform is not None and final is not None
+    return StageGraph(
+        pipeline=spec.pipeline.name,
+        runtime=spec.pipeline.runtime,
+        stages=resolved,
+        final_stage=final,
+        platform=platform,
+        model=model,
+    )
+
+
+# --------------------------------------------------------------------------- platform, model
+
+
+def _resolve_platform(
+    cfg: PlatformConfig, model: ModelConfig, errors: list[ConfigError]
+) -> ResolvedPlatform | None:
+    name = resolve_platform_name(cfg.name)
+    info = PLATFORMS[name]
+    if info.required_module and not module_available(info.required_module):
+        errors.append(
+            ConfigError(
+                "platform.name",
+                f"platform {name!r} needs the {info.required_module!r} package, which is not "
+                "installed; install it or choose platform=cpu|cuda|auto",
+            )
+        )
+        return None
+    if cfg.cuda_graphs and not info.has_graph_capture:
+        errors.append(
+            ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
+        )
+    dtype = model.dtype or cfg.dtype or info.default_dtype
+    device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
+    return ResolvedPlatform(
+        name=name,
+        device=device,
+        dtype=dtype,
+        cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
+        has_window_executor=info.has_window_executor,
+    )
+
+
+def _resolve_model(
+    model: ModelConfig, platform: ResolvedPlatform | None, errors: list[ConfigError]
+) -> ModelConfig:
+    load = model.load
+    if load == "auto":
+        load = "checkpoint" if model.path else "dummy"
+    if load == "dummy" and model.path:
+        errors.append(ConfigError("model.path", "a path is set but model.load is 'dummy'"))
+    if load == "checkpoint" and not model.path:
+        errors.append(ConfigError("model.load", "'checkpoint' needs model.path=DIR"))
+    tokenizer = model.tokenizer
+    if tokenizer == "auto":
+        tokenizer = "bpe" if load == "checkpoint" else "byte"
+    if tokenizer == "bpe" and not model.path:
+        errors.append(ConfigError("model.tokenizer", "'bpe' reads the checkpoint: set model.path"))
+    for part in ("talker", "code_predictor"):
+        shape = getattr(model, part)
+        if shape.num_heads % shape.num_kv_heads:
+            errors.append(
+                ConfigError(
+                    f"model.{part}.num_kv_heads",
+                    f"num_heads ({shape.num_heads}) must be a multiple of it",
+                )
+            )
+    if model.code_predictor.num_code_groups != model.codec.num_quantizers:
+        errors.append(
+            ConfigError(
+                "model.code_predictor.num_code_groups",
+                f"must equal model.codec.num_quantizers ({model.codec.num_quantizers})",
+            )
+        )
+    if model.code_predictor.codebook_size != model.codec.codebook_size:
+        errors.append(
+            ConfigError(
+                "model.code_predictor.codebook_size",
+                f"must equal model.codec.codebook_size ({model.codec.codebook_size})",
+            )
+        )
+    dtype = platform.dtype if platform else model.dtype
+    return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
+
+
+# --------------------------------------------------------------------------- topology
+
+
+def _stage_caps(spec: OmniflowSpec, errors: list[ConfigError]) -> dict[str, ModelCapabilities]:
+    caps: dict[str, ModelCapabilities] = {}
+    for name, stage in spec.pipeline.stages.items():
+        key = f"pipeline.stages.{name}.arch"
+        cap = ARCHS.get(stage.arch)
+        if cap is None:
+            errors.append(ConfigError(key, f"unknown arch {stage.arch!r}; known: {sorted(ARCHS)}"))
+            continue
+        if cap.family != spec.model.family:
+            errors.append(
+                ConfigError(
+                    key,
+                    f"{stage.arch!r} is a {cap.family} component, but the model "
+                    f"family is {spec.model.family!r}",
+                )
+            )
+            continue
+        if cap.stage_kind != stage.kind:
+            errors.append(
+                ConfigError(
+                    key,
+                    f"{stage.arch!r} runs in a {cap.stage_kind!r} stage, not kind {stage.kind!r}",
+                )
+            )
+            continue
+        caps[name] = cap
+    return caps
+
+
+def _topology(
+    spec: OmniflowSpec, caps: dict[str, ModelCapabilities], errors: list[ConfigError]
+) -> tuple[list[str], str | None, dict[str, str]]:
+    """Check edges; return stages in topological order, the final stage, downstream map."""
+    stages = spec.pipeline.stages
+    downstream: dict[str, str] = {}
+    for name, stage in stages.items():
+        key = f"pipeline.stages.{name}.upstream"
+        cap = caps.get(name)
+        if stage.upstream is None:
+            if cap is not None and cap.accepts is not None:
+                errors.append(
+                    ConfigError(
+                        key,
+                        f"{stage.arch!r} receives {cap.accepts} from an upstream "
+                        "stage: set upstream.stage",
+                    )
+                )
+            continue
+        src = stage.upstream.stage
+        if src == name or src not in stages:
+            errors.append(
+                ConfigError(
+                    f"{key}.stage",
+                    f"{src!r} is not another stage of this pipeline (stages: {sorted(stages)})",
+                )
+            )
+            continue
+        if src in downstream:
+            errors.append(
+                ConfigError(
+                    f"{key}.stage",
+                    f"stage {src!r} already feeds {downstream[src]!r}; fan-out is not supported",
+                )
+            )
+            continue
+        downstream[src] = name
+        src_cap = caps.get(src)
+        if cap is not None and src_cap is not None:
+            src_out = "audio" if stages[src].stream_decode else src_cap.output
+            if cap.accepts != src_out:
+                errors.append(
+                    ConfigError(
+                        key, f"{stage.arch!r} accepts {cap.accepts}, but {src!r} emits {src_out}"
+                    )
+                )
+    # Topological order by walking upstream chains (each stage has at most one upstream).
+    order: list[str] = []
+    for name in stages:
+        chain: list[str] = []
+        cur: str | None = name
+        while cur is not None and cur not in order and cur not in chain:
+            chain.append(cur)
+            up = stages[cur].upstream
+            cur = up.stage if up is not None and up.stage in stages else None
+        if cur is not None and cur in chain:
+            errors.append(ConfigError("pipeline.stages", f"cycle through stage {cur!r}"))
+            return list(stages), None, downstream
+        order.extend(reversed(chain))
+    finals = [n for n in stages if n not in downstream]
+    if len(finals) != 1:
+        errors.append(
+            ConfigError("pipeline.stages", f"expected exactly one final stage, got {finals}")
+        )
+        return order, None, downstream
+    return order, finals[0], downstream
+
+
+# --------------------------------------------------------------------------- per-stage rules
+
+
+def _check_unsupported(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    """Options the schema names but this version does not implement: refused, never ignored."""
+    for field in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if getattr(stage, field) != 1:
+            errors.append(ConfigError(f"{key}.{field}", "only 1 is supported in this version"))
+    if stage.enable_prefix_caching:
+        errors.append(
+            ConfigError(
+                f"{key}.enable_prefix_caching",
+                "prefix caching is not implemented (it is off for TTS)",
+            )
+        )
+    if stage.speculative_tokens:
+        errors.append(
+            ConfigError(f"{key}.speculative_tokens", "speculative decoding is not implemented")
+        )
+
+
+def _check_window(
+    key: str,
+    stage: StageConfig,
+    cap: ModelCapabilities,
+    platform: ResolvedPlatform | None,
+    errors: list[ConfigError],
+) -> None:
+    k = stage.window_k
+    if k == 0:
+        return
+    wkey = f"{key}.window_k"
+    if k == 1 or k < 0 or k > WINDOW_MAX:
+        errors.append(ConfigError(wkey, f"must be 0 (off) or 2..{WINDOW_MAX}, got {k}"))
+        return
+    reasons = []
+    if stage.kind != "ar":
+        reasons.append(f"requires kind 'ar' (stage kind is {stage.kind!r})")
+    if not cap.supports_window:
+        reasons.append(f"arch {stage.arch!r} does not declare multi-step window support")
+    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
+        reasons.append("requires tensor_parallel_size == pipeline_parallel_size == 1")
+    if stage.enable_prefix_caching:
+        reasons.append("requires enable_prefix_caching: false")
+    if stage.speculative_tokens:
+        reasons.append("cannot be combined with speculative decoding")
+    if platform is not None and not platform.has_window_executor:
+        reasons.append(f"platform {platform.name!r} has no window executor")
+    errors.extend(ConfigError(wkey, r) for r in reasons)
+
+
+def _check_stream_decode(
+    spec: OmniflowSpec,
+    key: str,
+    stage: StageConfig,
+    cap: ModelCapabilities,
+    is_final: bool,
+    errors: list[ConfigError],
+) -> None:
+    if not stage.stream_decode:
+        return
+    skey = f"{key}.stream_decode"
+    if not cap.supports_stream_decode:
+        errors.append(ConfigError(skey, f"arch {stage.arch!r} does not declare stream decode"))
+    if not is_final:
+        errors.append(ConfigError(skey, "requires the stage to be the pipeline's final stage"))
+    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
+        errors.append(ConfigError(skey, "requires parallel size 1"))
+    if spec.pipeline.runtime != "in_process":
+        errors.append(ConfigError(skey, "requires pipeline.runtime: in_process"))
+    if stage.enable_prefix_caching:
+        errors.append(ConfigError(skey, "requires enable_prefix_caching: false"))
+
+
+def _resolve_ref_context(
+    key: str,
+    stage: StageConfig,
+    decodes_audio: bool,
+    model: ModelConfig,
+    errors: list[ConfigError],
+) -> int | None:
+    """None -> the decoder's attention window; 0 stays 0 (no priming); no decoder -> None."""
+    if not decodes_audio:
+        if stage.ref_context_frames is not None:
+            errors.append(
+                ConfigError(
+                    f"{key}.ref_context_frames",
+                    "applies only to a stage that decodes audio (stream_decode or code2wav)",
+                )
+            )
+        return None
+    if stage.ref_context_frames is None:
+        return model.codec.sliding_window
+    return stage.ref_context_frames
+
+
+def _check_kv_capacity(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    s = stage.scheduler
+    if s.num_kv_blocks * s.block_size < s.max_model_len:
+        errors.append(
+            ConfigError(
+                f"{key}.scheduler.num_kv_blocks",
+                f"{s.num_kv_blocks} blocks x {s.block_size} tokens cannot hold one request of "
+                f"max_model_len {s.max_model_len}",
+            )
+        )

@@ -1,0 +1,240 @@
+"""The pydantic schema of a composed omniflow config.
+
+Every model is frozen and forbids unknown keys, so a typo anywhere fails with its full key
+path. Stages are a mapping keyed by name (Hydra replaces lists wholesale, so an overlay
+touching one list item would drop the others) and a discriminated union on `kind`.
+Cross-field rules (what depends on the model, the platform or other stages) live in
+`resolve.py`, not here: this file only states the shape and the per-field bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+class Frozen(BaseModel):
+    """Base for every config model: immutable, unknown keys refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+class SchedulerConfig(Frozen):
+    """Per-stage scheduler limits (DESIGN §6)."""
+
+    max_num_seqs: int = Field(32, ge=1, description="Most requests running in one step.")
+    max_num_batched_tokens: int = Field(
+        2048, ge=1, description="Token budget of one step (prefill chunks + decode tokens)."
+    )
+    max_model_len: int = Field(
+        4096, ge=1, description="Longest sequence (prompt + generated) a request may reach."
+    )
+    block_size: int = Field(16, ge=1, description="Tokens per KV-cache block.")
+    num_kv_blocks: int = Field(2048, ge=1, description="KV-cache blocks in the stage's pool.")
+    async_scheduling: bool = Field(
+        False, description="Plan step n+1 while step n executes (in-flight tokens as placeholders)."
+    )
+
+
+class UpstreamConfig(Frozen):
+    """The edge feeding a chunk-receiving stage: where chunks come from and how big they are."""
+
+    stage: str = Field(description="Name of the stage whose outputs this stage receives.")
+    chunk_frames: int = Field(25, ge=1, description="Frames per chunk after the first.")
+    initial_chunk_frames: int = Field(
+        1, ge=1, description="Frames in the first chunk (small, so first audio comes early)."
+    )
+    receive_timeout_s: float = Field(
+        60.0, gt=0, description="Deadline for the next chunk; an upstream stall past it fails."
+    )
+
+
+class StageBase(Frozen):
+    """Fields shared by every stage kind; the rules on them are in resolve.py."""
+
+    arch: str = Field(description="Registry name of the stage's model component.")
+    upstream: UpstreamConfig | None = Field(
+        None, description="Set on a stage that receives chunks from another stage."
+    )
+    window_k: int = Field(
+        0, description="Multi-step decode window: 0 off, 2..16 steps merged per round."
+    )
+    stream_decode: bool = Field(
+        False, description="The stage owns a streaming codec decoder and emits PCM."
+    )
+    ref_context_frames: int | None = Field(
+        None,
+        ge=0,
+        description="Reference frames priming the decoder; unset means its attention window.",
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="Tensor-parallel degree.")
+    pipeline_parallel_size: int = Field(1, ge=1, description="Pipeline-parallel degree.")
+    enable_prefix_caching: bool = Field(False, description="Reuse KV of shared prompt prefixes.")
+    speculative_tokens: int = Field(0, ge=0, description="Speculative draft tokens per step.")
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="Scheduler limits."
+    )
+
+
+class ARStageConfig(StageBase):
+    """An autoregressive stage (the talker): paged KV, continuous batching."""
+
+    kind: Literal["ar"] = Field(description="Stage kind discriminator.")
+
+
+class GenerationStageConfig(StageBase):
+    """A non-autoregressive stage (code2wav): one step per received chunk."""
+
+    kind: Literal["generation"] = Field(description="Stage kind discriminator.")
+
+
+StageConfig = Annotated[ARStageConfig | GenerationStageConfig, Field(discriminator="kind")]
+STAGE_KINDS = ("ar", "generation")
+
+
+class PipelineConfig(Frozen):
+    """A stage graph: stages keyed by name, edges given by each stage's `upstream`."""
+
+    name: str = Field(description="Pipeline name (shown in logs and /v1/models).")
+    runtime: Literal["in_process", "process_per_stage"] = Field(
+        "in_process", description="Where stage engines run: threads of one process, or processes."
+    )
+    stages: dict[str, StageConfig] = Field(min_length=1, description="Stages keyed by name.")
+
+
+# --------------------------------------------------------------------------- model
+
+
+class TransformerShape(Frozen):
+    """A Qwen3 decoder stack's shape."""
+
+    num_layers: int = Field(ge=1, description="Decoder layers.")
+    hidden_size: int = Field(ge=1, description="Residual width.")
+    num_heads: int = Field(ge=1, description="Query heads.")
+    num_kv_heads: int = Field(ge=1, description="Key/value heads (GQA).")
+    head_dim: int = Field(ge=2, description="Width of one head.")
+    intermediate_size: int = Field(ge=1, description="SwiGLU inner width.")
+    rms_norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon.")
+    rope_theta: float = Field(1e6, gt=0, description="RoPE base.")
+
+
+class TalkerShape(TransformerShape):
+    """The talker: codec-token LM over summed text + codec embeddings."""
+
+    vocab_size: int = Field(3072, ge=1, description="Codec vocabulary (acoustic + special ids).")
+    text_vocab_size: int = Field(ge=1, description="Text vocabulary.")
+    text_hidden_size: int = Field(ge=1, description="Text embedding width before projection.")
+
+
+class CodePredictorShape(TransformerShape):
+    """The code predictor: codebooks 1..15 of each frame from the talker's hidden state."""
+
+    num_code_groups: int = Field(16, ge=2, description="Codebooks per frame.")
+    codebook_size: int = Field(2048, ge=2, description="Entries per acoustic codebook.")
+
+
+class CodecShape(Frozen):
+    """The 12.5 Hz codec decoder (codes -> 24 kHz PCM)."""
+
+    num_quantizers: int = Field(16, ge=1, description="RVQ codebooks.")
+    codebook_size: int = Field(2048, ge=2, description="Entries per codebook.")
+    codebook_dim: int = Field(256, ge=1, description="Width of one codebook entry.")
+    latent_dim: int = Field(1024, ge=1, description="Width after the pre-conv.")
+    hidden_size: int = Field(512, ge=1, description="Transformer width.")
+    num_layers: int = Field(8, ge=1, description="Transformer layers.")
+    num_heads: int = Field(16, ge=1, description="Transformer heads.")
+    head_dim: int = Field(64, ge=2, description="Transformer head width.")
+    intermediate_size: int = Field(1024, ge=1, description="Transformer MLP width.")
+    sliding_window: int = Field(72, ge=1, description="Attention window in frames.")
+    rope_theta: float = Field(1e4, gt=0, description="RoPE base.")
+    upsampling_ratios: tuple[int, ...] = Field((2, 2), description="Upsample+ConvNeXt factors.")
+    upsample_rates: tuple[int, ...] = Field((8, 5, 4, 3), description="Conv decoder factors.")
+    decoder_dim: int = Field(1536, ge=1, description="Conv decoder input width.")
+    sample_rate: int = Field(24000, ge=1, description="Output sample rate.")
+
+
+class ModelConfig(Frozen):
+    """A model preset: family, shapes and where the weights come from."""
+
+    family: Literal["qwen3_tts"] = Field(description="Model family (selects the registry).")
+    name: str = Field(description="Served model name.")
+    load: Literal["auto", "dummy", "checkpoint"] = Field(
+        "auto", description="auto: checkpoint when `path` is set, else dummy weights."
+    )
+    path: str | None = Field(None, description="Checkpoint directory (published layout).")
+    seed: int = Field(0, description="Seed of the deterministic dummy initialisation.")
+    dtype: Dtype | None = Field(None, description="Weights/activations dtype; unset: platform's.")
+    tokenizer: Literal["auto", "byte", "bpe"] = Field(
+        "auto", description="auto: the checkpoint's BPE with a path, else byte-level."
+    )
+    talker: TalkerShape = Field(description="Talker shape.")
+    code_predictor: CodePredictorShape = Field(description="Code predictor shape.")
+    codec: CodecShape = Field(description="Codec decoder shape.")
+
+
+# --------------------------------------------------------------------------- platform
+
+
+class PlatformConfig(Frozen):
+    """Which device the stages run on."""
+
+    name: Literal["auto", "cpu", "cuda", "npu"] = Field(description="Platform name.")
+    dtype: Dtype | None = Field(None, description="Default dtype; unset: the platform's own.")
+    cuda_graphs: bool = Field(False, description="Capture CUDA graphs for bucketed batch sizes.")
+    device_index: int = Field(0, ge=0, description="Accelerator index.")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+class ServerConfig(Frozen):
+    """`omniflow serve` settings."""
+
+    host: str = Field("127.0.0.1", description="Bind address.")
+    port: int = Field(8000, ge=0, le=65535, description="Bind port (0: any free port).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level."
+    )
+    max_input_chars: int = Field(4096, ge=1, description="Longest accepted `input` text.")
+    max_concurrent_requests: int = Field(256, ge=1, description="Requests admitted at once.")
+
+
+class SynthConfig(Frozen):
+    """`omniflow synth` settings (one offline request)."""
+
+    text: str = Field("Hello there.", description="Text to speak.")
+    out: str = Field("out.wav", description="Output WAV path.")
+    voice: str = Field("vivian", description="Speaker.")
+    language: str = Field("auto", description="Language, or auto.")
+    seed: int | None = Field(None, description="Sampling seed.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
+    ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
+
+
+class BenchConfig(Frozen):
+    """`omniflow bench` settings (one job of a sweep)."""
+
+    prompts: str | None = Field(None, description="JSONL prompt file; unset: the shipped set.")
+    num_prompts: int = Field(16, ge=1, description="Prompts per round.")
+    concurrency: int = Field(1, ge=1, description="Requests in flight.")
+    warmup: int = Field(2, ge=0, description="Warm-up requests, excluded from results.")
+    rounds: int = Field(3, ge=1, description="Measured rounds.")
+    max_frames: int | None = Field(None, ge=1, description="Cap on frames per request.")
+    out_dir: str | None = Field(None, description="Where the job's result JSON goes.")
+
+
+class OmniflowSpec(Frozen):
+    """The whole validated configuration."""
+
+    pipeline: PipelineConfig = Field(description="The stage graph.")
+    model: ModelConfig = Field(description="The model preset.")
+    platform: PlatformConfig = Field(description="The platform.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
+    synth: SynthConfig = Field(default_factory=SynthConfig, description="Synth settings.")
+    bench: BenchConfig = Field(default_factory=BenchConfig, description="Bench settings.")

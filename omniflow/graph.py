@@ -1,0 +1,87 @@
+"""The resolved stage graph: what will run, after every build-time rule has been applied.
+
+`build_graph` (config/resolve.py) produces it; the runner, the CLI's `config` command and the
+server read it. Everything here is immutable and already checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from omniflow.config.schema import (
+    Frozen,
+    ModelConfig,
+    SchedulerConfig,
+    StageConfig,
+    UpstreamConfig,
+)
+from omniflow.models.capabilities import Payload
+
+
+def receives_chunks(stage: StageConfig) -> bool:
+    """The one predicate for "this stage receives chunks from an upstream stage".
+
+    Chunk intake and the scheduler's atomic-chunk rule both use the resolved
+    `atomic_chunks` field, which is set from this predicate alone (DESIGN §4.2, §8).
+    """
+    return stage.upstream is not None
+
+
+class ResolvedStage(Frozen):
+    """One stage with every derived field filled in."""
+
+    name: str = Field(description="Stage name.")
+    kind: Literal["ar", "generation"] = Field(description="Stage kind.")
+    arch: str = Field(description="Registry name of the component.")
+    window_k: int = Field(description="Multi-step window (0 off).")
+    stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
+    ref_context_frames: int | None = Field(
+        description="Decoder priming frames after resolution (None: stage decodes no audio)."
+    )
+    receives_chunks: bool = Field(description="Receives chunks from an upstream stage.")
+    atomic_chunks: bool = Field(description="Received chunks are scheduled whole or not at all.")
+    output: Payload = Field(description="What the stage emits.")
+    upstream: UpstreamConfig | None = Field(description="The incoming edge, if any.")
+    downstream: str | None = Field(description="The stage this one feeds, if any.")
+    is_final: bool = Field(description="Whether this stage's output is the request's output.")
+    scheduler: SchedulerConfig = Field(description="Scheduler limits.")
+
+
+class ResolvedPlatform(Frozen):
+    """The concrete platform (auto resolved)."""
+
+    name: Literal["cpu", "cuda", "npu"] = Field(description="Platform.")
+    device: str = Field(description="torch device string.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(description="Compute dtype.")
+    cuda_graphs: bool = Field(description="CUDA graphs in use.")
+    has_window_executor: bool = Field(description="Multi-step window executor exists.")
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """Stages in topological order (sources first), the final stage, platform and model."""
+
+    pipeline: str
+    runtime: str
+    stages: dict[str, ResolvedStage]
+    final_stage: str
+    platform: ResolvedPlatform
+    model: ModelConfig
+
+    def edges(self) -> list[tuple[str, str]]:
+        """(upstream, downstream) pairs."""
+        return [(s.upstream.stage, s.name) for s in self.stages.values() if s.upstream]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for printing (`omniflow config`)."""
+        return {
+            "pipeline": self.pipeline,
+            "runtime": self.runtime,
+            "final_stage": self.final_stage,
+            "stages": {n: s.model_dump(mode="json") for n, s in self.stages.items()},
+            "platform": self.platform.model_dump(mode="json"),
+            "model": self.model.model_dump(mode="json"),
+        }

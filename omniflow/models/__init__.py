@@ -1,0 +1,1 @@
+"""Models: the registry of stage components and their declared capabilities."""

@@ -1,0 +1,34 @@
+"""What a stage component supports, declared as data.
+
+The config layer reads these values to accept or refuse a topology at build time, and the
+engine reads them instead of probing model objects (`hasattr`/`getattr` with defaults are
+not used anywhere for optional behaviour).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+StageKind = Literal["ar", "generation"]
+Payload = Literal["text", "codes", "audio"]
+
+
+@dataclass(frozen=True)
+class ModelCapabilities:
+    """Declared abilities of one stage component (one registry entry)."""
+
+    family: str
+    """Model family the component belongs to (must match the model preset's family)."""
+    stage_kind: StageKind
+    """The stage kind that can host it."""
+    output: Payload
+    """What the component emits per step without stream decode."""
+    accepts: Payload | None
+    """What it receives from an upstream stage (None: it takes the request prompt)."""
+    supports_window: bool
+    """Whether the runner may replay K decode steps inside one execute (DESIGN §7)."""
+    supports_stream_decode: bool
+    """Whether it can own the streaming codec decoder and emit PCM (DESIGN §10)."""
+    decodes_audio: bool
+    """Whether it runs a codec decoder (so `ref_context_frames` applies to it)."""

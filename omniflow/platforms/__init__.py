@@ -1,0 +1,1 @@
+"""Platforms: device facts (dtype default, graph capture, window executor)."""

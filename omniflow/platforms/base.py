@@ -1,0 +1,57 @@
+"""Platform facts the config layer and the runner read.
+
+A platform says which torch device it drives, its default dtype, whether it can capture
+graphs and whether it has the multi-step window executor. `auto` is resolved here (cuda when
+a CUDA device is visible, else cpu); `npu` needs the torch_npu package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Literal
+
+PlatformName = Literal["cpu", "cuda", "npu"]
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """Static facts of one platform."""
+
+    name: PlatformName
+    device_type: str
+    """torch device type ("cpu", "cuda", "npu")."""
+    default_dtype: str
+    has_graph_capture: bool
+    has_window_executor: bool
+    """Whether the runner's K-step window loop exists on this platform."""
+    required_module: str | None
+    """A Python module the platform cannot work without."""
+
+
+PLATFORMS: dict[PlatformName, PlatformInfo] = {
+    "cpu": PlatformInfo("cpu", "cpu", "float32", False, True, None),
+    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, True, None),
+    "npu": PlatformInfo("npu", "npu", "bfloat16", False, False, "torch_npu"),
+}
+
+
+def module_available(name: str) -> bool:
+    """Whether `name` can be imported, without importing it."""
+    return importlib.util.find_spec(name) is not None
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (imports torch lazily: the config layer stays light)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_platform_name(name: str) -> PlatformName:
+    """Turn `auto` into a concrete platform; other names pass through."""
+    if name == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if name not in PLATFORMS:
+        raise KeyError(name)
+    return name  # type: ignore[return-value]

@@ -1,0 +1,201 @@
+"""Each build-time rule of DESIGN §4.2 has an accepted and a refused case."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.graph import StageGraph
+
+FUSED = ["pipeline=qwen3_tts_fused", "platform=cpu"]
+TWO = ["pipeline=qwen3_tts", "platform=cpu"]
+
+
+def graph(*overrides: str) -> StageGraph:
+    return build_graph(compose(list(overrides)))
+
+
+def refused(*overrides: str) -> ConfigError:
+    with pytest.raises(ConfigError) as exc:
+        graph(*overrides)
+    return exc.value
+
+
+def keys_of(err: ConfigError) -> list[str]:
+    return [e.key for e in err.errors] if isinstance(err, ConfigErrors) else [err.key]
+
+
+# ----------------------------------------------------------------------------- window_k
+
+
+@pytest.mark.parametrize("k", [0, 2, 8, 16])
+def test_window_k_accepted_values(k):
+    assert graph(*FUSED, f"pipeline.stages.talker.window_k={k}").stages["talker"].window_k == k
+
+
+@pytest.mark.parametrize("k", [1, 17, -1])
+def test_window_k_refused_values(k):
+    err = refused(*TWO, f"pipeline.stages.talker.window_k={k}")
+    assert err.key == "pipeline.stages.talker.window_k"
+    assert "2..16" in err.reason
+
+
+def test_window_k_refused_on_a_generation_stage():
+    err = refused(*TWO, "+pipeline.stages.code2wav.window_k=4")
+    assert "pipeline.stages.code2wav.window_k" in keys_of(err)
+    assert "kind 'ar'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("+pipeline.stages.talker.enable_prefix_caching=true", "prefix_caching"),
+        ("+pipeline.stages.talker.tensor_parallel_size=2", "parallel"),
+        ("+pipeline.stages.talker.speculative_tokens=2", "speculative"),
+    ],
+)
+def test_window_k_refused_with_incompatible_stage_options(override, reason):
+    err = refused(*FUSED, "pipeline.stages.talker.window_k=4", override)
+    window_errors = [e for e in err.errors if e.key == "pipeline.stages.talker.window_k"]
+    assert window_errors and reason in window_errors[0].reason
+
+
+def test_window_k_is_per_stage_never_inherited():
+    g = graph(*TWO, "pipeline.stages.talker.window_k=8")
+    assert g.stages["talker"].window_k == 8
+    assert g.stages["code2wav"].window_k == 0
+
+
+# ----------------------------------------------------------------------------- stream_decode
+
+
+def test_stream_decode_accepted_on_the_final_talker():
+    stage = graph(*FUSED).stages["talker"]
+    assert stage.stream_decode and stage.output == "audio" and stage.is_final
+
+
+def test_stream_decode_refused_on_a_talker_that_is_not_final():
+    err = refused(*TWO, "pipeline.stages.talker.stream_decode=true")
+    assert "pipeline.stages.talker.stream_decode" in keys_of(err)
+    assert "final stage" in str(err)
+
+
+def test_final_talker_without_stream_decode_is_refused():
+    err = refused(*FUSED, "pipeline.stages.talker.stream_decode=false")
+    assert err.key == "pipeline.stages.talker.stream_decode"
+    assert "empty audio" in err.reason
+
+
+def test_stream_decode_refused_with_prefix_caching_and_other_runtime():
+    err = refused(*FUSED, "+pipeline.stages.talker.enable_prefix_caching=true")
+    assert "pipeline.stages.talker.stream_decode" in keys_of(err)
+    err = refused(*FUSED, "pipeline.runtime=process_per_stage")
+    assert "pipeline.stages.talker.stream_decode" in keys_of(err)
+    assert "pipeline.runtime" in keys_of(err)
+
+
+# ----------------------------------------------------------------------------- ref_context_frames
+
+
+def test_ref_context_frames_unset_resolves_to_the_decoder_window():
+    assert graph(*FUSED).stages["talker"].ref_context_frames == 72
+    assert graph(*TWO).stages["code2wav"].ref_context_frames == 72
+
+
+def test_ref_context_frames_zero_is_a_real_value():
+    g = graph(*FUSED, "pipeline.stages.talker.ref_context_frames=0")
+    assert g.stages["talker"].ref_context_frames == 0
+    g = graph(*TWO, "+pipeline.stages.code2wav.ref_context_frames=0")
+    assert g.stages["code2wav"].ref_context_frames == 0
+
+
+def test_ref_context_frames_negative_is_refused():
+    err = refused(*FUSED, "pipeline.stages.talker.ref_context_frames=-1")
+    assert err.key == "pipeline.stages.talker.ref_context_frames"
+
+
+def test_ref_context_frames_refused_on_a_stage_without_decoder():
+    err = refused(*TWO, "+pipeline.stages.talker.ref_context_frames=10")
+    assert err.key == "pipeline.stages.talker.ref_context_frames"
+
+
+# ----------------------------------------------------------------------------- atomic_chunks
+
+
+def test_atomic_chunks_follow_receives_chunks():
+    g = graph(*TWO)
+    assert g.stages["code2wav"].receives_chunks and g.stages["code2wav"].atomic_chunks
+    assert not g.stages["talker"].receives_chunks and not g.stages["talker"].atomic_chunks
+    assert g.edges() == [("talker", "code2wav")]
+
+
+def test_atomic_chunks_cannot_be_set_by_users():
+    err = refused(*TWO, "+pipeline.stages.code2wav.atomic_chunks=false")
+    assert err.key == "pipeline.stages.code2wav.atomic_chunks"
+
+
+def test_a_chunk_receiver_needs_an_upstream():
+    err = refused(*TWO, "pipeline.stages.code2wav.upstream=null")
+    assert "pipeline.stages.code2wav.upstream" in keys_of(err)
+
+
+def test_upstream_must_name_another_stage():
+    err = refused(*TWO, "pipeline.stages.code2wav.upstream.stage=thinker")
+    assert err.key == "pipeline.stages.code2wav.upstream.stage"
+
+
+# ----------------------------------------------------------------------------- chunking
+
+
+def test_chunking_defaults_and_overrides():
+    up = graph(*TWO).stages["code2wav"].upstream
+    assert (up.chunk_frames, up.initial_chunk_frames) == (25, 1)
+    up = (
+        graph(*TWO, "pipeline.stages.code2wav.upstream.chunk_frames=10").stages["code2wav"].upstream
+    )
+    assert (up.chunk_frames, up.initial_chunk_frames) == (10, 1)
+
+
+@pytest.mark.parametrize("field", ["chunk_frames", "initial_chunk_frames"])
+def test_chunking_values_below_one_are_refused(field):
+    err = refused(*TWO, f"pipeline.stages.code2wav.upstream.{field}=0")
+    assert err.key == f"pipeline.stages.code2wav.upstream.{field}"
+
+
+# ----------------------------------------------------------------------------- platform, model
+
+
+def test_platform_auto_resolves_to_a_concrete_platform():
+    assert graph("platform=auto").platform.name in ("cpu", "cuda")
+    assert graph("platform=cpu").platform.dtype == "float32"
+    assert graph("platform=cpu", "model.dtype=bfloat16").platform.dtype == "bfloat16"
+
+
+def test_cuda_graphs_refused_on_cpu():
+    err = refused("platform=cpu", "+platform.cuda_graphs=true")
+    assert err.key == "platform.cuda_graphs"
+
+
+def test_checkpoint_load_needs_a_path():
+    err = refused("platform=cpu", "model.load=checkpoint")
+    assert err.key == "model.load"
+    assert graph("platform=cpu", "model.path=/nonexistent").model.load == "checkpoint"
+
+
+def test_kv_pool_must_hold_one_full_request():
+    err = refused(*FUSED, "pipeline.stages.talker.scheduler.num_kv_blocks=4")
+    assert err.key == "pipeline.stages.talker.scheduler.num_kv_blocks"
+
+
+def test_unknown_arch_and_wrong_kind_are_refused():
+    err = refused(*FUSED, "pipeline.stages.talker.arch=nope")
+    assert err.key == "pipeline.stages.talker.arch"
+    err = refused(*TWO, "pipeline.stages.code2wav.arch=qwen3_tts_talker")
+    assert "pipeline.stages.code2wav.arch" in keys_of(err)
+
+
+def test_dummy_load_with_a_path_is_refused():
+    err = refused("platform=cpu", "model.load=dummy", "model.path=/somewhere")
+    assert err.key == "model.path"

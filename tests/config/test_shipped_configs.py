@@ -1,0 +1,78 @@
+"""Every shipped config composes and validates (DESIGN §2: one test covers them all)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from omniflow.config.compose import CONF_DIR, compose
+from omniflow.config.resolve import build_graph
+from omniflow.errors import ConfigError
+from omniflow.platforms.base import module_available
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+PIPELINES = options("pipeline")
+PLATFORMS = options("platform")
+EXPERIMENTS = [None, *options("experiment")]
+MODELS = options("model")
+
+
+def test_the_shipped_groups_are_the_expected_ones():
+    assert PIPELINES == ["qwen3_tts", "qwen3_tts_fused"]
+    assert PLATFORMS == ["auto", "cpu", "cuda", "npu"]
+    assert set(EXPERIMENTS) == {None, "high_concurrency", "window_k12"}
+    assert MODELS == ["qwen3_tts_0_6b", "qwen3_tts_1_7b", "qwen3_tts_tiny"]
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "platform", "experiment"),
+    list(itertools.product(PIPELINES, PLATFORMS, EXPERIMENTS)),
+)
+def test_every_pipeline_platform_experiment_builds(pipeline, platform, experiment):
+    overrides = [f"pipeline={pipeline}", f"platform={platform}"]
+    if experiment:
+        overrides.append(f"experiment={experiment}")
+    spec = compose(overrides)
+    if platform == "npu" and not module_available("torch_npu"):
+        with pytest.raises(ConfigError) as exc:
+            build_graph(spec)
+        assert exc.value.key == "platform.name"
+        assert "torch_npu" in str(exc.value)
+        return
+    graph = build_graph(spec)
+    final = graph.stages[graph.final_stage]
+    assert final.output == "audio"
+    if experiment == "window_k12":
+        assert graph.stages["talker"].window_k == 12
+    if experiment == "high_concurrency":
+        assert graph.stages["talker"].scheduler.max_num_seqs == 128
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_preset_builds(model):
+    graph = build_graph(compose([f"model={model}", "platform=cpu"]))
+    assert graph.model.load == "dummy"
+    assert graph.model.codec.sliding_window == 72
+
+
+def test_real_presets_have_the_published_shapes():
+    big = compose(["model=qwen3_tts_1_7b"]).model
+    small = compose(["model=qwen3_tts_0_6b"]).model
+    assert (big.talker.num_layers, big.talker.hidden_size) == (28, 2048)
+    assert (small.talker.num_layers, small.talker.hidden_size) == (28, 1024)
+    for m in (big, small):
+        assert (m.talker.num_heads, m.talker.num_kv_heads, m.talker.head_dim) == (16, 8, 128)
+        assert (m.code_predictor.num_layers, m.code_predictor.hidden_size) == (5, 1024)
+        assert m.codec.num_layers == 8 and m.codec.hidden_size == 512
+
+
+def test_defaults_are_the_embedded_default():
+    graph = build_graph(compose(["platform=cpu"]))
+    assert graph.pipeline == "qwen3_tts_fused"
+    assert graph.model.name == "qwen3-tts-tiny"
+    assert list(graph.stages) == ["talker"]

@@ -1,0 +1,61 @@
+"""The `omniflow` command line, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omniflow", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_config_fused_shows_stream_decode():
+    r = run("config", "pipeline=qwen3_tts_fused", "platform=cpu")
+    assert r.returncode == 0, r.stderr
+    assert "stream_decode: true" in r.stdout
+    graph = yaml.safe_load(r.stdout)
+    assert graph["stages"]["talker"]["stream_decode"] is True
+
+
+def test_config_two_stage_shows_atomic_chunks_on_code2wav():
+    r = run("config", "pipeline=qwen3_tts", "platform=cpu")
+    assert r.returncode == 0, r.stderr
+    graph = yaml.safe_load(r.stdout)
+    assert graph["stages"]["code2wav"]["atomic_chunks"] is True
+    assert "atomic_chunks: true" in r.stdout
+
+
+def test_config_refuses_window_k_1_with_exit_2():
+    r = run("config", "pipeline=qwen3_tts", "platform=cpu", "pipeline.stages.talker.window_k=1")
+    assert r.returncode == 2
+    assert "window_k" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_config_window_k12_experiment():
+    r = run("config", "pipeline=qwen3_tts_fused", "platform=cpu", "experiment=window_k12")
+    assert r.returncode == 0, r.stderr
+    assert "window_k: 12" in r.stdout
+
+
+def test_config_ref_context_frames_zero():
+    r = run(
+        "config",
+        "pipeline=qwen3_tts_fused",
+        "platform=cpu",
+        "pipeline.stages.talker.ref_context_frames=0",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "ref_context_frames: 0" in r.stdout
+
+
+def test_unknown_command_exits_2():
+    r = run("frobnicate")
+    assert r.returncode == 2
+    assert "usage" in r.stderr
