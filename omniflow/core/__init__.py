@@ -1,0 +1,1 @@
+"""Core types shared by every part: requests and the scheduler/runner step contract."""

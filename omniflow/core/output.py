@@ -1,0 +1,21 @@
+"""What a stage engine hands back per request after each step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omniflow.core.request import FinishReason
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """New outputs of one request, and whether it ended (with exactly one terminal output)."""
+
+    request_id: str
+    tokens: tuple[int, ...] = ()
+    frames: tuple[Any, ...] = ()
+    audio: Any = None
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    error: str | None = None

@@ -1,0 +1,1 @@
+"""Building blocks shared by the model families (Qwen3 decoder parts)."""

@@ -1,0 +1,66 @@
+"""Builds the talker (weights, tokenizer, vocab) from a resolved model config."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from omniflow.config.schema import ModelConfig
+from omniflow.models.qwen3_tts.loader import (
+    load_state,
+    read_config,
+    vocab_from_config,
+    weight_files,
+)
+from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights, init_dummy
+from omniflow.models.qwen3_tts.talker import Talker
+from omniflow.models.qwen3_tts.tokenizer import BPETokenizer, ByteTokenizer, TextTokenizer
+from omniflow.models.qwen3_tts.vocab import CodecVocab
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TalkerBundle:
+    talker: Talker
+    tokenizer: TextTokenizer
+    vocab: CodecVocab
+
+
+def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
+    """Dummy weights (seeded) or the checkpoint at config.path, on `device`."""
+    dtype = DTYPES[config.dtype or "float32"]
+    weights = Qwen3TTSTalkerWeights(config.talker, config.code_predictor)
+    vocab = CodecVocab()
+    tts_ids = (151671, 151672, 151673)
+    if config.load == "checkpoint":
+        assert config.path is not None
+        directory = Path(config.path)
+        vocab, tts_ids = vocab_from_config(read_config(directory))
+        load_state(weights, weight_files(directory), "talker.")
+        log.info("loaded talker weights from %s", directory)
+    else:
+        init_dummy(weights, config.seed)
+        log.warning(
+            "model %s uses dummy weights (seed %d): the audio is noise, not speech. "
+            "Load a checkpoint with model=qwen3_tts_1_7b model.path=DIR",
+            config.name,
+            config.seed,
+        )
+    weights = weights.to(device=device, dtype=dtype).eval()
+    if config.tokenizer == "bpe":
+        assert config.path is not None
+        tokenizer: TextTokenizer = BPETokenizer(config.path, tts_ids)
+    else:
+        tokenizer = ByteTokenizer()
+        if config.talker.text_vocab_size < ByteTokenizer.VOCAB:
+            raise ValueError(
+                f"model.talker.text_vocab_size {config.talker.text_vocab_size} is smaller than "
+                f"the byte tokenizer's {ByteTokenizer.VOCAB} ids"
+            )
+    return TalkerBundle(Talker(weights, config, vocab), tokenizer, vocab)

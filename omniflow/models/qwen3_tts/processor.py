@@ -1,0 +1,63 @@
+"""Turns a `SpeechRequest` into the talker's engine `Request`: tokenize, lay out the prompt,
+fill the sampling parameters with the model's rules (EOS, suppressed ids, min 2 frames)."""
+
+from __future__ import annotations
+
+import random
+
+from omniflow.core.request import Request, SamplingParams
+from omniflow.core.speech import SpeechRequest
+from omniflow.models.qwen3_tts.prompt import build_prompt
+from omniflow.models.qwen3_tts.tokenizer import TextTokenizer
+from omniflow.models.qwen3_tts.vocab import CodecVocab
+
+DEFAULT_MAX_NEW_TOKENS = 2048
+_seed_source = random.SystemRandom()
+
+
+class TalkerProcessor:
+    """Builds talker requests; raises PromptError (a ValueError) on bad input."""
+
+    def __init__(self, tokenizer: TextTokenizer, vocab: CodecVocab, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.max_model_len = max_model_len
+
+    def make_request(self, speech: SpeechRequest) -> Request:
+        prompt = build_prompt(
+            self.tokenizer.encode_chat(speech.text),
+            self.tokenizer.specials,
+            self.vocab,
+            speech.voice,
+            speech.language,
+        )
+        room = self.max_model_len - prompt.prompt_len
+        if room < 1:
+            raise ValueError(
+                f"input is {prompt.prompt_len} prompt tokens; max_model_len is {self.max_model_len}"
+            )
+        max_new = speech.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, room)
+        base = SamplingParams()
+        sampling = SamplingParams(
+            temperature=base.temperature if speech.temperature is None else speech.temperature,
+            top_k=base.top_k if speech.top_k is None else speech.top_k,
+            top_p=base.top_p if speech.top_p is None else speech.top_p,
+            repetition_penalty=(
+                base.repetition_penalty
+                if speech.repetition_penalty is None
+                else speech.repetition_penalty
+            ),
+            seed=speech.seed,
+            max_new_tokens=max_new,
+            min_new_tokens=2,
+            ignore_eos=speech.ignore_eos,
+            stop_token_ids=(self.vocab.eos,),
+        )
+        seed = speech.seed if speech.seed is not None else _seed_source.getrandbits(62)
+        return Request(
+            request_id=speech.request_id,
+            prompt_len=prompt.prompt_len,
+            payload=prompt,
+            sampling=sampling,
+            seed=seed,
+        )

@@ -1,0 +1,99 @@
+"""The talker as the engine drives it: input embeddings, paged forward, codebook-0 logits,
+and the frame completion by the code predictor.
+
+Inputs per position are (text id, up to 16 codec ids): prompt positions carry one codec id
+(or none), decode positions the previous frame's 16 codes. One embedding path serves
+prefill, decode and recompute after preemption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from omniflow.config.schema import ModelConfig
+from omniflow.models.layers.attention import PagedAttentionMetadata, paged_attention, write_kv
+from omniflow.models.layers.qwen3 import run_layers
+from omniflow.models.layers.rotary import Rotary
+from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
+from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
+from omniflow.models.qwen3_tts.vocab import CodecVocab
+
+
+@dataclass(frozen=True)
+class TalkerInputs:
+    """Flattened per-position inputs of one step."""
+
+    text_ids: torch.Tensor
+    """[T] text id per position."""
+    codes: torch.Tensor
+    """[T, 16] codec ids; entries where `code_mask` is False are ignored."""
+    code_mask: torch.Tensor
+    """[T, 16] which codec ids contribute (prompt: at most column 0; decode: all 16)."""
+
+
+class Talker:
+    """Engine-facing talker over `Qwen3TTSTalkerWeights`."""
+
+    def __init__(self, weights: Qwen3TTSTalkerWeights, config: ModelConfig, vocab: CodecVocab):
+        self.weights = weights
+        self.config = config
+        self.vocab = vocab
+        self.shape = config.talker
+        t = weights.talker
+        self.num_groups = config.code_predictor.num_code_groups
+        self.rotary = Rotary(self.shape.head_dim, self.shape.rope_theta)
+        self.predictor = CodePredictor(t.code_predictor, config.code_predictor)
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @torch.no_grad()
+    def embed(self, inputs: TalkerInputs) -> torch.Tensor:
+        """Projected text embedding + summed codec embeddings, per position."""
+        t = self.weights.talker
+        x = t.text_projection(t.model.text_embedding(inputs.text_ids))
+        mask = inputs.code_mask
+        codes = inputs.codes.masked_fill(~mask, 0)
+        x = x + t.model.codec_embedding(codes[:, 0]) * mask[:, :1].to(x.dtype)
+        if bool(mask[:, 1:].any()):
+            tables = t.code_predictor.model.codec_embedding
+            for g in range(1, self.num_groups):
+                x = x + tables[g - 1](codes[:, g]) * mask[:, g : g + 1].to(x.dtype)
+        return x
+
+    @torch.no_grad()
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        meta: PagedAttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """Run the decoder over the flattened batch; returns final-norm hidden states [T, H]."""
+        cos, sin = self.rotary.cos_sin(positions, embeds.dtype)
+
+        def attend(layer: int, q, k, v):
+            kc, vc = kv_caches[layer]
+            write_kv(kc, vc, k, v, meta.slot_mapping)
+            return paged_attention(q, kc, vc, meta)
+
+        t = self.weights.talker
+        return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))
+
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.weights.talker.codec_head(hidden)
+
+    @torch.no_grad()
+    def complete_frames(
+        self, hidden: torch.Tensor, code0: torch.Tensor, sample: SampleFn
+    ) -> torch.Tensor:
+        """[B, 16] frames: code0 plus the code predictor's 15 codes (EOS rows are garbage
+        and must be ignored by the caller)."""
+        safe = code0.clamp(max=self.shape.vocab_size - 1)
+        emb0 = self.weights.talker.model.codec_embedding(safe)
+        rest = self.predictor.predict(hidden, emb0, sample)
+        return torch.cat([code0[:, None], rest], dim=1)

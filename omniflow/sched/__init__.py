@@ -1,0 +1,1 @@
+"""Schedulers and the KV-cache block manager (imports core/ only)."""

@@ -1,0 +1,277 @@
+"""The autoregressive scheduler: continuous batching over a paged KV cache (DESIGN §6).
+
+Each `schedule()` builds one `StepPlan` under a token budget and a sequence cap: running
+requests first (oldest first), then waiting ones; prompts longer than the budget are
+prefilled in chunks. When KV blocks run out the newest running request is preempted and
+later recomputed from its prompt and outputs. `update()` applies a `StepResult`.
+
+Sync and async scheduling share this code. Under async scheduling the engine calls
+`schedule()` for step n+1 before `update()` of step n: a request whose step has reached the
+end of its known tokens gets a placeholder for the token being sampled, and the next plan
+may schedule that placeholder's position (the runner holds the sampled token itself).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+from omniflow.config.schema import SchedulerConfig
+from omniflow.core.output import StageOutput
+from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
+from omniflow.core.step import CachedRequestData, NewRequestData, StepPlan, StepResult
+from omniflow.sched.kv_cache import KVCacheManager
+
+
+class ARScheduler:
+    """Plans steps for one AR stage and applies their results."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.kv = KVCacheManager(config.num_kv_blocks, config.block_size)
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._step_ids = itertools.count()
+        self._arrivals = itertools.count()
+        self._expected: dict[int, dict[str, int]] = {}
+        """step id -> tokens each request will sample in it (placeholders to reconcile)."""
+        self._drop_in_runner: set[str] = set()
+        """Requests whose runner-side state must go with the next plan."""
+        self._known_to_runner: set[str] = set()
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ intake
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request; a prompt that cannot fit max_model_len is refused (ValueError)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.prompt_len + 1 > self.config.max_model_len:
+            raise ValueError(
+                f"prompt of {request.prompt_len} tokens leaves no room to generate within "
+                f"max_model_len {self.config.max_model_len}"
+            )
+        request.arrival = next(self._arrivals)
+        request.state = RequestState.WAITING
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool:
+        """End a request now (abort, error); False when it is not (or no longer) here."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return False
+        request.error = error
+        self._finish(request, FINISHED_BY_REASON[reason])
+        return True
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # ------------------------------------------------------------------ planning
+
+    def schedule(self) -> StepPlan:
+        """Plan one step."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: dict[str, int] = {}
+        new_reqs: list[NewRequestData] = []
+        cached: list[CachedRequestData] = []
+        new_blocks: dict[str, list[int]] = {}
+        preempted_now = False
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = self._tokens_to_schedule(req, budget)
+            if n == 0:
+                i += 1
+                continue
+            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            while blocks is None:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted_now = True
+                if victim is req:
+                    break
+                blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            if blocks is None:
+                break
+            scheduled[req.request_id] = n
+            new_blocks[req.request_id] = blocks
+            budget -= n
+            i += 1
+
+        while (
+            self.waiting
+            and budget > 0
+            and not preempted_now
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            req = self.waiting[0]
+            if req.num_placeholders:
+                break  # a preempted request waits until its in-flight sample is reconciled
+            n = self._tokens_to_schedule(req, budget)
+            if n == 0:
+                break
+            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            if blocks is None:
+                break
+            self.waiting.popleft()
+            req.state = RequestState.RUNNING
+            self.running.append(req)
+            scheduled[req.request_id] = n
+            new_blocks[req.request_id] = blocks
+            budget -= n
+
+        step_id = next(self._step_ids)
+        expected: dict[str, int] = {}
+        for rid, n in scheduled.items():
+            req = self.requests[rid]
+            if rid in self._known_to_runner:
+                cached.append(
+                    CachedRequestData(rid, tuple(new_blocks[rid]), req.num_computed_tokens)
+                )
+            else:
+                new_reqs.append(self._new_request_data(req))
+                self._known_to_runner.add(rid)
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:
+                req.num_placeholders += 1
+                expected[rid] = 1
+        self._expected[step_id] = expected
+        dropped = frozenset(self._drop_in_runner)
+        self._drop_in_runner.clear()
+        return StepPlan(
+            step_id=step_id,
+            num_scheduled_tokens=scheduled,
+            new_requests=tuple(new_reqs),
+            cached_requests=tuple(cached),
+            finished_ids=dropped,
+            total_num_tokens=sum(scheduled.values()),
+        )
+
+    def _tokens_to_schedule(self, req: Request, budget: int) -> int:
+        """Tokens of `req` to compute now: its uncomputed tokens, clipped to the budget.
+
+        A step that reaches the end of the known tokens samples a new one; that is only
+        planned while the request may still grow (length limits), so async scheduling never
+        runs past max_new_tokens.
+        """
+        remaining = req.num_tokens - req.num_computed_tokens
+        if remaining <= 0:
+            return 0
+        n = min(remaining, budget)
+        if req.num_computed_tokens + n == req.num_tokens and not self._may_grow(req):
+            return 0
+        return n
+
+    def _may_grow(self, req: Request) -> bool:
+        return (
+            req.num_generated < req.sampling.max_new_tokens
+            and req.num_tokens < self.config.max_model_len
+        )
+
+    def _new_request_data(self, req: Request) -> NewRequestData:
+        return NewRequestData(
+            request_id=req.request_id,
+            payload=req.payload,
+            prompt_len=req.prompt_len,
+            sampling=req.sampling,
+            seed=req.seed,
+            output_tokens=tuple(req.output_tokens),
+            output_frames=tuple(req.output_frames),
+            block_ids=self.kv.block_ids(req.request_id),
+            num_computed_tokens=req.num_computed_tokens,
+        )
+
+    def _preempt(self, req: Request) -> None:
+        """Free the request's KV; it recomputes from prompt + outputs when resumed."""
+        self.kv.free(req.request_id)
+        req.state = RequestState.PREEMPTED
+        req.num_computed_tokens = 0
+        self._forget_in_runner(req.request_id)
+        self.waiting.appendleft(req)
+        self.num_preemptions += 1
+
+    def _forget_in_runner(self, request_id: str) -> None:
+        if request_id in self._known_to_runner:
+            self._known_to_runner.discard(request_id)
+            self._drop_in_runner.add(request_id)
+
+    # ------------------------------------------------------------------ results
+
+    def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]:
+        """Apply a step's results: append tokens, finish requests, release resources."""
+        expected = self._expected.pop(plan.step_id, {})
+        outputs: list[StageOutput] = []
+        for rid in plan.num_scheduled_tokens:
+            req = self.requests.get(rid)
+            if req is None:
+                continue  # ended while this step was in flight; its outputs are dropped
+            req.num_placeholders -= expected.get(rid, 0)
+            out = result.outputs.get(rid)
+            if out is None:
+                continue
+            if out.error is not None:
+                req.error = out.error
+                self._finish(req, RequestState.FINISHED_ERROR)
+                outputs.append(
+                    StageOutput(rid, finished=True, finish_reason="error", error=out.error)
+                )
+                continue
+            if not out.tokens:
+                continue
+            tokens: list[int] = []
+            frames: list[object] = []
+            state: RequestState | None = None
+            for tok, frame in zip(out.tokens, out.frames, strict=True):
+                req.output_tokens.append(tok)
+                req.output_frames.append(frame)
+                tokens.append(tok)
+                frames.append(frame)
+                state = self._stop_state(req, tok)
+                if state is not None:
+                    break
+            if state is not None:
+                self._finish(req, state)
+            outputs.append(
+                StageOutput(
+                    rid,
+                    tokens=tuple(tokens),
+                    frames=tuple(frames),
+                    audio=out.audio,
+                    finished=state is not None,
+                    finish_reason=state.reason if state is not None else None,
+                )
+            )
+        return outputs
+
+    def _stop_state(self, req: Request, token: int) -> RequestState | None:
+        s = req.sampling
+        if (
+            token in s.stop_token_ids
+            and not s.ignore_eos
+            and len(req.output_tokens) > s.min_new_tokens - 1
+        ):
+            return RequestState.FINISHED_STOPPED
+        if len(req.output_tokens) >= s.max_new_tokens:
+            return RequestState.FINISHED_LENGTH
+        if req.prompt_len + len(req.output_tokens) >= self.config.max_model_len:
+            return RequestState.FINISHED_LENGTH
+        return None
+
+    def _finish(self, req: Request, state: RequestState) -> None:
+        req.state = state
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.free(req.request_id)
+        self._forget_in_runner(req.request_id)
+        self.requests.pop(req.request_id, None)

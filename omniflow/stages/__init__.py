@@ -1,0 +1,1 @@
+"""Stage engines: the runner, the per-stage loop, connectors and the orchestrator."""
