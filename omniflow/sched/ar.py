@@ -257,7 +257,7 @@ class ARScheduler:
         if (
             token in s.stop_token_ids
             and not s.ignore_eos
-            and len(req.output_tokens) > s.min_new_tokens - 1
+            and len(req.output_tokens) > s.min_new_tokens
         ):
             return RequestState.FINISHED_STOPPED
         if len(req.output_tokens) >= s.max_new_tokens:

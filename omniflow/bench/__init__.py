@@ -1,0 +1,1 @@
+"""Benchmarks: the load generator, metrics, sweep summaries, and engine-level baselines."""

@@ -1,0 +1,46 @@
+"""GPU checks of the talker engine (run on the GPU machine: pytest -m cuda)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.config.schema import SchedulerConfig
+from omniflow.models.qwen3_tts.factory import build_talker
+from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.sched.ar import ARScheduler
+from omniflow.stages.engine import StageEngine
+from omniflow.stages.runner import ARModelRunner
+from tests.factories import speech, tiny_model_config
+
+pytestmark = pytest.mark.cuda
+
+
+def run(async_scheduling: bool, dtype: str) -> dict[str, list]:
+    cfg = tiny_model_config().model_copy(update={"dtype": dtype})
+    dev = torch.device("cuda")
+    bundle = build_talker(cfg, dev)
+    sc = SchedulerConfig(
+        max_model_len=256, block_size=16, num_kv_blocks=128, async_scheduling=async_scheduling
+    )
+    runner = ARModelRunner(
+        bundle.talker, sc, dev, bundle.talker.weights.talker.codec_head.weight.dtype
+    )
+    engine = StageEngine("talker", ARScheduler(sc), runner, async_scheduling=async_scheduling)
+    proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
+    for i in range(4):
+        engine.add_request(
+            proc.make_request(speech(f"r{i}", seed=i, max_new_tokens=12 + i, ignore_eos=True))
+        )
+    frames: dict[str, list] = {}
+    for o in engine.run_until_idle():
+        frames.setdefault(o.request_id, []).extend(o.frames)
+    return frames
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_engine_runs_and_sync_equals_async(dtype):
+    sync = run(False, dtype)
+    assert {k: len(v) for k, v in sync.items()} == {f"r{i}": 12 + i for i in range(4)}
+    assert all(len(f) == 16 for v in sync.values() for f in v)
+    assert run(True, dtype) == sync

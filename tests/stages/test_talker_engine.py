@@ -1,0 +1,208 @@
+"""The talker engine end to end on the tiny model (fp32 CPU): real scheduler, runner, model."""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+import torch
+
+from omniflow.core.output import StageOutput
+from omniflow.models.qwen3_tts.factory import TalkerBundle
+from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.models.qwen3_tts.talker import Talker
+from omniflow.sched.ar import ARScheduler
+from omniflow.stages.engine import StageEngine
+from omniflow.stages.runner import ARModelRunner
+from tests.factories import speech, talker_engine, tiny_bundle
+
+EOS = 2150
+
+
+def collect(outputs: list[StageOutput]) -> dict[str, list[tuple[int, ...]]]:
+    frames: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+    for o in outputs:
+        for tok, frame in zip(o.tokens, o.frames, strict=True):
+            frames[o.request_id].append(frame if frame is not None else (tok,))
+    return dict(frames)
+
+
+def generate(requests, **engine_kw) -> tuple[dict[str, list], list[StageOutput], StageEngine]:
+    engine, proc = talker_engine(**engine_kw)
+    for r in requests:
+        assert engine.add_request(proc.make_request(r)) == []
+    outputs = engine.run_until_idle()
+    return collect(outputs), outputs, engine
+
+
+def fixed(rid: str, n: int = 12, seed: int = 1, text: str = "Hello there.") -> object:
+    return speech(rid, text=text, seed=seed, max_new_tokens=n, ignore_eos=True)
+
+
+def test_each_step_yields_a_16_code_frame():
+    frames, outputs, engine = generate([fixed("a", 6)])
+    assert len(frames["a"]) == 6
+    for f in frames["a"]:
+        assert len(f) == 16
+        assert all(0 <= c < 2048 for c in f)
+    assert outputs[-1].finished and outputs[-1].finish_reason == "length"
+    assert engine.scheduler.kv.num_used_blocks == 0
+    assert engine.runner.requests == {} or set(engine.runner.requests) <= {"a"}
+
+
+def test_same_seed_same_codes_and_different_seed_differs():
+    a, _, _ = generate([fixed("a", 10, seed=5)])
+    b, _, _ = generate([fixed("a", 10, seed=5)])
+    c, _, _ = generate([fixed("a", 10, seed=6)])
+    assert a == b
+    assert a != c
+
+
+def test_codes_do_not_change_when_other_requests_join_or_leave():
+    alone, _, _ = generate([fixed("x", 16, seed=3)])
+    # Others with different lengths join at the start and finish mid-way (leave the batch).
+    crowd, _, _ = generate(
+        [
+            fixed("o1", 4, seed=10, text="Short."),
+            fixed("x", 16, seed=3),
+            fixed("o2", 9, seed=11, text="Another, longer sentence here."),
+            fixed("o3", 16, seed=12, text="Third one."),
+        ]
+    )
+    assert crowd["x"] == alone["x"]
+    # Joining mid-flight: x starts alone, others are admitted while it decodes.
+    engine, proc = talker_engine()
+    engine.add_request(proc.make_request(fixed("x", 16, seed=3)))
+    outs = []
+    for i in range(40):
+        if i == 3:
+            engine.add_request(proc.make_request(fixed("late1", 5, seed=20)))
+        if i == 6:
+            engine.add_request(proc.make_request(fixed("late2", 3, seed=21)))
+        outs.extend(engine.step())
+    outs.extend(engine.run_until_idle())
+    assert collect(outs)["x"] == alone["x"]
+
+
+def test_preempted_and_recomputed_gives_the_same_codes():
+    reqs = [fixed(f"r{i}", 14, seed=i, text="Preemption test sentence.") for i in range(3)]
+    calm, _, calm_engine = generate(reqs)
+    assert calm_engine.scheduler.num_preemptions == 0
+    # A pool too small for three requests to grow together forces preemption by recompute.
+    squeezed, _, engine = generate(reqs, num_kv_blocks=12, block_size=4, max_model_len=48)
+    assert engine.scheduler.num_preemptions > 0
+    assert squeezed == calm
+    assert engine.scheduler.kv.num_used_blocks == 0
+
+
+def test_sync_and_async_scheduling_give_identical_codes():
+    reqs = [fixed(f"r{i}", 10 + i, seed=i) for i in range(4)]
+    sync, _, _ = generate(reqs, async_scheduling=False)
+    asyn, _, engine = generate(reqs, async_scheduling=True)
+    assert asyn == sync
+    assert engine.scheduler.kv.num_used_blocks == 0
+
+
+def test_async_with_preemption_matches_sync():
+    reqs = [fixed(f"r{i}", 14, seed=i) for i in range(3)]
+    sync, _, _ = generate(reqs)
+    asyn, _, engine = generate(
+        reqs, async_scheduling=True, num_kv_blocks=12, block_size=4, max_model_len=48
+    )
+    assert engine.scheduler.num_preemptions > 0
+    assert asyn == sync
+
+
+def test_chunked_prefill_gives_the_same_codes_as_one_shot():
+    long_text = "A prompt long enough to need several prefill chunks. " * 3
+    one, _, _ = generate([fixed("a", 8, text=long_text)], max_num_batched_tokens=512)
+    chunked, _, _ = generate([fixed("a", 8, text=long_text)], max_num_batched_tokens=16)
+    assert chunked == one
+
+
+def eos_bundle() -> TalkerBundle:
+    """The tiny model with a codebook-0 head biased so that EOS always wins the draw."""
+    base = tiny_bundle()
+    weights = copy.deepcopy(base.talker.weights)
+    head = weights.talker.codec_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[EOS] = 1e4
+    weights.talker.codec_head = biased
+    return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
+
+
+def eos_engine(async_scheduling: bool = False) -> tuple[StageEngine, TalkerProcessor]:
+    from omniflow.config.schema import SchedulerConfig
+
+    bundle = eos_bundle()
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=256, max_model_len=256, block_size=4, num_kv_blocks=256
+    )
+    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    engine = StageEngine("talker", ARScheduler(cfg), runner, async_scheduling=async_scheduling)
+    return engine, TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
+
+
+def test_eos_ends_the_request_after_min_new_tokens():
+    for async_scheduling in (False, True):
+        engine, proc = eos_engine(async_scheduling)
+        engine.add_request(proc.make_request(speech("a", max_new_tokens=50)))
+        outputs = engine.run_until_idle()
+        tokens = [t for o in outputs for t in o.tokens]
+        frames = [f for o in outputs for f in o.frames]
+        # min_new_tokens = 2: EOS is held back twice, then sampled and ends the request.
+        assert len(tokens) == 3 and tokens[-1] == EOS and EOS not in tokens[:2]
+        assert frames[-1] is None and all(f is not None for f in frames[:2])
+        assert outputs[-1].finish_reason == "stop"
+        assert engine.scheduler.kv.num_used_blocks == 0
+
+
+def test_ignore_eos_never_samples_eos():
+    engine, proc = eos_engine()
+    engine.add_request(proc.make_request(speech("a", max_new_tokens=7, ignore_eos=True)))
+    outputs = engine.run_until_idle()
+    tokens = [t for o in outputs for t in o.tokens]
+    assert len(tokens) == 7 and EOS not in tokens
+    assert outputs[-1].finish_reason == "length"
+
+
+def test_suppressed_ids_are_never_sampled():
+    # Boost every suppressed id: they would win every draw if the mask leaked.
+    base = tiny_bundle()
+    weights = copy.deepcopy(base.talker.weights)
+    suppressed = list(base.vocab.suppressed_ids(3072))
+    with torch.no_grad():
+        weights.talker.codec_head.weight[suppressed] *= 100.0
+    bundle = TalkerBundle(
+        Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab
+    )
+    from omniflow.config.schema import SchedulerConfig
+
+    cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
+    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    engine = StageEngine("talker", ARScheduler(cfg), runner)
+    proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
+    for i in range(4):
+        engine.add_request(proc.make_request(speech(f"r{i}", seed=i, max_new_tokens=20)))
+    tokens = [t for o in engine.run_until_idle() for t in o.tokens]
+    assert tokens
+    assert all(t < 2048 or t == EOS for t in tokens)
+
+
+def test_abort_frees_blocks_and_runner_state():
+    engine, proc = talker_engine()
+    engine.add_request(proc.make_request(fixed("a", 30)))
+    engine.add_request(proc.make_request(fixed("b", 5)))
+    for _ in range(3):
+        engine.step()
+    assert engine.scheduler.kv.num_used_blocks > 0
+    out = engine.abort_request("a")
+    assert out and out[0].finish_reason == "abort"
+    assert engine.abort_request("a") == []  # exactly one terminal output
+    engine.run_until_idle()
+    engine.step()  # delivers the drop to the runner
+    assert engine.scheduler.kv.num_used_blocks == 0
+    assert "a" not in engine.runner.requests
