@@ -81,7 +81,7 @@ def run_batch(model: str, platform: str, batch: int, frames: int) -> dict[str, A
             proc.make_request(
                 SpeechRequest(
                     f"r{i}",
-                    "Benchmark sentence number %d." % i,
+                    f"Benchmark sentence number {i}.",
                     voice="vivian",
                     seed=i,
                     max_new_tokens=frames,
