@@ -28,6 +28,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
 from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.platforms.base import prepare_device
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
@@ -62,6 +63,7 @@ def run_batch(model: str, platform: str, batch: int, frames: int) -> dict[str, A
         )
     )
     device = torch.device(graph.platform.device)
+    prepare_device(device.type)
     stage = graph.stages["talker"]
     t0 = time.perf_counter()
     bundle = build_talker(graph.model, device)
