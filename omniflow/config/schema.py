@@ -144,13 +144,18 @@ class CodecShape(Frozen):
 
     num_quantizers: int = Field(16, ge=1, description="RVQ codebooks.")
     codebook_size: int = Field(2048, ge=2, description="Entries per codebook.")
-    codebook_dim: int = Field(256, ge=1, description="Width of one codebook entry.")
+    codebook_dim: int = Field(
+        256, ge=1, description="Width of one codebook entry (the projections output twice it)."
+    )
     latent_dim: int = Field(1024, ge=1, description="Width after the pre-conv.")
     hidden_size: int = Field(512, ge=1, description="Transformer width.")
     num_layers: int = Field(8, ge=1, description="Transformer layers.")
     num_heads: int = Field(16, ge=1, description="Transformer heads.")
     head_dim: int = Field(64, ge=2, description="Transformer head width.")
+    num_kv_heads: int | None = Field(None, ge=1, description="KV heads; unset: num_heads.")
     intermediate_size: int = Field(1024, ge=1, description="Transformer MLP width.")
+    rms_norm_eps: float = Field(1e-5, gt=0, description="Transformer RMSNorm epsilon.")
+    layer_scale: float = Field(0.01, description="Initial layer scale (dummy weights).")
     sliding_window: int = Field(72, ge=1, description="Attention window in frames.")
     rope_theta: float = Field(1e4, gt=0, description="RoPE base.")
     upsampling_ratios: tuple[int, ...] = Field((2, 2), description="Upsample+ConvNeXt factors.")
