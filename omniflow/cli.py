@@ -6,6 +6,7 @@ process exits with status 2, the convention for usage errors.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,10 +85,17 @@ def _not_yet(name: str) -> Callable[[Args], int]:
     return run
 
 
+def cmd_synth(args: Args) -> int:
+    """One offline request to a WAV file (omniflow/synth.py)."""
+    from omniflow.synth import run_synth
+
+    return run_synth(args.overrides, args.config_dir)
+
+
 COMMANDS: dict[str, Callable[[Args], int]] = {
     "config": cmd_config,
     "serve": _not_yet("serve"),
-    "synth": _not_yet("synth"),
+    "synth": cmd_synth,
     "bench": _not_yet("bench"),
     "sweep": _not_yet("sweep"),
 }
@@ -96,6 +104,9 @@ COMMANDS: dict[str, Callable[[Args], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         args = parse_args(argv)
         handler = COMMANDS.get(args.command)

@@ -55,9 +55,14 @@ class StepPlan:
     finished_ids: frozenset[str] = frozenset()
     """Requests that ended (finished, aborted, preempted) since the last plan: free their
     runner-side state before running this step."""
+    preempted_ids: frozenset[str] = frozenset()
+    """The subset of `finished_ids` that were preempted and will be resumed (recomputed):
+    model-side state that recompute cannot rebuild (a stream decoder's) is parked for them."""
     total_num_tokens: int = 0
     window: Mapping[str, int] = field(default_factory=dict)
     """Multi-step window per request (DESIGN §7); empty when no window is open."""
+    chunks: Mapping[str, Any] = field(default_factory=dict)
+    """Chunk-receiving stages: the received chunk each scheduled request consumes."""
 
     @property
     def is_empty(self) -> bool:

@@ -39,6 +39,7 @@ class ARScheduler:
         self._drop_in_runner: set[str] = set()
         """Requests whose runner-side state must go with the next plan."""
         self._known_to_runner: set[str] = set()
+        self._preempted_in_runner: set[str] = set()
         self.num_preemptions = 0
 
     # ------------------------------------------------------------------ intake
@@ -69,6 +70,13 @@ class ARScheduler:
     @property
     def has_unfinished(self) -> bool:
         return bool(self.requests)
+
+    def unfinished_ids(self) -> list[str]:
+        return list(self.requests)
+
+    def drain_outputs(self) -> list[StageOutput]:
+        """The AR scheduler ends requests only in update() and finish()."""
+        return []
 
     @property
     def num_waiting(self) -> int:
@@ -146,13 +154,16 @@ class ARScheduler:
                 expected[rid] = 1
         self._expected[step_id] = expected
         dropped = frozenset(self._drop_in_runner)
+        preempted = frozenset(self._preempted_in_runner & dropped)
         self._drop_in_runner.clear()
+        self._preempted_in_runner.clear()
         return StepPlan(
             step_id=step_id,
             num_scheduled_tokens=scheduled,
             new_requests=tuple(new_reqs),
             cached_requests=tuple(cached),
             finished_ids=dropped,
+            preempted_ids=preempted,
             total_num_tokens=sum(scheduled.values()),
         )
 
@@ -195,14 +206,17 @@ class ARScheduler:
         self.kv.free(req.request_id)
         req.state = RequestState.PREEMPTED
         req.num_computed_tokens = 0
+        if req.request_id in self._known_to_runner:
+            self._preempted_in_runner.add(req.request_id)
         self._forget_in_runner(req.request_id)
         self.waiting.appendleft(req)
         self.num_preemptions += 1
 
     def _forget_in_runner(self, request_id: str) -> None:
-        if request_id in self._known_to_runner:
-            self._known_to_runner.discard(request_id)
-            self._drop_in_runner.add(request_id)
+        """The next plan tells the runner to drop the request (a preempted one included: its
+        parked model state must go when it finishes without resuming)."""
+        self._known_to_runner.discard(request_id)
+        self._drop_in_runner.add(request_id)
 
     # ------------------------------------------------------------------ results
 
@@ -273,5 +287,6 @@ class ARScheduler:
         elif req in self.waiting:
             self.waiting.remove(req)
         self.kv.free(req.request_id)
+        self._preempted_in_runner.discard(req.request_id)
         self._forget_in_runner(req.request_id)
         self.requests.pop(req.request_id, None)

@@ -1,9 +1,10 @@
 """The per-stage engine loop: schedule -> execute -> update (DESIGN §5).
 
-`StageEngine` owns one scheduler and one runner. `step()` runs one round and returns the
-outputs; tests and offline callers drive it directly. `start()` runs the loop on a thread
-(the embedded, in-process runtime): submissions and aborts arrive through a thread-safe
-queue, outputs leave through the `on_output` callback. A process-per-stage runtime would
+`StageEngine` owns one scheduler and one runner (AR or generation: both meet at
+`StepPlan`/`StepResult`). `step()` runs one round and returns the outputs; tests and offline
+callers drive it directly. `start()` runs the loop on a thread (the embedded, in-process
+runtime): work arrives as commands through a thread-safe queue and is applied on the engine
+thread, outputs leave through the `on_output` callback. A process-per-stage runtime would
 implement the same `StageEngineHandle` interface.
 
 Async scheduling: step n+1 is planned while step n executes on the runner's worker
@@ -18,47 +19,63 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from omniflow.core.output import StageOutput
-from omniflow.core.request import Request
+from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
-from omniflow.sched.ar import ARScheduler
-from omniflow.stages.runner import ARModelRunner
 
 log = logging.getLogger(__name__)
 
 OutputSink = Callable[[StageOutput], None]
+Command = Callable[[], list[StageOutput]]
+
+IDLE_WAIT_S = 0.02
+"""How long the loop waits for input when requests exist but nothing could be scheduled
+(e.g. a code2wav request waiting for its next chunk); deadlines are checked at this pace."""
+
+
+class Scheduler(Protocol):
+    """What the engine needs from a scheduler."""
+
+    def add_request(self, request: Any) -> None:
+        """Queue a request; ValueError when it can never be served."""
+        ...
+
+    @property
+    def has_unfinished(self) -> bool: ...
+    def schedule(self) -> StepPlan: ...
+    def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]: ...
+    def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool: ...
+    def unfinished_ids(self) -> list[str]: ...
+    def drain_outputs(self) -> list[StageOutput]:
+        """Terminal outputs produced while planning (e.g. a chunk rejected, a deadline)."""
+        ...
+
+
+class Runner(Protocol):
+    def execute(self, plan: StepPlan) -> StepResult: ...
 
 
 class StageEngineHandle(Protocol):
-    """What the orchestrator uses: submit, abort, start, stop."""
+    """What the orchestrator uses."""
 
-    def submit(self, request: Request) -> None: ...
+    name: str
+
+    def call(self, command: Command) -> None: ...
     def abort(self, request_id: str) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class _Submit:
-    request: Request
-
-
-@dataclass(frozen=True)
-class _Abort:
-    request_id: str
-
-
 class StageEngine:
-    """One AR stage: scheduler + runner, stepped inline or on a thread."""
+    """One stage: scheduler + runner, stepped inline or on a thread."""
 
     def __init__(
         self,
         name: str,
-        scheduler: ARScheduler,
-        runner: ARModelRunner,
+        scheduler: Scheduler,
+        runner: Runner,
         async_scheduling: bool = False,
         on_output: OutputSink | None = None,
     ) -> None:
@@ -67,30 +84,35 @@ class StageEngine:
         self.runner = runner
         self.async_scheduling = async_scheduling
         self.on_output = on_output
-        self._inbox: queue.Queue[_Submit | _Abort | None] = queue.Queue()
+        self._inbox: queue.Queue[Command | None] = queue.Queue()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-runner")
         self._inflight: tuple[StepPlan, Future[StepResult]] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._progressed = False
         self.num_steps = 0
 
     # ------------------------------------------------------------------ inline API
 
-    def add_request(self, request: Request) -> list[StageOutput]:
+    def add_request(self, request: Any) -> list[StageOutput]:
         """Admit now (engine thread or inline use); a refusal is one error output."""
         try:
             self.scheduler.add_request(request)
         except ValueError as exc:
-            return [
-                StageOutput(
-                    request.request_id, finished=True, finish_reason="error", error=str(exc)
-                )
-            ]
+            rid = request.request_id
+            return [StageOutput(rid, finished=True, finish_reason="error", error=str(exc))]
         return []
 
-    def abort_request(self, request_id: str) -> list[StageOutput]:
-        if self.scheduler.finish(request_id, "abort"):
-            return [StageOutput(request_id, finished=True, finish_reason="abort")]
+    def submit(self, request: Any) -> None:
+        """Thread-safe admission (applied on the engine thread)."""
+        self.call(lambda: self.add_request(request))
+
+    def abort_request(
+        self, request_id: str, reason: FinishReason = "abort", error: str | None = None
+    ) -> list[StageOutput]:
+        """End a request now; one terminal output if it was still here."""
+        if self.scheduler.finish(request_id, reason, error):
+            return [StageOutput(request_id, finished=True, finish_reason=reason, error=error)]
         return []
 
     @property
@@ -100,16 +122,18 @@ class StageEngine:
     def step(self) -> list[StageOutput]:
         """One round: sync -> schedule, execute, update; async -> schedule n+1, update n."""
         self.num_steps += 1
-        if not self.async_scheduling:
-            plan = self.scheduler.schedule()
-            if plan.is_empty and not plan.finished_ids:
-                return []
-            return self.scheduler.update(plan, self.runner.execute(plan))
         plan = self.scheduler.schedule()
+        early = self.scheduler.drain_outputs()
+        runs = not plan.is_empty or bool(plan.finished_ids)
+        self._progressed = not plan.is_empty or self._inflight is not None or bool(early)
+        if not self.async_scheduling:
+            if not runs:
+                return early
+            return early + self.scheduler.update(plan, self.runner.execute(plan))
         submitted: Future[StepResult] | None = None
-        if not plan.is_empty or plan.finished_ids:
+        if runs:
             submitted = self._executor.submit(self.runner.execute, plan)
-        outputs: list[StageOutput] = []
+        outputs: list[StageOutput] = early
         if self._inflight is not None:
             prev_plan, prev = self._inflight
             outputs = self.scheduler.update(prev_plan, prev.result())
@@ -127,11 +151,13 @@ class StageEngine:
 
     # ------------------------------------------------------------------ threaded API
 
-    def submit(self, request: Request) -> None:
-        self._inbox.put(_Submit(request))
+    def call(self, command: Command) -> None:
+        """Run `command` on the engine thread (it may touch the scheduler); its outputs are
+        emitted like step outputs."""
+        self._inbox.put(command)
 
     def abort(self, request_id: str) -> None:
-        self._inbox.put(_Abort(request_id))
+        self.call(lambda: self.abort_request(request_id))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
@@ -150,16 +176,14 @@ class StageEngine:
         for out in outputs:
             self.on_output(out)
 
-    def _drain(self, block: bool) -> None:
+    def _drain(self, timeout: float | None) -> None:
+        """Apply queued commands; wait up to `timeout` for the first (None: forever)."""
         try:
-            item = self._inbox.get(block=block)
+            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
         except queue.Empty:
             return
-        while True:
-            if isinstance(item, _Submit):
-                self._emit(self.add_request(item.request))
-            elif isinstance(item, _Abort):
-                self._emit(self.abort_request(item.request_id))
+        while item is not None:
+            self._emit(item())
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -168,16 +192,17 @@ class StageEngine:
     def _loop(self) -> None:
         try:
             while not self._stopping.is_set():
-                self._drain(block=not self.has_work)
+                self._drain(timeout=0 if self.has_work else None)
                 if self._stopping.is_set():
                     break
                 if self.has_work:
                     self._emit(self.step())
+                    if not self._progressed:
+                        self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once
             log.exception("stage %s: engine loop failed", self.name)
             self._fail_all(f"stage {self.name} failed: {exc}")
 
     def _fail_all(self, message: str) -> None:
-        for rid in list(self.scheduler.requests):
-            self.scheduler.finish(rid, "error", message)
-            self._emit([StageOutput(rid, finished=True, finish_reason="error", error=message)])
+        for rid in self.scheduler.unfinished_ids():
+            self._emit(self.abort_request(rid, "error", message))

@@ -19,6 +19,7 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import SamplingParams
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.models.layers.attention import PagedAttentionMetadata
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.prompt import NO_CODEC, TalkerPrompt
 from omniflow.models.qwen3_tts.talker import Talker, TalkerInputs
 from omniflow.stages.sampler import SamplingBatch, sample
@@ -42,6 +43,8 @@ class RunnerRequest:
     tokens: list[int] = field(default_factory=list)
     frames: list[tuple[int, ...]] = field(default_factory=list)
     """Input frames per output token (EOS stored as (eos, 0, ...): never emitted)."""
+    decoder_slot: int | None = None
+    """Stream decode: the request's codec decoder slot (taken at its first frame)."""
 
     @property
     def num_tokens(self) -> int:
@@ -57,8 +60,12 @@ class ARModelRunner:
         scheduler: SchedulerConfig,
         device: torch.device,
         dtype: torch.dtype,
+        stream_decoder: StreamingDecoder | None = None,
     ) -> None:
         self.talker = talker
+        self.stream_decoder = stream_decoder
+        self._parked: dict[str, dict[str, torch.Tensor]] = {}
+        """Decoder state of preempted requests, restored when they resume."""
         self.device = device
         self.dtype = dtype
         self.block_size = scheduler.block_size
@@ -83,6 +90,11 @@ class ARModelRunner:
 
     def _admit(self, data: NewRequestData) -> None:
         frames = [self.eos_frame if f is None else tuple(f) for f in data.output_frames]
+        slot = None
+        snap = self._parked.pop(data.request_id, None)
+        if snap is not None and self.stream_decoder is not None:
+            slot = self.stream_decoder.allocate()
+            self.stream_decoder.restore(slot, snap)
         self.requests[data.request_id] = RunnerRequest(
             request_id=data.request_id,
             prompt=data.payload,
@@ -92,11 +104,22 @@ class ARModelRunner:
             num_computed=data.num_computed_tokens,
             tokens=list(data.output_tokens),
             frames=frames,
+            decoder_slot=slot,
         )
+
+    def _drop(self, rid: str, preempted: bool) -> None:
+        r = self.requests.pop(rid, None)
+        if not preempted:
+            self._parked.pop(rid, None)
+        if r is None or r.decoder_slot is None or self.stream_decoder is None:
+            return
+        if preempted:
+            self._parked[rid] = self.stream_decoder.snapshot(r.decoder_slot)
+        self.stream_decoder.release(r.decoder_slot)
 
     def _apply_plan_state(self, plan: StepPlan) -> None:
         for rid in plan.finished_ids:
-            self.requests.pop(rid, None)
+            self._drop(rid, rid in plan.preempted_ids)
         for data in plan.new_requests:
             self._admit(data)
         for c in plan.cached_requests:
@@ -132,15 +155,34 @@ class ARModelRunner:
             rows = torch.tensor([row for _, row in sample_rows], device=self.device)
             reqs = [self.requests[rid] for rid, _ in sample_rows]
             frames = self._sample_frames(hidden.index_select(0, rows), reqs)
+            audio = self._stream_decode(reqs, frames) if self.stream_decoder else {}
             for req, frame in zip(reqs, frames, strict=True):
                 code0 = frame[0]
                 req.tokens.append(code0)
                 is_eos = code0 == self.eos
                 req.frames.append(self.eos_frame if is_eos else frame)
                 outputs[req.request_id] = RequestStepOutput(
-                    tokens=(code0,), frames=(None if is_eos else frame,)
+                    tokens=(code0,),
+                    frames=(None if is_eos else frame,),
+                    audio=audio.get(req.request_id),
                 )
         return StepResult(plan.step_id, outputs)
+
+    def _stream_decode(
+        self, reqs: list[RunnerRequest], frames: list[tuple[int, ...]]
+    ) -> dict[str, object]:
+        """Fused pipeline: each new (non-EOS) frame's 1,920 samples from the request's slot."""
+        dec = self.stream_decoder
+        assert dec is not None
+        rows = [(r, f) for r, f in zip(reqs, frames, strict=True) if f[0] != self.eos]
+        if not rows:
+            return {}
+        for r, _ in rows:
+            if r.decoder_slot is None:
+                r.decoder_slot = dec.allocate()
+        codes = [torch.tensor([f], dtype=torch.int64) for _, f in rows]
+        pcm = dec.decode([r.decoder_slot for r, _ in rows], codes)  # type: ignore[misc]
+        return {r.request_id: p.float().cpu().numpy() for (r, _), p in zip(rows, pcm, strict=True)}
 
     def _prepare(
         self, order: list[tuple[str, int]]

@@ -1,0 +1,1 @@
+"""Serving: the OpenAI-compatible HTTP API and audio encoding."""

@@ -1,0 +1,61 @@
+"""The code2wav runner: decodes each scheduled chunk by continuing the request's streaming
+decoder slot (frame-exact, no left-context recomputation)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.sched.generation import Chunk
+
+log = logging.getLogger(__name__)
+
+
+class Code2WavRunner:
+    """Owns the decoder slots of the requests it is decoding."""
+
+    def __init__(self, decoder: StreamingDecoder) -> None:
+        self.decoder = decoder
+        self.slots: dict[str, int] = {}
+
+    def _release(self, rid: str) -> None:
+        slot = self.slots.pop(rid, None)
+        if slot is not None:
+            self.decoder.release(slot)
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        for rid in plan.finished_ids:
+            self._release(rid)
+        if plan.is_empty:
+            return StepResult(plan.step_id, {})
+        rids = list(plan.num_scheduled_tokens)
+        chunks: list[Chunk] = [plan.chunks[r] for r in rids]
+        try:
+            slots = []
+            for rid in rids:
+                if rid not in self.slots:
+                    self.slots[rid] = self.decoder.allocate()
+                slots.append(self.slots[rid])
+            codes = [
+                torch.tensor(c.frames, dtype=torch.int64).reshape(len(c.frames), -1)
+                if c.frames
+                else torch.zeros(0, 16, dtype=torch.int64)
+                for c in chunks
+            ]
+            pcm = self.decoder.decode(slots, codes)
+        except (RuntimeError, ValueError) as exc:  # a decoder failure ends each request once
+            log.exception("code2wav step %d failed", plan.step_id)
+            for rid in rids:
+                self._release(rid)
+            return StepResult(
+                plan.step_id, {r: RequestStepOutput(error=f"code2wav: {exc}") for r in rids}
+            )
+        outputs = {}
+        for rid, chunk, audio in zip(rids, chunks, pcm, strict=True):
+            outputs[rid] = RequestStepOutput(audio=audio.float().cpu().numpy())
+            if chunk.last:
+                self._release(rid)
+        return StepResult(plan.step_id, outputs)
