@@ -54,3 +54,45 @@ def speech(rid: str, text: str = "Hello there.", **kw) -> SpeechRequest:
     kw.setdefault("seed", 1)
     kw.setdefault("voice", "vivian")
     return SpeechRequest(request_id=rid, text=text, **kw)
+
+
+def build(pipeline: str = "qwen3_tts", *overrides: str):
+    """A running orchestrator (threads started) for `pipeline` on the CPU."""
+    from omniflow.stages.build import build_pipeline
+
+    graph = build_graph(compose([f"pipeline={pipeline}", "platform=cpu", *overrides]))
+    orch = build_pipeline(graph)
+    orch.start()
+    return orch
+
+
+class Collector:
+    """A sink that records events and signals the terminal one (tests wait on it)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.events = []
+        self.done = threading.Event()
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+        if event.finished:
+            self.done.set()
+
+    def wait(self, timeout: float = 60.0):
+        assert self.done.wait(timeout), "request did not finish"
+        return self
+
+    @property
+    def pcm(self):
+        import numpy as np
+
+        parts = [e.pcm for e in self.events if e.pcm is not None]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    @property
+    def terminal(self):
+        ends = [e for e in self.events if e.finished]
+        assert len(ends) == 1, f"expected exactly one terminal event, got {len(ends)}"
+        return ends[0]

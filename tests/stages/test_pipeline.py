@@ -1,0 +1,158 @@
+"""The two-stage and fused pipelines end to end (threads, real engines, tiny model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omniflow.core.speech import SpeechRequest
+from omniflow.stages.connector import ChunkConnector
+from tests.factories import Collector, build, speech
+
+SPF = 1920
+
+
+def run(orch, req: SpeechRequest) -> Collector:
+    c = Collector()
+    orch.submit(req, c)
+    return c.wait()
+
+
+@pytest.fixture(scope="module")
+def two_stage():
+    orch = build("qwen3_tts")
+    yield orch
+    orch.stop()
+
+
+@pytest.fixture(scope="module")
+def fused():
+    orch = build("qwen3_tts_fused")
+    yield orch
+    orch.stop()
+
+
+def test_n_frames_give_n_x_1920_samples(two_stage, fused):
+    for orch in (two_stage, fused):
+        c = run(orch, speech("n", max_new_tokens=13, ignore_eos=True, seed=2))
+        assert c.terminal.finish_reason == "length" and c.terminal.error is None
+        assert c.terminal.frames == 13
+        assert c.pcm.shape == (13 * SPF,)
+
+
+def test_fused_pcm_equals_two_stage_pcm(two_stage, fused):
+    req = dict(max_new_tokens=30, ignore_eos=True, seed=9, text="Equivalence check.")
+    a = run(two_stage, speech("eq", **req)).pcm
+    b = run(fused, speech("eq", **req)).pcm
+    assert a.shape == b.shape == (30 * SPF,)
+    assert np.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_initial_chunk_then_chunks_in_order(two_stage):
+    c = run(
+        two_stage,
+        speech("order", max_new_tokens=40, ignore_eos=True, seed=4, initial_chunk_frames=3),
+    )
+    sizes = [e.pcm.size // SPF for e in c.events if e.pcm is not None]
+    # initial chunk 3 frames, then chunks of 25, then the tail of 12
+    assert sizes == [3, 25, 12]
+
+
+def test_concurrent_requests_keep_their_own_audio(two_stage):
+    alone = run(two_stage, speech("solo", max_new_tokens=20, ignore_eos=True, seed=5)).pcm
+    cs = []
+    for i in range(4):
+        c = Collector()
+        two_stage.submit(
+            speech(f"c{i}", max_new_tokens=20 + i, ignore_eos=True, seed=5 if i == 2 else 50 + i), c
+        )
+        cs.append(c)
+    for i, c in enumerate(cs):
+        c.wait()
+        assert c.pcm.shape == ((20 + i) * SPF,)
+    assert np.allclose(cs[2].pcm[: alone.size], alone, atol=1e-5, rtol=0)
+
+
+def test_abort_mid_request_frees_talker_blocks_and_decoder_slots(two_stage):
+    talker = two_stage.talker
+    code2wav = two_stage.code2wav
+    c = Collector()
+    first_audio = __import__("threading").Event()
+
+    def sink(ev):
+        c(ev)
+        if ev.pcm is not None:
+            first_audio.set()
+
+    two_stage.submit(speech("abort-me", max_new_tokens=400, ignore_eos=True), sink)
+    assert first_audio.wait(30)
+    two_stage.abort("abort-me")
+    assert c.terminal.finish_reason == "abort"
+    # A later request runs to completion, and the engines are idle afterwards with every
+    # KV block and decoder slot back in its pool.
+    run(two_stage, speech("after", max_new_tokens=5, ignore_eos=True))
+    _wait_idle(two_stage)
+    assert talker.scheduler.kv.num_used_blocks == 0
+    assert code2wav.runner.decoder.num_free == code2wav.runner.decoder.num_slots
+    assert code2wav.runner.slots == {}
+    assert c.events[-1].finished and len([e for e in c.events if e.finished]) == 1
+
+
+def _wait_idle(orch, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = any(e.has_work for e in orch.engines)
+        if not busy and orch.code2wav.runner.slots == {}:
+            return
+        # let the engine loops apply the last aborts and deliver drops to the runners
+        orch.talker.call(lambda: [])
+        orch.code2wav.call(lambda: [])
+        time.sleep(0.01)
+    raise AssertionError("engines did not go idle")
+
+
+def test_code2wav_error_reaches_the_caller_once_and_frees_the_talker():
+    # A chunk bigger than code2wav's whole budget can never run: one error, everything freed.
+    orch = build(
+        "qwen3_tts",
+        "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=64",  # 4 frames x 16 codes
+        "pipeline.stages.code2wav.upstream.initial_chunk_frames=2",
+        "pipeline.stages.code2wav.upstream.chunk_frames=10",
+    )
+    try:
+        c = Collector()
+        orch.submit(speech("boom", max_new_tokens=60, ignore_eos=True), c)
+        c.wait()
+        term = c.terminal
+        assert term.finish_reason == "error" and "budget" in term.error
+        assert [e.pcm.size // SPF for e in c.events if e.pcm is not None] == [2]
+        ok = Collector()
+        orch.submit(speech("fine", max_new_tokens=3, ignore_eos=True), ok)
+        assert ok.wait().terminal.error is None  # initial 2 + tail 1: both fit
+        _wait_idle(orch)
+        assert orch.talker.scheduler.kv.num_used_blocks == 0
+    finally:
+        orch.stop()
+
+
+def test_bad_input_is_refused_before_anything_runs(two_stage):
+    with pytest.raises(ValueError, match="unknown voice"):
+        two_stage.submit(speech("bad", voice="nobody"), Collector())
+    with pytest.raises(ValueError, match="empty"):
+        two_stage.submit(speech("bad2", text=""), Collector())
+    assert two_stage.num_live == 0
+
+
+def test_connector_cuts_initial_then_chunks_then_tail():
+    con = ChunkConnector(initial_chunk_frames=1, chunk_frames=3)
+    con.open("r")
+    f = [(i,) * 16 for i in range(8)]
+    assert [len(c.frames) for c in con.push("r", f[:2], False)] == [1]
+    assert [len(c.frames) for c in con.push("r", f[2:5], False)] == [3]
+    out = con.push("r", f[5:8], True)
+    assert [(len(c.frames), c.last) for c in out] == [(3, False), (1, True)]
+    con.open("s", initial_chunk_frames=2)
+    out = con.push("s", f[:1], True)
+    assert [(len(c.frames), c.last) for c in out] == [(1, True)]
