@@ -92,9 +92,16 @@ def cmd_synth(args: Args) -> int:
     return run_synth(args.overrides, args.config_dir)
 
 
+def cmd_serve(args: Args) -> int:
+    """The OpenAI-compatible server (omniflow/serve/)."""
+    from omniflow.serve.run import run_serve
+
+    return run_serve(args.overrides, args.config_dir)
+
+
 COMMANDS: dict[str, Callable[[Args], int]] = {
     "config": cmd_config,
-    "serve": _not_yet("serve"),
+    "serve": cmd_serve,
     "synth": cmd_synth,
     "bench": _not_yet("bench"),
     "sweep": _not_yet("sweep"),

@@ -69,7 +69,8 @@ class ARScheduler:
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.requests)
+        """Requests to serve, or runner-side state still to release (a step delivers it)."""
+        return bool(self.requests) or bool(self._drop_in_runner)
 
     def unfinished_ids(self) -> list[str]:
         return list(self.requests)

@@ -93,7 +93,8 @@ class GenerationScheduler:
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.requests)
+        """Requests to serve, or decoder slots still to release (a step delivers it)."""
+        return bool(self.requests) or bool(self._drop_in_runner)
 
     def unfinished_ids(self) -> list[str]:
         return list(self.requests)

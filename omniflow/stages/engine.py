@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
@@ -91,6 +92,8 @@ class StageEngine:
         self._stopping = threading.Event()
         self._progressed = False
         self.num_steps = 0
+        self.step_observer: Callable[[float], None] | None = None
+        """Called with each productive step's duration in seconds (metrics)."""
 
     # ------------------------------------------------------------------ inline API
 
@@ -196,7 +199,11 @@ class StageEngine:
                 if self._stopping.is_set():
                     break
                 if self.has_work:
-                    self._emit(self.step())
+                    t0 = time.perf_counter()
+                    outputs = self.step()
+                    if self._progressed and self.step_observer is not None:
+                        self.step_observer(time.perf_counter() - t0)
+                    self._emit(outputs)
                     if not self._progressed:
                         self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once

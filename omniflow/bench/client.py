@@ -1,0 +1,144 @@
+"""HTTP load generator for `/v1/audio/speech` (DESIGN §12), fixed-length mode.
+
+    python -m omniflow.bench.client --url http://127.0.0.1:8000 --prompts PROMPTS.jsonl \
+        --concurrency 1 --num-prompts 8 --warmup 1
+
+Each prompt asks for round(seconds x 12.5) frames with EOS ignored, so runs with dummy
+weights are comparable. Per request: ttfp (request sent -> first audio bytes), e2el (-> end
+of stream), audio seconds (bytes / 48,000), rtf = e2el / audio seconds. Warm-ups are excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+FRAME_RATE = 12.5
+BYTES_PER_SECOND = 2 * 24000
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    frames: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    ttfp: float
+    e2el: float
+    audio_s: float
+
+    @property
+    def rtf(self) -> float:
+        return self.e2el / self.audio_s
+
+
+def load_prompts(path: str | Path, limit: int) -> list[Prompt]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            out.append(Prompt(row["text"], max(1, round(row["seconds"] * FRAME_RATE))))
+            if len(out) == limit:
+                break
+    return out
+
+
+async def one(
+    client: httpx.AsyncClient, url: str, model: str, voice: str, p: Prompt, seed: int
+) -> Sample:
+    body = {
+        "model": model,
+        "voice": voice,
+        "input": p.text,
+        "response_format": "pcm",
+        "stream": True,
+        "max_new_tokens": p.frames,
+        "ignore_eos": True,
+        "seed": seed,
+    }
+    t0 = time.perf_counter()
+    ttfp = None
+    size = 0
+    async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+        async for chunk in r.aiter_bytes():
+            if chunk and ttfp is None:
+                ttfp = time.perf_counter() - t0
+            size += len(chunk)
+    e2el = time.perf_counter() - t0
+    return Sample(ttfp or e2el, e2el, size / BYTES_PER_SECOND)
+
+
+async def run(
+    url: str, prompts: list[Prompt], concurrency: int, warmup: int, model: str, voice: str
+) -> tuple[list[Sample], float]:
+    async with httpx.AsyncClient(timeout=600) as client:
+        for i in range(warmup):
+            await one(client, url, model, voice, prompts[i % len(prompts)], seed=i)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def bounded(i: int, p: Prompt) -> Sample:
+            async with sem:
+                return await one(client, url, model, voice, p, seed=1000 + i)
+
+        t0 = time.perf_counter()
+        samples = await asyncio.gather(*(bounded(i, p) for i, p in enumerate(prompts)))
+        return list(samples), time.perf_counter() - t0
+
+
+def summarize(samples: list[Sample], wall: float) -> dict:
+    def stats(xs: list[float]) -> dict:
+        return {
+            "median": statistics.median(xs),
+            "mean": statistics.fmean(xs),
+            "min": min(xs),
+            "max": max(xs),
+        }
+
+    total_audio = sum(s.audio_s for s in samples)
+    return {
+        "requests": len(samples),
+        "ttfp_s": stats([s.ttfp for s in samples]),
+        "e2el_s": stats([s.e2el for s in samples]),
+        "rtf": stats([s.rtf for s in samples]),
+        "audio_seconds": total_audio,
+        "audio_throughput": total_audio / wall,
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:8000")
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--model", default="qwen3-tts-tiny")
+    ap.add_argument("--voice", default="vivian")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    prompts = load_prompts(args.prompts, args.num_prompts)
+    samples, wall = asyncio.run(
+        run(args.url, prompts, args.concurrency, args.warmup, args.model, args.voice)
+    )
+    summary = summarize(samples, wall) | {"concurrency": args.concurrency}
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps({"summary": summary, "samples": [asdict(s) for s in samples]}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The `POST /v1/audio/speech` request body: OpenAI's fields plus omniflow's extensions.
+
+Validation here is per field (types, ranges, choices known without the model); what depends
+on the model (voices, languages, input length in tokens) is checked by the app and the
+prompt builder. Unknown fields are refused, so a typo is an error naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus", "aac"]
+STREAMABLE = ("wav", "pcm")
+ENCODED = {"flac": ("FLAC", None), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
+"""Non-streaming encoded formats, written by libsndfile through `soundfile`. aac: none."""
+MEDIA_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+    "flac": "audio/flac",
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+}
+
+
+class SpeechBody(BaseModel):
+    """One speech request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Served model name (GET /v1/models).")
+    input: str = Field(description="Text to speak.")
+    voice: str = Field(description="A speaker of the model (GET /v1/audio/voices).")
+    response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="Only 1.0 is supported.")
+    instructions: str | None = Field(None, description="Style instructions (not supported).")
+    stream_format: Literal["audio", "sse"] | None = Field(
+        None, description="audio: raw bytes as they are produced; sse: server-sent events."
+    )
+    stream: bool = Field(False, description="Stream the audio as it is produced.")
+    language: str = Field("auto", description="Language name, or auto.")
+    task_type: Literal["CustomVoice", "Base", "VoiceDesign"] = Field(
+        "CustomVoice", description="Qwen3-TTS task; the CustomVoice presets serve CustomVoice."
+    )
+    seed: int | None = Field(None, ge=0, lt=2**62, description="Sampling seed.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Most codec frames to generate.")
+    ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
+    initial_chunk_frames: int | None = Field(
+        None, ge=1, le=250, description="Two-stage pipeline: frames in the first chunk."
+    )
+
+    @property
+    def streaming(self) -> bool:
+        return self.stream or self.stream_format is not None

@@ -1,0 +1,79 @@
+"""`python -m omniflow serve`: build the pipeline, serve it with uvicorn, shut down cleanly.
+
+uvicorn handles SIGINT/SIGTERM: it stops accepting connections, lets running responses
+finish (up to a grace period), then the lifespan hook stops the engines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.graph import StageGraph
+from omniflow.serve.app import build_app
+from omniflow.stages.build import build_pipeline
+
+log = logging.getLogger("omniflow.serve")
+GRACE_S = 10
+
+
+def make_app(graph: StageGraph, server) -> FastAPI:
+    orch = build_pipeline(graph)
+    app = build_app(orch, server)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        orch.start()
+        try:
+            yield
+        finally:
+            log.info("stopping engines")
+            orch.stop()
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def run_serve(overrides: list[str], config_dir: str | None) -> int:
+    spec = compose(overrides, config_dir)
+    graph = build_graph(spec)
+    server = spec.server
+    if graph.model.load == "dummy":
+        log.warning(
+            "serving %s with DUMMY weights: the audio is noise, not speech. For speech, load "
+            "a checkpoint: python -m omniflow serve model=qwen3_tts_1_7b model.path=DIR "
+            "(DIR in the published Qwen3-TTS layout)",
+            graph.model.name,
+        )
+    app = make_app(graph, server)
+    sock = socket.socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((server.host, server.port))
+    host, port = sock.getsockname()[:2]
+    log.info(
+        "omniflow serving %s (%s pipeline, %s) on http://%s:%d",
+        graph.model.name,
+        graph.pipeline,
+        graph.platform.name,
+        host,
+        port,
+    )
+    config = uvicorn.Config(app, log_level=server.log_level, timeout_graceful_shutdown=GRACE_S)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: make that
+    # a clean exit instead of a traceback or a signal death.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    log.info("omniflow stopped")
+    return 0
