@@ -71,9 +71,7 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: make that
     # a clean exit instead of a traceback or a signal death.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
     log.info("omniflow stopped")
     return 0
