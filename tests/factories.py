@@ -60,7 +60,8 @@ def build(pipeline: str = "qwen3_tts", *overrides: str):
     """A running orchestrator (threads started) for `pipeline` on the CPU."""
     from omniflow.stages.build import build_pipeline
 
-    graph = build_graph(compose([f"pipeline={pipeline}", "platform=cpu", *overrides]))
+    platform = [] if any(o.startswith("platform=") for o in overrides) else ["platform=cpu"]
+    graph = build_graph(compose([f"pipeline={pipeline}", *platform, *overrides]))
     orch = build_pipeline(graph)
     orch.start()
     return orch

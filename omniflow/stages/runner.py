@@ -86,6 +86,11 @@ class ARModelRunner:
         self._suppress = torch.zeros(vocab, dtype=torch.bool, device=device)
         self._suppress[list(talker.vocab.suppressed_ids(vocab))] = True
 
+    @property
+    def parked_ids(self) -> frozenset[str]:
+        """Preempted requests whose decoder state waits to be restored."""
+        return frozenset(self._parked)
+
     # ------------------------------------------------------------------ state
 
     def _admit(self, data: NewRequestData) -> None:

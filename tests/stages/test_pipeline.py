@@ -156,3 +156,51 @@ def test_connector_cuts_initial_then_chunks_then_tail():
     con.open("s", initial_chunk_frames=2)
     out = con.push("s", f[:1], True)
     assert [(len(c.frames), c.last) for c in out] == [(1, True)]
+
+
+def test_fused_preemption_restores_the_decoder_and_keeps_the_audio():
+    calm = build("qwen3_tts_fused")
+    squeezed = build(
+        "qwen3_tts_fused",
+        "pipeline.stages.talker.scheduler.block_size=4",
+        "pipeline.stages.talker.scheduler.num_kv_blocks=12",
+        "pipeline.stages.talker.scheduler.max_model_len=48",
+    )
+    try:
+        reqs = [
+            speech(
+                f"p{i}",
+                max_new_tokens=14,
+                ignore_eos=True,
+                seed=i,
+                text="Preemption test sentence.",
+            )
+            for i in range(3)
+        ]
+        expected = [run(calm, r).pcm for r in reqs]
+        cs = [Collector() for _ in reqs]
+        for r, c in zip(reqs, cs, strict=True):
+            squeezed.submit(r, c)
+        for c, ref in zip(cs, expected, strict=True):
+            got = c.wait().pcm
+            assert got.shape == ref.shape == (14 * SPF,)
+            assert np.allclose(got, ref, atol=1e-5, rtol=0)
+        assert squeezed.talker.scheduler.num_preemptions > 0
+        _wait_idle_fused(squeezed)
+        dec = squeezed.talker.runner.stream_decoder
+        assert dec.num_free == dec.num_slots and not squeezed.talker.runner.parked_ids
+    finally:
+        calm.stop()
+        squeezed.stop()
+
+
+def _wait_idle_fused(orch, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        orch.talker.call(lambda: [])
+        if not orch.talker.has_work and not orch.talker.runner.requests:
+            return
+        time.sleep(0.01)
+    raise AssertionError("talker did not go idle")
