@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -12,6 +13,7 @@ from omniflow.config.schema import ModelConfig, SchedulerConfig
 from omniflow.core.speech import SpeechRequest
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
@@ -56,13 +58,13 @@ def speech(rid: str, text: str = "Hello there.", **kw) -> SpeechRequest:
     return SpeechRequest(request_id=rid, text=text, **kw)
 
 
-def build(pipeline: str = "qwen3_tts", *overrides: str):
+def build(pipeline: str = "qwen3_tts", *overrides: str, bundle: TalkerBundle | None = None):
     """A running orchestrator (threads started) for `pipeline` on the CPU."""
     from omniflow.stages.build import build_pipeline
 
     platform = [] if any(o.startswith("platform=") for o in overrides) else ["platform=cpu"]
     graph = build_graph(compose([f"pipeline={pipeline}", *platform, *overrides]))
-    orch = build_pipeline(graph)
+    orch = build_pipeline(graph, bundle)
     orch.start()
     return orch
 
@@ -97,3 +99,20 @@ class Collector:
         ends = [e for e in self.events if e.finished]
         assert len(ends) == 1, f"expected exactly one terminal event, got {len(ends)}"
         return ends[0]
+
+
+EOS = 2150
+
+
+def eos_bundle() -> TalkerBundle:
+    """The tiny model with a codebook-0 head biased so that EOS always wins the draw."""
+    base = tiny_bundle()
+    weights = copy.deepcopy(base.talker.weights)
+    head = weights.talker.codec_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[EOS] = 1e4
+    weights.talker.codec_head = biased
+    return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)

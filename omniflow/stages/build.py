@@ -10,7 +10,7 @@ import torch
 from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
-from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
+from omniflow.models.qwen3_tts.factory import DTYPES, TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.platforms.base import prepare_device
 from omniflow.sched.ar import ARScheduler
@@ -33,15 +33,26 @@ def _stream_decoder(graph: StageGraph, slots: int, device: torch.device) -> Stre
     return StreamingDecoder(weights.decoder, slots, device, torch.float32)
 
 
-def build_pipeline(graph: StageGraph) -> Orchestrator:
-    """Talker (+ code2wav when the graph has it), wired through an orchestrator."""
+def build_pipeline(graph: StageGraph, bundle: TalkerBundle | None = None) -> Orchestrator:
+    """Talker (+ code2wav when the graph has it), wired through an orchestrator.
+
+    `bundle` supplies an already built talker (tests, or weights shared between pipelines);
+    by default it is built from the graph's model config."""
     device = torch.device(graph.platform.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("platform=cuda but no CUDA device is visible; use platform=cpu")
     prepare_device(device.type)
     dtype = DTYPES[graph.platform.dtype]
     talker_stage: ResolvedStage = graph.stages["talker"]
-    bundle = build_talker(graph.model, device)
+    for stage in graph.stages.values():
+        if stage.window_k:
+            log.warning(
+                "stage %s: window_k=%d is validated, but this version has no multi-step "
+                "window executor yet; every step runs single-step (the exact path)",
+                stage.name,
+                stage.window_k,
+            )
+    bundle = bundle or build_talker(graph.model, device)
     sched_cfg = talker_stage.scheduler
     decoder = (
         _stream_decoder(graph, sched_cfg.max_num_seqs, device)

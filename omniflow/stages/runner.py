@@ -271,6 +271,9 @@ class ARModelRunner:
             counters=counters,
             history=tuple(tuple(r.tokens) for r in reqs),
             banned=banned,
+            top_k_max=max(s.top_k for s in sp) if all(s.top_k > 0 for s in sp) else 0,
+            use_top_p=any(s.top_p < 1.0 for s in sp),
+            use_penalty=any(s.repetition_penalty != 1.0 for s in sp),
         )
         code0 = sample(self.talker.logits(hidden), batch, stream=0)
         code0_list = code0.tolist()
@@ -289,6 +292,9 @@ class ARModelRunner:
                 repetition_penalty=torch.ones(len(acoustic), device=dev),
                 seeds=seeds[idx],
                 counters=counters[idx],
+                top_k_max=SUBTALKER_TOP_K,
+                use_top_p=False,
+                use_penalty=False,
             )
 
             def sample_group(logits: torch.Tensor, group: int) -> torch.Tensor:

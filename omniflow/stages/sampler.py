@@ -32,12 +32,19 @@ def uniform_noise(
     seeds: torch.Tensor, counters: torch.Tensor, stream: int, vocab: int
 ) -> torch.Tensor:
     """[B, vocab] uniforms in (0, 1) determined by (seed, counter, stream, column)."""
+    cols = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    return uniform_noise_at(seeds, counters, stream, cols[None, :].expand(len(seeds), -1))
+
+
+def uniform_noise_at(
+    seeds: torch.Tensor, counters: torch.Tensor, stream: int, ids: torch.Tensor
+) -> torch.Tensor:
+    """The same uniforms as `uniform_noise`, only at vocabulary ids `ids` [B, k]."""
     lo = seeds & _M32
     hi = (seeds >> 32) & _M32
     base = _mix(lo ^ _mix((hi + 0x9E3779B) & _M32))
     base = _mix(base ^ _mix((counters * 0x27D4EB2 + stream * 0x165667B1 + 1) & _M32))
-    cols = _mix(torch.arange(vocab, device=seeds.device, dtype=torch.int64) + 0x5BD1E99)
-    h = _mix(base[:, None] ^ cols[None, :])
+    h = _mix(base[:, None] ^ _mix(ids + 0x5BD1E99))
     return ((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)
 
 
@@ -61,29 +68,45 @@ class SamplingBatch:
     """Per row, the tokens the repetition penalty applies to."""
     banned: torch.Tensor | None = None
     """[B, V] bool: ids that must not be sampled (suppressed, or stop ids held back)."""
+    top_k_max: int = 0
+    """Host-side hint: the largest top_k when every row has one (then only the top
+    candidates are sorted and drawn); 0 when some row samples the whole vocabulary."""
+    use_top_p: bool = True
+    """Host-side hint: some row has top_p < 1 (False skips the nucleus cut)."""
+    use_penalty: bool = True
+    """Host-side hint: some row has a repetition penalty != 1."""
+
+
+FAST_TOP_K = 256
+"""Largest top_k served by the candidate path (top-k, then noise for those ids only)."""
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch.Tensor:
     """Sample one id per row of `logits` [B, V]."""
     logits = logits.float()
     b, v = logits.shape
-    if batch.history and bool((batch.repetition_penalty != 1.0).any()):
+    if batch.history and batch.use_penalty:
         logits = _apply_penalty(logits, batch)
     if batch.banned is not None:
         logits = logits.masked_fill(batch.banned, float("-inf"))
     greedy = batch.temperature <= 0
     temp = torch.where(greedy, torch.ones_like(batch.temperature), batch.temperature)
     logits = logits / temp[:, None]
-    ordered, order = logits.sort(dim=-1, descending=True, stable=True)
-    rank = torch.arange(v, device=logits.device)[None, :]
+    if 0 < batch.top_k_max <= min(FAST_TOP_K, v):
+        # Only the top candidates can be drawn: sort and draw noise for those ids alone.
+        ordered, order = logits.topk(batch.top_k_max, dim=-1)
+        width = batch.top_k_max
+    else:
+        ordered, order = logits.sort(dim=-1, descending=True, stable=True)
+        width = v
+    rank = torch.arange(width, device=logits.device)[None, :]
     k = torch.where(batch.top_k > 0, batch.top_k, torch.full_like(batch.top_k, v))
-    cut = rank >= k[:, None]
-    ordered = ordered.masked_fill(cut, float("-inf"))
-    if bool((batch.top_p < 1.0).any()):
+    ordered = ordered.masked_fill(rank >= k[:, None], float("-inf"))
+    if batch.use_top_p:
         probs = ordered.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs
         ordered = ordered.masked_fill(before > batch.top_p[:, None], float("-inf"))
-    u = uniform_noise(batch.seeds, batch.counters, stream, v).gather(1, order)
+    u = uniform_noise_at(batch.seeds, batch.counters, stream, order)
     gumbel = -torch.log(-torch.log(u))
     choice = torch.argmax(ordered + gumbel, dim=-1)
     choice = torch.where(greedy, torch.zeros_like(choice), choice)

@@ -234,3 +234,48 @@ def test_info_endpoints_and_metrics(live):
         'omniflow_kv_blocks_in_use{stage="talker"}',
     ):
         assert series in text, series
+
+
+def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
+    from tests.serve.conftest import LiveServer
+
+    # code2wav's whole budget is 4 frames; a first chunk of 10 can never run: the request
+    # fails before any audio exists.
+    with LiveServer(
+        "pipeline=qwen3_tts",
+        "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=64",
+    ) as server:
+        for stream in (False, True):
+            r = httpx.post(
+                server.url + "/v1/audio/speech",
+                timeout=60,
+                json={
+                    "model": MODEL,
+                    "voice": "vivian",
+                    "input": "x",
+                    "response_format": "pcm",
+                    "stream": stream,
+                    "initial_chunk_frames": 10,
+                    "max_new_tokens": 30,
+                    "ignore_eos": True,
+                },
+            )
+            assert r.status_code == 500
+            assert "budget" in r.json()["error"]["message"]
+        ok = httpx.post(
+            server.url + "/v1/audio/speech",
+            timeout=60,
+            json={
+                "model": MODEL,
+                "voice": "vivian",
+                "input": "x",
+                "response_format": "pcm",
+                "initial_chunk_frames": 2,
+                "max_new_tokens": 3,
+                "ignore_eos": True,
+            },
+        )
+        assert ok.status_code == 200 and len(ok.content) == 3 * 1920 * 2
+        server.wait_idle()
+        metrics = httpx.get(server.url + "/metrics").text
+        assert 'omniflow_requests_total{outcome="error"} 2.0' in metrics

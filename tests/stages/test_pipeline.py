@@ -204,3 +204,18 @@ def _wait_idle_fused(orch, timeout: float = 10.0) -> None:
             return
         time.sleep(0.01)
     raise AssertionError("talker did not go idle")
+
+
+@pytest.mark.parametrize("pipeline", ["qwen3_tts", "qwen3_tts_fused"])
+def test_eos_frame_gives_no_samples(pipeline):
+    from tests.factories import eos_bundle
+
+    orch = build(pipeline, bundle=eos_bundle())
+    try:
+        c = run(orch, speech("eos", max_new_tokens=50))
+        # min_new_tokens = 2 audio frames, then EOS (which carries no audio)
+        assert c.terminal.finish_reason == "stop"
+        assert c.terminal.frames == 2
+        assert c.pcm.shape == (2 * SPF,)
+    finally:
+        orch.stop()

@@ -80,3 +80,18 @@ def test_repetition_penalty_hf_semantics():
         1, temperature=torch.zeros(1), repetition_penalty=torch.tensor([4.0]), history=((1,),)
     )
     assert sample(torch.tensor([[-1.0, -0.5]]), b3).tolist() == [0]  # -0.5 * 4 < -1
+
+
+def test_candidate_path_draws_exactly_what_the_full_sort_draws():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 2048, generator=g) * 3
+    top_k = torch.randint(1, 60, (64,), generator=g)
+    common = dict(
+        seeds=torch.arange(64, dtype=torch.int64) * 7919,
+        counters=torch.arange(64, dtype=torch.int64),
+        top_k=top_k,
+        top_p=torch.full((64,), 0.9),
+    )
+    full = sample(logits, batch(64, **common, top_k_max=0), stream=3)
+    fast = sample(logits, batch(64, **common, top_k_max=int(top_k.max())), stream=3)
+    assert torch.equal(full, fast)

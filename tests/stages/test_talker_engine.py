@@ -14,7 +14,7 @@ from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
-from tests.factories import speech, talker_engine, tiny_bundle
+from tests.factories import eos_bundle, speech, talker_engine, tiny_bundle
 
 EOS = 2150
 
@@ -118,20 +118,6 @@ def test_chunked_prefill_gives_the_same_codes_as_one_shot():
     one, _, _ = generate([fixed("a", 8, text=long_text)], max_num_batched_tokens=512)
     chunked, _, _ = generate([fixed("a", 8, text=long_text)], max_num_batched_tokens=16)
     assert chunked == one
-
-
-def eos_bundle() -> TalkerBundle:
-    """The tiny model with a codebook-0 head biased so that EOS always wins the draw."""
-    base = tiny_bundle()
-    weights = copy.deepcopy(base.talker.weights)
-    head = weights.talker.codec_head
-    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
-    with torch.no_grad():
-        biased.weight.copy_(head.weight)
-        biased.bias.zero_()
-        biased.bias[EOS] = 1e4
-    weights.talker.codec_head = biased
-    return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
 
 
 def eos_engine(async_scheduling: bool = False) -> tuple[StageEngine, TalkerProcessor]:
