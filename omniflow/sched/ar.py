@@ -79,6 +79,15 @@ class ARScheduler:
         """The AR scheduler ends requests only in update() and finish()."""
         return []
 
+    def stats(self) -> dict[str, int]:
+        return {
+            "running": len(self.running),
+            "waiting": len(self.waiting),
+            "kv_blocks_used": self.kv.num_used_blocks,
+            "kv_blocks": self.kv.pool.num_blocks,
+            "preemptions": self.num_preemptions,
+        }
+
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)

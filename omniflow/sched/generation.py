@@ -104,6 +104,11 @@ class GenerationScheduler:
         out, self._outputs = self._outputs, []
         return out
 
+    def stats(self) -> dict[str, int]:
+        started = sum(1 for r in self.requests.values() if r.started)
+        queued = sum(len(r.chunks) for r in self.requests.values())
+        return {"requests": len(self.requests), "decoding": started, "chunks_queued": queued}
+
     def chunk_tokens(self, chunk: Chunk) -> int:
         return len(chunk.frames) * self.tokens_per_frame
 

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 OutputSink = Callable[[StageOutput], None]
 Command = Callable[[], list[StageOutput]]
 
+STATS_INTERVAL_S = 10.0
+"""How often a busy engine logs one INFO line of throughput and queue state."""
+
 IDLE_WAIT_S = 0.02
 """How long the loop waits for input when requests exist but nothing could be scheduled
 (e.g. a code2wav request waiting for its next chunk); deadlines are checked at this pace."""
@@ -51,6 +54,10 @@ class Scheduler(Protocol):
     def unfinished_ids(self) -> list[str]: ...
     def drain_outputs(self) -> list[StageOutput]:
         """Terminal outputs produced while planning (e.g. a chunk rejected, a deadline)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Gauges for the periodic log line (requests running/waiting, KV use)."""
         ...
 
 
@@ -94,6 +101,9 @@ class StageEngine:
         self.num_steps = 0
         self.step_observer: Callable[[float], None] | None = None
         """Called with each productive step's duration in seconds (metrics)."""
+        self._stats_at = time.monotonic()
+        self._stats_steps = 0
+        self._stats_outputs = 0
 
     # ------------------------------------------------------------------ inline API
 
@@ -204,11 +214,31 @@ class StageEngine:
                     if self._progressed and self.step_observer is not None:
                         self.step_observer(time.perf_counter() - t0)
                     self._emit(outputs)
+                    self._log_stats(outputs)
                     if not self._progressed:
                         self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once
             log.exception("stage %s: engine loop failed", self.name)
             self._fail_all(f"stage {self.name} failed: {exc}")
+
+    def _log_stats(self, outputs: list[StageOutput]) -> None:
+        if self._progressed:
+            self._stats_steps += 1
+            self._stats_outputs += sum(len(o.tokens) or (o.audio is not None) for o in outputs)
+        now = time.monotonic()
+        if now - self._stats_at < STATS_INTERVAL_S:
+            return
+        if self._stats_steps:
+            span = now - self._stats_at
+            gauges = " ".join(f"{k}={v}" for k, v in self.scheduler.stats().items())
+            log.info(
+                "stage %s: %.1f steps/s, %.1f outputs/s, %s",
+                self.name,
+                self._stats_steps / span,
+                self._stats_outputs / span,
+                gauges,
+            )
+        self._stats_at, self._stats_steps, self._stats_outputs = now, 0, 0
 
     def _fail_all(self, message: str) -> None:
         for rid in self.scheduler.unfinished_ids():

@@ -219,3 +219,19 @@ def test_eos_frame_gives_no_samples(pipeline):
         assert c.pcm.shape == (2 * SPF,)
     finally:
         orch.stop()
+
+
+def test_busy_engine_logs_a_stats_line(monkeypatch, caplog):
+    import logging
+
+    from omniflow.stages import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "STATS_INTERVAL_S", 0.0)
+    orch = build("qwen3_tts_fused")
+    try:
+        with caplog.at_level(logging.INFO, logger="omniflow.stages.engine"):
+            run(orch, speech("log", max_new_tokens=5, ignore_eos=True))
+        lines = [r.getMessage() for r in caplog.records if "stage talker:" in r.getMessage()]
+        assert lines and "kv_blocks_used=" in lines[0] and "steps/s" in lines[0]
+    finally:
+        orch.stop()
