@@ -232,14 +232,26 @@ class ClientGone(Exception):
     """The client disconnected before the response started."""
 
 
-async def next_event(events: asyncio.Queue[AudioEvent], request: Request) -> AudioEvent:
-    """The next event, noticing a client that disconnects while nothing is being sent."""
-    while True:
-        try:
-            return await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
-        except TimeoutError:
-            if await request.is_disconnected():
-                raise ClientGone from None
+class DisconnectWatch:
+    """Yields a request's events while checking, at most every DISCONNECT_POLL_S, whether
+    the client is still there (events may arrive faster than that; a timeout alone would
+    never notice a client that left)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.next_check = 0.0
+
+    async def next(self, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
+        while True:
+            now = time.monotonic()
+            if now >= self.next_check:
+                self.next_check = now + DISCONNECT_POLL_S
+                if await self.request.is_disconnected():
+                    raise ClientGone
+            try:
+                return await asyncio.wait_for(events.get(), self.next_check - now)
+            except TimeoutError:
+                continue
 
 
 async def respond(
@@ -266,19 +278,23 @@ async def respond(
             if outcome == "ok":
                 m.e2e.observe(time.perf_counter() - t0)
 
+    aborted = AudioEvent(rid, finished=True, finish_reason="abort")
+    watch = DisconnectWatch(request)
     try:
-        first = await next_event(events, request)
-    except (asyncio.CancelledError, ClientGone):
+        first = await watch.next(events)
+    except ClientGone:
         service.orch.abort(rid)
-        account(AudioEvent(rid, finished=True, finish_reason="abort"))
-        if finished:
-            return Response(status_code=499)
+        account(aborted)
+        return Response(status_code=499)
+    except asyncio.CancelledError:
+        service.orch.abort(rid)
+        account(aborted)
         raise
+    if first.pcm is None:  # ended before any audio: an error, never an empty 200
+        account(AudioEvent(rid, finished=True, finish_reason="error"))
+        message = f"generation failed: {first.error}" if first.error else "no audio produced"
+        raise ApiError(500, message, None, "server_error")
     account(first)
-    if first.pcm is None:  # ended before any audio
-        if first.error:
-            raise ApiError(500, f"generation failed: {first.error}", None, "server_error")
-        raise ApiError(500, "the request produced no audio", None, "server_error")
     m.first_audio.observe(time.perf_counter() - t0)
 
     async def audio_events(poll: bool) -> AsyncIterator[AudioEvent]:
@@ -290,13 +306,12 @@ async def respond(
                 yield ev
                 if ev.finished:
                     return
-                ev = await (next_event(events, request) if poll else events.get())
+                ev = await (watch.next(events) if poll else events.get())
                 account(ev)
         finally:
             if not finished:  # client went away (or the server is stopping)
                 service.orch.abort(rid)
-                ev2 = AudioEvent(rid, finished=True, finish_reason="abort")
-                account(ev2)
+                account(aborted)
 
     fmt = body.response_format
     if body.stream_format == "sse":

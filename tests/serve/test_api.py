@@ -279,3 +279,30 @@ def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
         server.wait_idle()
         metrics = httpx.get(server.url + "/metrics").text
         assert 'omniflow_requests_total{outcome="error"} 2.0' in metrics
+
+
+def _abort_count(live) -> float:
+    for line in httpx.get(live.url + "/metrics").text.splitlines():
+        if line.startswith('omniflow_requests_total{outcome="abort"}'):
+            return float(line.split()[-1])
+    raise AssertionError("abort series missing")
+
+
+def test_client_gone_during_a_whole_response_aborts_the_request(live):
+    before = _abort_count(live)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            live.url + "/v1/audio/speech",
+            timeout=0.5,
+            json={
+                "model": MODEL,
+                "voice": "vivian",
+                "input": "A long one.",
+                "response_format": "wav",
+                "max_new_tokens": 3000,
+                "ignore_eos": True,
+            },
+        )
+    live.wait_idle()
+    assert _abort_count(live) == before + 1
+    assert live.service.orch.talker.scheduler.kv.num_used_blocks == 0
