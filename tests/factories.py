@@ -37,6 +37,7 @@ def talker_engine(
     max_model_len: int = 512,
     block_size: int = 4,
     num_kv_blocks: int = 512,
+    window_k: int = 0,
 ) -> tuple[StageEngine, TalkerProcessor]:
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -48,7 +49,9 @@ def talker_engine(
     )
     bundle = tiny_bundle()
     runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
-    engine = StageEngine("talker", ARScheduler(cfg), runner, async_scheduling=async_scheduling)
+    engine = StageEngine(
+        "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling
+    )
     return engine, TalkerProcessor(bundle.tokenizer, bundle.vocab, max_model_len)
 
 

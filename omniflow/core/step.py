@@ -89,3 +89,7 @@ class StepResult:
 
     step_id: int
     outputs: Mapping[str, RequestStepOutput]
+    window_steps: int = 0
+    """Forward steps the runner executed for a window plan (0 without a window)."""
+    window_refusal: str | None = None
+    """Why the runner ran a window plan as a single step (run-time gate), if it did."""

@@ -21,13 +21,19 @@ from omniflow.core.output import StageOutput
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import CachedRequestData, NewRequestData, StepPlan, StepResult
 from omniflow.sched.kv_cache import KVCacheManager
+from omniflow.sched.window import Candidate, WindowStats, plan_window
 
 
 class ARScheduler:
     """Plans steps for one AR stage and applies their results."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, window_k: int = 0) -> None:
         self.config = config
+        self.window_k = window_k
+        self.window_stats = WindowStats()
+        self._outstanding: dict[str, int] = {}
+        """Requests with a window in flight (the fence): held out of scheduling until
+        update() reconciles what the runner really produced."""
         self.kv = KVCacheManager(config.num_kv_blocks, config.block_size)
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -80,13 +86,16 @@ class ARScheduler:
         return []
 
     def stats(self) -> dict[str, int]:
-        return {
+        gauges = {
             "running": len(self.running),
             "waiting": len(self.waiting),
             "kv_blocks_used": self.kv.num_used_blocks,
             "kv_blocks": self.kv.pool.num_blocks,
             "preemptions": self.num_preemptions,
         }
+        if self.window_k:  # a stage without windows says nothing about them
+            gauges.update(self.window_stats.as_dict())
+        return gauges
 
     @property
     def num_waiting(self) -> int:
@@ -102,6 +111,7 @@ class ARScheduler:
         cached: list[CachedRequestData] = []
         new_blocks: dict[str, list[int]] = {}
         preempted_now = False
+        computed_before: dict[str, int] = {}
 
         i = 0
         while i < len(self.running) and budget > 0:
@@ -122,6 +132,7 @@ class ARScheduler:
                 break
             scheduled[req.request_id] = n
             new_blocks[req.request_id] = blocks
+            computed_before[req.request_id] = req.num_computed_tokens
             budget -= n
             i += 1
 
@@ -145,8 +156,27 @@ class ARScheduler:
             self.running.append(req)
             scheduled[req.request_id] = n
             new_blocks[req.request_id] = blocks
+            computed_before[req.request_id] = req.num_computed_tokens
             budget -= n
 
+        window, extra = plan_window(
+            self.window_k,
+            [
+                Candidate(
+                    self.requests[rid], n, computed_before[rid], rid not in self._known_to_runner
+                )
+                for rid, n in scheduled.items()
+            ],
+            waiting=len(self.waiting),
+            budget=self.config.max_num_batched_tokens,
+            max_model_len=self.config.max_model_len,
+            kv=self.kv,
+            stats=self.window_stats,
+        )
+        for rid, k in window.items():
+            scheduled[rid] = k
+            new_blocks[rid] = new_blocks[rid] + extra[rid]
+            self._outstanding[rid] = k
         step_id = next(self._step_ids)
         expected: dict[str, int] = {}
         for rid, n in scheduled.items():
@@ -159,7 +189,10 @@ class ARScheduler:
                 new_reqs.append(self._new_request_data(req))
                 self._known_to_runner.add(rid)
             req.num_computed_tokens += n
-            if req.num_computed_tokens == req.num_tokens:
+            if rid in window:
+                req.num_placeholders += n
+                expected[rid] = n
+            elif req.num_computed_tokens == req.num_tokens:
                 req.num_placeholders += 1
                 expected[rid] = 1
         self._expected[step_id] = expected
@@ -175,6 +208,7 @@ class ARScheduler:
             finished_ids=dropped,
             preempted_ids=preempted,
             total_num_tokens=sum(scheduled.values()),
+            window=window,
         )
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
@@ -184,6 +218,8 @@ class ARScheduler:
         planned while the request may still grow (length limits), so async scheduling never
         runs past max_new_tokens.
         """
+        if req.request_id in self._outstanding:
+            return 0  # the fence: at most one window in flight per request
         remaining = req.num_tokens - req.num_computed_tokens
         if remaining <= 0:
             return 0
@@ -233,13 +269,22 @@ class ARScheduler:
     def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]:
         """Apply a step's results: append tokens, finish requests, release resources."""
         expected = self._expected.pop(plan.step_id, {})
+        if plan.window:
+            self.window_stats.executed_steps += result.window_steps
+            if result.window_steps > 1:
+                self.window_stats.executed_windows += 1
+            if result.window_refusal is not None:
+                self.window_stats.refusals[result.window_refusal] += 1
         outputs: list[StageOutput] = []
         for rid in plan.num_scheduled_tokens:
+            self._outstanding.pop(rid, None)
             req = self.requests.get(rid)
             if req is None:
                 continue  # ended while this step was in flight; its outputs are dropped
             req.num_placeholders -= expected.get(rid, 0)
             out = result.outputs.get(rid)
+            if rid in plan.window and req.state is RequestState.RUNNING:
+                self._reconcile_window(req, plan.window[rid], out.tokens if out else ())
             if out is None:
                 continue
             if out.error is not None:
@@ -276,6 +321,14 @@ class ARScheduler:
             )
         return outputs
 
+    def _reconcile_window(self, req: Request, k: int, tokens: tuple[int, ...]) -> None:
+        """The runner produced fewer than k tokens (EOS inside the window, a refusal): roll
+        the computed count back to what was really written and free the unused slots."""
+        short = k - len(tokens)
+        if short > 0:
+            req.num_computed_tokens -= short
+            self.kv.trim(req.request_id, req.num_computed_tokens)
+
     def _stop_state(self, req: Request, token: int) -> RequestState | None:
         s = req.sampling
         if (
@@ -297,6 +350,7 @@ class ARScheduler:
         elif req in self.waiting:
             self.waiting.remove(req)
         self.kv.free(req.request_id)
+        self._outstanding.pop(req.request_id, None)
         self._preempted_in_runner.discard(req.request_id)
         self._forget_in_runner(req.request_id)
         self.requests.pop(req.request_id, None)

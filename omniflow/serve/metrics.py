@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from omniflow.sched.window import WindowStats
 from omniflow.stages.orchestrator import Orchestrator
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -45,3 +50,34 @@ class Metrics:
         for engine in orchestrator.engines:
             histogram = self.step.labels(engine.name)
             engine.step_observer = histogram.observe
+        if talker.scheduler.window_k:  # a stage without windows exports nothing about them
+            r.register(WindowCollector(talker.name, talker.scheduler.window_stats))
+
+
+class WindowCollector(Collector):
+    """Multi-step window counters of one stage (DESIGN §7), read at scrape time."""
+
+    def __init__(self, stage: str, stats: WindowStats) -> None:
+        self.stage = stage
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        s = self.stats
+        for name, doc, value in (
+            ("omniflow_window_planned", "Windows planned", s.planned_windows),
+            (
+                "omniflow_window_executed",
+                "Windows executed with more than one step",
+                s.executed_windows,
+            ),
+            ("omniflow_window_steps", "Forward steps executed inside windows", s.executed_steps),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["stage"])
+            family.add_metric([self.stage], value)
+            yield family
+        refusals = CounterMetricFamily(
+            "omniflow_window_refusals", "Windows refused, by reason", labels=["stage", "reason"]
+        )
+        for reason, count in sorted(s.refusals.items()):
+            refusals.add_metric([self.stage, reason], count)
+        yield refusals

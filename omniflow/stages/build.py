@@ -44,14 +44,6 @@ def build_pipeline(graph: StageGraph, bundle: TalkerBundle | None = None) -> Orc
     prepare_device(device.type)
     dtype = DTYPES[graph.platform.dtype]
     talker_stage: ResolvedStage = graph.stages["talker"]
-    for stage in graph.stages.values():
-        if stage.window_k:
-            log.warning(
-                "stage %s: window_k=%d is validated, but this version has no multi-step "
-                "window executor yet; every step runs single-step (the exact path)",
-                stage.name,
-                stage.window_k,
-            )
     bundle = bundle or build_talker(graph.model, device)
     sched_cfg = talker_stage.scheduler
     decoder = (
@@ -61,7 +53,10 @@ def build_pipeline(graph: StageGraph, bundle: TalkerBundle | None = None) -> Orc
     )
     runner = ARModelRunner(bundle.talker, sched_cfg, device, dtype, stream_decoder=decoder)
     talker = StageEngine(
-        "talker", ARScheduler(sched_cfg), runner, async_scheduling=sched_cfg.async_scheduling
+        "talker",
+        ARScheduler(sched_cfg, window_k=talker_stage.window_k),
+        runner,
+        async_scheduling=sched_cfg.async_scheduling,
     )
     processor = TalkerProcessor(bundle.tokenizer, bundle.vocab, sched_cfg.max_model_len)
     code2wav_stage = graph.stages.get("code2wav")

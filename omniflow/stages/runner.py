@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from omniflow.config.schema import SchedulerConfig
@@ -64,6 +65,7 @@ class ARModelRunner:
     ) -> None:
         self.talker = talker
         self.stream_decoder = stream_decoder
+        self._refusals_logged: set[str] = set()
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
         """Decoder state of preempted requests, restored when they resume."""
         self.device = device
@@ -141,7 +143,9 @@ class ARModelRunner:
             return StepResult(plan.step_id, {})
         order = list(plan.num_scheduled_tokens.items())
         try:
-            return self._run(plan, order)
+            if plan.window:
+                return self._run_window(plan)
+            return StepResult(plan.step_id, self._run(order))
         except (RuntimeError, ValueError) as exc:  # a model failure ends each request once
             log.exception("talker step %d failed", plan.step_id)
             message = f"talker step failed: {exc}"
@@ -149,7 +153,51 @@ class ARModelRunner:
                 plan.step_id, {rid: RequestStepOutput(error=message) for rid, _ in order}
             )
 
-    def _run(self, plan: StepPlan, order: list[tuple[str, int]]) -> StepResult:
+    # ------------------------------------------------------------------ windows (DESIGN §7)
+
+    def _window_refusal(self, plan: StepPlan) -> str | None:
+        """Gate 3: re-check a window plan against what the runner holds."""
+        if set(plan.num_scheduled_tokens) != set(plan.window):
+            return "partial_window"
+        for rid, k in plan.window.items():
+            r = self.requests.get(rid)
+            if r is None:
+                return "unknown_request"
+            if plan.num_scheduled_tokens[rid] != k or k < 1:
+                return "plan_mismatch"
+            if r.num_computed < r.prompt.prompt_len or r.num_computed + 1 != r.num_tokens:
+                return "not_in_decode"
+        return None
+
+    def _run_window(self, plan: StepPlan) -> StepResult:
+        """Replay up to k decode steps per request inside one execute, each step feeding the
+        token it sampled into the next; a request leaves the window at its k or its EOS,
+        and the loop ends once every request has left."""
+        reason = self._window_refusal(plan)
+        if reason is not None:
+            if reason not in self._refusals_logged:
+                self._refusals_logged.add(reason)
+                log.info("window refused at run time (%s): running a single step", reason)
+            single = self._run([(rid, 1) for rid in plan.num_scheduled_tokens])
+            return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
+        parts: dict[str, list[RequestStepOutput]] = {rid: [] for rid in plan.window}
+        left: set[str] = set()
+        steps = 0
+        for i in range(max(plan.window.values())):
+            order = [(rid, 1) for rid, k in plan.window.items() if i < k and rid not in left]
+            if not order:
+                break
+            steps += 1
+            for rid, out in self._run(order).items():
+                parts[rid].append(out)
+                if out.tokens[0] in self.requests[rid].sampling.stop_token_ids:
+                    left.add(rid)  # the runner bans stop ids until they may end a request
+        merged = {rid: _concat(outs) for rid, outs in parts.items() if outs}
+        return StepResult(plan.step_id, merged, window_steps=steps)
+
+    # ------------------------------------------------------------------ one step
+
+    def _run(self, order: list[tuple[str, int]]) -> dict[str, RequestStepOutput]:
         inputs, positions, meta, sample_rows = self._prepare(order)
         embeds = self.talker.embed(inputs)
         hidden = self.talker.forward(embeds, positions, meta, self.kv_caches)
@@ -171,7 +219,7 @@ class ARModelRunner:
                     frames=(None if is_eos else frame,),
                     audio=audio.get(req.request_id),
                 )
-        return StepResult(plan.step_id, outputs)
+        return outputs
 
     def _stream_decode(
         self, reqs: list[RunnerRequest], frames: list[tuple[int, ...]]
@@ -306,3 +354,13 @@ class ARModelRunner:
             for i, frame in zip(acoustic, full, strict=True):
                 frames[i] = tuple(frame)
         return frames
+
+
+def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
+    """One output for several window steps of a request (tokens, frames, PCM in order)."""
+    audio = [o.audio for o in outs if o.audio is not None]
+    return RequestStepOutput(
+        tokens=tuple(t for o in outs for t in o.tokens),
+        frames=tuple(f for o in outs for f in o.frames),
+        audio=np.concatenate(audio) if audio else None,
+    )

@@ -306,3 +306,31 @@ def test_client_gone_during_a_whole_response_aborts_the_request(live):
     live.wait_idle()
     assert _abort_count(live) == before + 1
     assert live.service.orch.talker.scheduler.kv.num_used_blocks == 0
+
+
+def test_window_counters_on_metrics_only_when_windows_are_on(live):
+    from tests.serve.conftest import LiveServer
+
+    assert "omniflow_window" not in httpx.get(live.url + "/metrics").text
+    with LiveServer("pipeline.stages.talker.window_k=8") as server:
+        r = httpx.post(
+            server.url + "/v1/audio/speech",
+            timeout=60,
+            json={
+                "model": MODEL,
+                "voice": "vivian",
+                "input": "windows",
+                "response_format": "pcm",
+                "max_new_tokens": 30,
+                "ignore_eos": True,
+            },
+        )
+        assert r.status_code == 200 and len(r.content) == 30 * 1920 * 2
+        text = httpx.get(server.url + "/metrics").text
+        planned = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith('omniflow_window_planned_total{stage="talker"}')
+        ]
+        assert planned and float(planned[0].split()[-1]) > 0
+        assert "omniflow_window_steps_total" in text

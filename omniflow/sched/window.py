@@ -1,0 +1,110 @@
+"""Multi-step merged decode windows: plan-time gate, K clamping, KV for the extra steps,
+and the counters (DESIGN §7).
+
+A window merges up to K decode steps of every scheduled request into one scheduling round;
+the runner replays them inside one execute, feeding each sampled token into the next. It is
+real sampling, so a window's tokens equal the single-step tokens whenever the batch
+composition is the same step by step. Every refusal falls back to the exact single step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from omniflow.core.request import Request
+from omniflow.sched.kv_cache import KVCacheManager
+
+
+@dataclass
+class WindowStats:
+    """Cumulative counters (logged per interval, exported on /metrics)."""
+
+    planned_windows: int = 0
+    executed_windows: int = 0
+    executed_steps: int = 0
+    refusals: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, int]:
+        flat = {
+            "planned_windows": self.planned_windows,
+            "executed_windows": self.executed_windows,
+            "executed_steps": self.executed_steps,
+        }
+        flat.update({f"refused_{k}": v for k, v in sorted(self.refusals.items())})
+        return flat
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A request scheduled this step, as the window gate sees it."""
+
+    request: Request
+    num_tokens: int
+    """Tokens the single-step plan gives it."""
+    computed_before: int
+    """Its computed count before this step was planned."""
+    is_new: bool
+    """New to the runner in this plan (admitted or resumed)."""
+
+
+def plan_window(
+    k: int,
+    candidates: list[Candidate],
+    waiting: int,
+    budget: int,
+    max_model_len: int,
+    kv: KVCacheManager,
+    stats: WindowStats,
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Gate 2: open a window only when it is exact and safe. Returns ({request: k_r},
+    {request: extra block ids}); ({}, {}) means single step (the refusal is counted)."""
+    if k < 2 or not candidates:
+        return {}, {}
+    reason = _refusal(candidates, waiting)
+    if reason is not None:
+        stats.refusals[reason] += 1
+        return {}, {}
+    sizes: dict[str, int] = {}
+    for c in candidates:
+        r = c.request
+        sizes[r.request_id] = min(
+            k,
+            r.sampling.max_new_tokens - r.num_generated,
+            max_model_len - r.num_tokens,
+        )
+    if max(sizes.values()) < 2:
+        stats.refusals["clamped"] += 1
+        return {}, {}
+    if sum(sizes.values()) > budget:
+        stats.refusals["budget"] += 1
+        return {}, {}
+    extra: dict[str, list[int]] = {}
+    for c in candidates:
+        rid = c.request.request_id
+        blocks = kv.allocate_slots(rid, c.computed_before + sizes[rid])
+        if blocks is None:
+            # Out of KV: undo the window's extra blocks; the single step keeps its own.
+            for done in candidates:
+                kv.trim(done.request.request_id, done.computed_before + done.num_tokens)
+            stats.refusals["kv"] += 1
+            return {}, {}
+        extra[rid] = blocks
+    stats.planned_windows += 1
+    return sizes, extra
+
+
+def _refusal(candidates: list[Candidate], waiting: int) -> str | None:
+    if waiting:
+        return "waiting"
+    for c in candidates:
+        r = c.request
+        if c.is_new:
+            return "new_request"
+        # Compare the pre-schedule computed count with the prompt length: the last prefill
+        # token must never open a window.
+        if c.computed_before < r.prompt_len or c.num_tokens != 1:
+            return "prefill"
+        if c.computed_before + 1 != r.num_tokens:
+            return "not_at_end"
+    return None

@@ -1,0 +1,148 @@
+"""Window planning, the fence and reconcile on the real ARScheduler (DESIGN §7)."""
+
+from __future__ import annotations
+
+from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
+from tests.sched.test_ar_scheduler import EOS, FakeRunner, req, sched
+
+
+class WindowRunner(FakeRunner):
+    """FakeRunner that replays window plans (k tokens, fewer on EOS) or refuses them."""
+
+    def __init__(self, script=None, refuse: bool = False) -> None:
+        super().__init__(script)
+        self.refuse = refuse
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        if not plan.window:
+            return super().execute(plan)
+        for d in plan.new_requests:
+            self.known[d.request_id] = d.prompt_len + len(d.output_tokens)
+        for c in plan.cached_requests:
+            self.computed[c.request_id] = c.num_computed_tokens
+        outs = {}
+        steps = 0
+        for rid, k in plan.window.items():
+            n = 1 if self.refuse else k
+            toks = []
+            for _ in range(n):
+                script = self.script.get(rid)
+                tok = script.pop(0) if script else next(self.counter) % 50
+                toks.append(tok)
+                self.computed[rid] += 1
+                self.known[rid] += 1
+                if tok == EOS:
+                    break
+            steps = max(steps, len(toks))
+            outs[rid] = RequestStepOutput(tokens=tuple(toks), frames=(None,) * len(toks))
+        return StepResult(
+            plan.step_id, outs, window_steps=steps, window_refusal="test" if self.refuse else None
+        )
+
+
+def step(s, runner):
+    plan = s.schedule()
+    return plan, s.update(plan, runner.execute(plan))
+
+
+def test_a_window_opens_only_for_decode_with_nothing_waiting():
+    s = sched(max_num_seqs=1)
+    s.window_k = 4
+    s.add_request(req("a", prompt_len=8, max_new=20))
+    s.add_request(req("b", prompt_len=8, max_new=2))
+    r = WindowRunner()
+    p, _ = step(s, r)  # prefill of a: new request, and the last prefill token
+    assert not p.window
+    p, _ = step(s, r)  # a decodes, but b is waiting (max_num_seqs=1)
+    assert not p.window
+    assert s.window_stats.refusals["waiting"] >= 1
+    s.finish("b", "abort")
+    p, _ = step(s, r)
+    assert dict(p.window) == {"a": 4} and dict(p.num_scheduled_tokens) == {"a": 4}
+
+
+def test_the_last_prefill_token_never_opens_a_window():
+    s = sched(max_num_batched_tokens=8)
+    s.window_k = 4
+    s.add_request(req("a", prompt_len=16, max_new=10))
+    r = WindowRunner()
+    p1, _ = step(s, r)  # tokens 0..7, new request
+    p2, _ = step(s, r)  # tokens 8..15: the last prefill chunk samples the first token
+    assert not p1.window and not p2.window
+    assert s.window_stats.refusals["prefill"] == 1
+    p3, _ = step(s, r)
+    assert dict(p3.window) == {"a": 4}
+
+
+def test_k_is_clamped_to_the_remaining_budget_per_request():
+    s = sched(max_model_len=12)
+    s.window_k = 8
+    s.add_request(req("short", prompt_len=4, max_new=3))
+    s.add_request(req("long", prompt_len=4, max_new=50))
+    r = WindowRunner()
+    step(s, r)  # prefill both, first token each
+    p, _ = step(s, r)
+    # short: 3 - 1 generated = 2; long: max_model_len 12 - 5 tokens = 7
+    assert dict(p.window) == {"short": 2, "long": 7}
+    assert not s.has_unfinished or all(len(x.output_tokens) <= 8 for x in s.requests.values())
+
+
+def test_kv_shortage_falls_back_to_one_step_with_consistent_tables():
+    # 3 blocks of 4: the prompt (8) and the next token fit, a window of 8 would need 4 blocks.
+    s = sched(num_kv_blocks=3, block_size=4, max_model_len=20)
+    s.window_k = 8
+    s.add_request(req("a", prompt_len=8, max_new=10))
+    r = WindowRunner()
+    step(s, r)
+    p, outs = step(s, r)
+    assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1}
+    assert s.window_stats.refusals["kv"] == 1
+    a = s.requests["a"]
+    assert len(s.kv.block_ids("a")) == 3 == s.kv.blocks_for(a.num_computed_tokens + 1)
+    assert len(outs[0].tokens) == 1
+
+
+def test_the_fence_holds_a_request_until_its_window_is_reconciled():
+    s = sched()
+    s.window_k = 4
+    s.add_request(req("a", prompt_len=4, max_new=30))
+    r = WindowRunner()
+    step(s, r)
+    p = s.schedule()
+    assert dict(p.window) == {"a": 4}
+    again = s.schedule()  # async: planned before update(p)
+    assert again.is_empty  # fenced: nothing planned against optimistic positions
+    s.update(p, r.execute(p))
+    s.update(again, r.execute(again))
+    nxt = s.schedule()
+    assert "a" in nxt.num_scheduled_tokens
+
+
+def test_shortfall_rolls_back_and_frees_unused_slots():
+    s = sched(block_size=2)
+    s.window_k = 8
+    s.add_request(req("a", prompt_len=4, max_new=40))
+    r = WindowRunner(refuse=True)
+    step(s, r)
+    a = s.requests["a"]
+    before = a.num_computed_tokens
+    p, outs = step(s, r)
+    assert dict(p.window) == {"a": 8}
+    assert len(outs[0].tokens) == 1  # the runner refused and ran one step
+    assert a.num_computed_tokens == before + 1
+    assert a.num_placeholders == 0
+    assert len(s.kv.block_ids("a")) == s.kv.blocks_for(a.num_computed_tokens)
+    assert s.window_stats.refusals["test"] == 1
+
+
+def test_eos_inside_a_window_ends_the_request_and_frees_everything():
+    s = sched()
+    s.window_k = 8
+    s.add_request(req("a", prompt_len=4, max_new=40))
+    r = WindowRunner(script={"a": [1, 2, 3, EOS]})
+    step(s, r)
+    p, outs = step(s, r)
+    assert p.window and outs[-1].finished and outs[-1].finish_reason == "stop"
+    assert outs[-1].tokens == (2, 3, EOS)
+    assert s.kv.num_used_blocks == 0
+    assert s.window_stats.executed_windows == 1 and s.window_stats.executed_steps == 3
