@@ -98,11 +98,17 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--frames", type=int, default=100)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override for every run, e.g. pipeline.stages.talker.window_k=12",
+    )
     args = ap.parse_args()
     results = []
     for p in args.pipelines:
         for c in args.concurrency:
-            r = measure(args.model, args.platform, p, c, args.frames)
+            r = measure(args.model, args.platform, p, c, args.frames, args.override)
             print(json.dumps(r), flush=True)
             results.append(r)
     if args.out:

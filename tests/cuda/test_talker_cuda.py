@@ -44,3 +44,28 @@ def test_cuda_engine_runs_and_sync_equals_async(dtype):
     assert {k: len(v) for k, v in sync.items()} == {f"r{i}": 12 + i for i in range(4)}
     assert all(len(f) == 16 for v in sync.values() for f in v)
     assert run(True, dtype) == sync
+
+
+def test_cuda_windows_give_the_single_step_codes():
+    import torch as _torch
+
+    from omniflow.stages.engine import StageEngine as _Engine
+
+    def frames(window_k: int) -> dict[str, list]:
+        cfg = tiny_model_config().model_copy(update={"dtype": "bfloat16"})
+        dev = _torch.device("cuda")
+        bundle = build_talker(cfg, dev)
+        sc = SchedulerConfig(max_model_len=256, block_size=16, num_kv_blocks=128)
+        runner = ARModelRunner(bundle.talker, sc, dev, _torch.bfloat16)
+        engine = _Engine("talker", ARScheduler(sc, window_k=window_k), runner)
+        proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
+        for i in range(3):
+            engine.add_request(
+                proc.make_request(speech(f"r{i}", seed=i, max_new_tokens=20, ignore_eos=True))
+            )
+        out: dict[str, list] = {}
+        for o in engine.run_until_idle():
+            out.setdefault(o.request_id, []).extend(o.frames)
+        return out
+
+    assert frames(8) == frames(0)
