@@ -61,8 +61,16 @@ def submit(orch: Orchestrator, rid: str, seed: int, frames: int) -> Tracker:
     return tracker
 
 
-def measure(model: str, platform: str, pipeline: str, concurrency: int, frames: int) -> dict:
-    graph = build_graph(compose([f"pipeline={pipeline}", f"platform={platform}", f"model={model}"]))
+def measure(
+    model: str,
+    platform: str,
+    pipeline: str,
+    concurrency: int,
+    frames: int,
+    overrides: list[str] | None = None,
+) -> dict:
+    base = [f"pipeline={pipeline}", f"platform={platform}", f"model={model}"]
+    graph = build_graph(compose(base + list(overrides or [])))
     orch = build_pipeline(graph)
     orch.start()
     try:
