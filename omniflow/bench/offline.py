@@ -88,6 +88,7 @@ def measure(
         "pipeline": pipeline,
         "platform": graph.platform.name,
         "concurrency": concurrency,
+        "overrides": list(overrides or []),
         "frames": frames,
         "errors": [r.error for r in runs if r.error],
         "samples_ok": all(r.samples == frames * 1920 for r in runs),
