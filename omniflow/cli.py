@@ -76,13 +76,53 @@ def cmd_config(args: Args) -> int:
     return 0
 
 
-def _not_yet(name: str) -> Callable[[Args], int]:
-    def run(args: Args) -> int:
-        build_graph(compose(args.overrides, args.config_dir))
-        print(f"omniflow {name}: not available in this version yet", file=sys.stderr)
-        return 1
+def cmd_bench(args: Args) -> int:
+    """One benchmark job, or with -m a sweep of jobs (omniflow/bench/)."""
+    import json
+    from pathlib import Path
 
-    return run
+    from omniflow.bench.job import run_job
+    from omniflow.bench.sweep import default_sweep_dir, expand, summarize
+
+    if not args.multirun:
+        spec = compose(args.overrides, args.config_dir)
+        out = Path(spec.bench.out_dir) if spec.bench.out_dir else None
+        result = run_job(spec, args.overrides, out)
+        print(json.dumps(result["summary"], indent=2))
+        return 0
+    jobs, swept = expand(args.overrides)
+    specs = [compose(job, args.config_dir) for job in jobs]  # validate every job first
+    for spec in specs:
+        build_graph(spec)
+    root = Path(specs[0].bench.out_dir) if specs[0].bench.out_dir else default_sweep_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sweep.json").write_text(json.dumps({"jobs": jobs, "swept": swept}, indent=2))
+    log = logging.getLogger("omniflow.bench")
+    for i, (job, spec) in enumerate(zip(jobs, specs, strict=True)):
+        label = " ".join(o for o in job if o.partition("=")[0].lstrip("+") in swept) or "job"
+        log.info("job %d/%d: %s", i + 1, len(jobs), label)
+        result = run_job(spec, job, root / str(i))
+        log.info("job %d/%d done: rtf %.3f", i + 1, len(jobs), result["summary"]["rtf"]["median"])
+    print(summarize(root))
+    print(f"results: {root}")
+    return 0
+
+
+def cmd_sweep(args: Args) -> int:
+    """`sweep summarize DIR`: table (summary.md) and plot (rtf.svg) of a sweep directory."""
+    from pathlib import Path
+
+    from omniflow.bench.sweep import summarize
+
+    if len(args.overrides) != 2 or args.overrides[0] != "summarize":
+        print("usage: python -m omniflow sweep summarize DIR", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        print(summarize(Path(args.overrides[1])))
+    except FileNotFoundError as exc:
+        print(f"omniflow sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 def cmd_synth(args: Args) -> int:
@@ -103,8 +143,8 @@ COMMANDS: dict[str, Callable[[Args], int]] = {
     "config": cmd_config,
     "serve": cmd_serve,
     "synth": cmd_synth,
-    "bench": _not_yet("bench"),
-    "sweep": _not_yet("sweep"),
+    "bench": cmd_bench,
+    "sweep": cmd_sweep,
 }
 
 
@@ -114,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     try:
         args = parse_args(argv)
         handler = COMMANDS.get(args.command)

@@ -35,6 +35,8 @@ class Sample:
     ttfp: float
     e2el: float
     audio_s: float
+    underrun_s: float
+    """Worst buffer deficit of a player that starts playing at the first audio bytes."""
 
     @property
     def rtf(self) -> float:
@@ -68,15 +70,21 @@ async def one(
     t0 = time.perf_counter()
     ttfp = None
     size = 0
+    underrun = 0.0
     async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         async for chunk in r.aiter_bytes():
-            if chunk and ttfp is None:
-                ttfp = time.perf_counter() - t0
+            if not chunk:
+                continue
+            now = time.perf_counter() - t0
+            if ttfp is None:
+                ttfp = now
+            # the player has wanted (now - ttfp) s of audio; it had size / rate
+            underrun = max(underrun, (now - ttfp) - size / BYTES_PER_SECOND)
             size += len(chunk)
     e2el = time.perf_counter() - t0
-    return Sample(ttfp or e2el, e2el, size / BYTES_PER_SECOND)
+    return Sample(ttfp or e2el, e2el, size / BYTES_PER_SECOND, underrun)
 
 
 async def run(
@@ -111,6 +119,7 @@ def summarize(samples: list[Sample], wall: float) -> dict:
         "ttfp_s": stats([s.ttfp for s in samples]),
         "e2el_s": stats([s.e2el for s in samples]),
         "rtf": stats([s.rtf for s in samples]),
+        "underrun_s": stats([s.underrun_s for s in samples]),
         "audio_seconds": total_audio,
         "audio_throughput": total_audio / wall,
         "wall_s": wall,

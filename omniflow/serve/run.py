@@ -11,6 +11,8 @@ import logging
 import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import uvicorn
@@ -18,6 +20,7 @@ from fastapi import FastAPI
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.config.schema import ServerConfig
 from omniflow.graph import StageGraph
 from omniflow.serve.app import build_app
 from omniflow.stages.build import build_pipeline
@@ -26,7 +29,7 @@ log = logging.getLogger("omniflow.serve")
 GRACE_S = 10
 
 
-def make_app(graph: StageGraph, server) -> FastAPI:
+def make_app(graph: StageGraph, server: ServerConfig) -> FastAPI:
     orch = build_pipeline(graph)
     app = build_app(orch, server)
 
@@ -41,6 +44,34 @@ def make_app(graph: StageGraph, server) -> FastAPI:
 
     app.router.lifespan_context = lifespan
     return app
+
+
+class ServerThread:
+    """The server on a free loopback port in a background thread (benchmarks, tests)."""
+
+    def __init__(self, graph: StageGraph, server: ServerConfig) -> None:
+        self.app = make_app(graph, server)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
 
 
 def run_serve(overrides: list[str], config_dir: str | None) -> int:

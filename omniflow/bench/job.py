@@ -1,0 +1,116 @@
+"""One benchmark job: serve the configured pipeline on loopback, load it over HTTP with the
+shipped prompts in fixed-length mode, and write one result JSON (DESIGN §12)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import statistics
+import subprocess
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from omniflow.bench.client import Prompt, load_prompts, run, summarize
+from omniflow.config.resolve import build_graph
+from omniflow.config.schema import OmniflowSpec
+from omniflow.serve.run import ServerThread
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"
+VOICE = "vivian"
+
+
+def commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).parent,
+    )
+    return out.stdout.strip()
+
+
+def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> dict[str, Any]:
+    """Run the job; write out_dir/result.json when out_dir is given; return the result."""
+    graph = build_graph(spec)
+    b = spec.bench
+    prompts = load_prompts(b.prompts or DEFAULT_PROMPTS, b.num_prompts)
+    if b.max_frames:
+        prompts = [replace(p, frames=min(p.frames, b.max_frames)) for p in prompts]
+    talker = graph.stages["talker"]
+    rounds: list[dict[str, Any]] = []
+    with ServerThread(graph, spec.server) as srv:
+        for i in range(b.rounds):
+            samples, wall = asyncio.run(
+                run(
+                    srv.url,
+                    prompts,
+                    b.concurrency,
+                    b.warmup if i == 0 else 0,
+                    graph.model.name,
+                    VOICE,
+                )
+            )
+            summary = summarize(samples, wall)
+            rounds.append(summary)
+            log.info(
+                "round %d/%d: rtf %.3f (median), ttfp %.3f s, %.2f audio-s/s",
+                i + 1,
+                b.rounds,
+                summary["rtf"]["median"],
+                summary["ttfp_s"]["median"],
+                summary["audio_throughput"],
+            )
+        service = srv.app.state.service
+        registry = service.metrics.registry
+        step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": "talker"})
+        audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
+        frames = audio_s * graph.model.codec.sample_rate / 1920
+        windows = service.orch.talker.scheduler.window_stats.as_dict()
+    result = {
+        "overrides": overrides,
+        "config": {
+            "pipeline": graph.pipeline,
+            "model": graph.model.name,
+            "platform": graph.platform.name,
+            "dtype": graph.platform.dtype,
+            "window_k": talker.window_k,
+            "async_scheduling": talker.scheduler.async_scheduling,
+            "concurrency": b.concurrency,
+            "num_prompts": len(prompts),
+            "frames_per_prompt": [p.frames for p in prompts],
+        },
+        "rounds": rounds,
+        "summary": _across_rounds(rounds),
+        "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
+        "windows": windows if talker.window_k else None,
+        "commit": commit(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _across_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over rounds of each round's median, with the spread (min, max)."""
+
+    def agg(values: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    return {
+        "rtf": agg([r["rtf"]["median"] for r in rounds]),
+        "ttfp_s": agg([r["ttfp_s"]["median"] for r in rounds]),
+        "e2el_s": agg([r["e2el_s"]["median"] for r in rounds]),
+        "audio_throughput": agg([r["audio_throughput"] for r in rounds]),
+        "underrun_s": agg([r["underrun_s"]["max"] for r in rounds]),
+    }
+
+
+__all__ = ["Prompt", "run_job"]
