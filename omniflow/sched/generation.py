@@ -6,7 +6,9 @@ the budget left in this step it waits intact; a chunk larger than the entire per
 budget can never run, so its request ends with exactly one error and its resources are
 released. A request has at most one chunk in flight, so chunks decode in order and a
 rejection is only issued once the earlier chunk's output has been delivered. A request
-whose next chunk does not arrive within the receive deadline ends with one error.
+whose next chunk does not arrive within the receive deadline ends with one error. The
+deadline is armed by the first chunk: before it, the request may legitimately wait in the
+upstream stage's queue (an upstream that dies ends its requests through the orchestrator).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class GenerationScheduler:
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         request.arrival = next(self._arrivals)
-        request.deadline = self.clock() + self.receive_timeout_s
+        request.deadline = float("inf")  # armed by the first chunk
         self.requests[request.request_id] = request
 
     def receive(self, request_id: str, frames: tuple[tuple[int, ...], ...], last: bool) -> None:
@@ -82,6 +84,7 @@ class GenerationScheduler:
             return
         req.chunks.append(Chunk(frames, last, req.next_index))
         req.next_index += 1
+        req.deadline = self.clock() + self.receive_timeout_s
 
     def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool:
         req = self.requests.pop(request_id, None)

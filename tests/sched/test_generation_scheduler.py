@@ -81,6 +81,10 @@ def test_rejection_waits_for_the_in_flight_chunk():
 def test_receive_deadline_ends_a_stalled_request_with_one_error():
     s, clock = sched(timeout=5.0)
     s.add_request(GenRequest("slow"))
+    clock.t = 1000.0  # queued upstream for a long time: no first chunk yet is not a stall
+    s.schedule()
+    assert s.drain_outputs() == []
+    clock.t = 0.0
     s.receive("slow", (F,) * 2, False)
     p = s.schedule()
     s.update(p, answer(p))
