@@ -235,3 +235,26 @@ def test_busy_engine_logs_a_stats_line(monkeypatch, caplog):
         assert lines and "kv_blocks_used=" in lines[0] and "steps/s" in lines[0]
     finally:
         orch.stop()
+
+
+def test_fused_seeded_pcm_survives_cancellations_and_slot_reuse(fused):
+    import threading
+
+    req = speech("again", max_new_tokens=16, ignore_eos=True, seed=21)
+    before = run(fused, req).pcm
+    got_audio = threading.Event()
+    c = Collector()
+
+    def sink(ev):
+        c(ev)
+        if ev.pcm is not None:
+            got_audio.set()
+
+    fused.submit(speech("cancel-me", max_new_tokens=500, ignore_eos=True, seed=1), sink)
+    assert got_audio.wait(30)
+    fused.abort("cancel-me")
+    n_events = len(c.events)
+    after = run(fused, req).pcm
+    assert np.array_equal(before, after)
+    assert len(c.events) == n_events  # nothing arrived for the cancelled request after abort
+    assert c.terminal.finish_reason == "abort"
