@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from omniflow.bench.client import Prompt, load_prompts, run, summarize
+from omniflow.bench.client import load_prompts, run, summarize
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.serve.run import ServerThread
@@ -111,6 +111,3 @@ def _across_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "audio_throughput": agg([r["audio_throughput"] for r in rounds]),
         "underrun_s": agg([r["underrun_s"]["max"] for r in rounds]),
     }
-
-
-__all__ = ["Prompt", "run_job"]

@@ -23,7 +23,7 @@ from typing import Any
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
 from omniflow.core.request import FinishReason
-from omniflow.core.step import NewRequestData, StepPlan, StepResult
+from omniflow.core.step import StepPlan, StepResult
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,6 @@ class GenerationScheduler:
         active = sum(1 for r in self.requests.values() if r.started)
         scheduled: dict[str, int] = {}
         chunks: dict[str, Any] = {}
-        new: list[NewRequestData] = []
         for req in sorted(self.requests.values(), key=lambda r: r.arrival):
             if req.inflight:
                 continue  # one chunk in flight per request: order, and rejections wait
@@ -168,7 +167,6 @@ class GenerationScheduler:
         return StepPlan(
             step_id=next(self._step_ids),
             num_scheduled_tokens=scheduled,
-            new_requests=tuple(new),
             finished_ids=dropped,
             total_num_tokens=sum(scheduled.values()),
             chunks=chunks,
