@@ -21,7 +21,7 @@ from omniflow.serve.audio import write_wav
 from omniflow.stages.build import build_pipeline
 from omniflow.stages.orchestrator import AudioEvent
 
-_STRING_KEYS = {"text", "out", "voice", "language"}
+_STRING_KEYS = {"text", "out", "voice", "language", "instructions"}
 
 
 def synth_overrides(overrides: list[str]) -> list[str]:
@@ -74,6 +74,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
         seed=s.seed,
         max_new_tokens=s.max_new_tokens,
         ignore_eos=s.ignore_eos,
+        instructions=s.instructions,
     )
     orch.start()
     try:

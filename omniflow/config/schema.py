@@ -178,6 +178,9 @@ class ModelConfig(Frozen):
     tokenizer: Literal["auto", "byte", "bpe"] = Field(
         "auto", description="auto: the checkpoint's BPE with a path, else byte-level."
     )
+    supports_instructions: bool = Field(
+        True, description="Style instructions are part of the prompt (the 0.6B model has none)."
+    )
     talker: TalkerShape = Field(description="Talker shape.")
     code_predictor: CodePredictorShape = Field(description="Code predictor shape.")
     codec: CodecShape = Field(description="Codec decoder shape.")
@@ -217,6 +220,7 @@ class SynthConfig(Frozen):
     out: str = Field("out.wav", description="Output WAV path.")
     voice: str = Field("vivian", description="Speaker.")
     language: str = Field("auto", description="Language, or auto.")
+    instructions: str | None = Field(None, description="Style instruction.")
     seed: int | None = Field(None, description="Sampling seed.")
     max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
     ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")

@@ -22,5 +22,7 @@ class SpeechRequest:
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    instructions: str | None = None
+    """Style instruction (CustomVoice 1.7B), e.g. "Speak slowly and warmly"."""
     initial_chunk_frames: int | None = None
     """Two-stage pipeline: frames in the first chunk to code2wav (None: the edge's)."""

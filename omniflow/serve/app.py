@@ -69,6 +69,7 @@ class SpeechService:
         self.model_name = orchestrator.graph.model.name
         self.sample_rate = orchestrator.sample_rate
         self.max_new_tokens = orchestrator.graph.stages["talker"].scheduler.max_model_len
+        self.supports_instructions = orchestrator.graph.model.supports_instructions
 
     def validate(self, body: SpeechBody) -> None:
         if body.model != self.model_name:
@@ -100,8 +101,16 @@ class SpeechService:
                 "applied, rather than a silent change)",
                 "speed",
             )
-        if body.instructions:
-            raise ApiError(400, "instructions are not supported by this model", "instructions")
+        if body.instructions and not self.supports_instructions:
+            raise ApiError(
+                400, f"instructions are not supported by {self.model_name}", "instructions"
+            )
+        if body.instructions and len(body.instructions) > self.server.max_input_chars:
+            raise ApiError(
+                400,
+                f"instructions are longer than {self.server.max_input_chars} characters",
+                "instructions",
+            )
         if body.task_type != "CustomVoice":
             raise ApiError(
                 400,
@@ -150,6 +159,7 @@ class SpeechService:
             seed=body.seed,
             max_new_tokens=body.max_new_tokens,
             ignore_eos=body.ignore_eos,
+            instructions=body.instructions,
             initial_chunk_frames=body.initial_chunk_frames,
         )
         try:

@@ -34,7 +34,9 @@ class SpeechBody(BaseModel):
     voice: str = Field(description="A speaker of the model (GET /v1/audio/voices).")
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
     speed: float = Field(1.0, ge=0.25, le=4.0, description="Only 1.0 is supported.")
-    instructions: str | None = Field(None, description="Style instructions (not supported).")
+    instructions: str | None = Field(
+        None, description="Style instruction (models that declare support; not the 0.6B)."
+    )
     stream_format: Literal["audio", "sse"] | None = Field(
         None, description="audio: raw bytes as they are produced; sse: server-sent events."
     )

@@ -58,7 +58,12 @@ def build_pipeline(graph: StageGraph, bundle: TalkerBundle | None = None) -> Orc
         runner,
         async_scheduling=sched_cfg.async_scheduling,
     )
-    processor = TalkerProcessor(bundle.tokenizer, bundle.vocab, sched_cfg.max_model_len)
+    processor = TalkerProcessor(
+        bundle.tokenizer,
+        bundle.vocab,
+        sched_cfg.max_model_len,
+        supports_instructions=graph.model.supports_instructions,
+    )
     code2wav_stage = graph.stages.get("code2wav")
     if code2wav_stage is None:
         return Orchestrator(graph, talker, processor)

@@ -103,3 +103,35 @@ def test_prompt_errors(text, voice, language, message):
     tok = ByteTokenizer()
     with pytest.raises(PromptError, match=message):
         build_prompt(tok.encode_chat(text), tok.specials, V, voice, language)
+
+
+def test_instruction_turn_comes_first_as_text_only_positions():
+    tok = ByteTokenizer()
+    s = tok.specials
+    instruct = tok.encode_instruct("calm")
+    assert instruct[0] == s.im_start and instruct[-2:] == [s.im_end, s.newline]
+    assert bytes(instruct[1:-2]) == b"user\ncalm"
+    plain = build_prompt(tok.encode_chat("abc"), s, V, "vivian", "auto")
+    styled = build_prompt(tok.encode_chat("abc"), s, V, "vivian", "auto", instruct)
+    assert styled.prompt_len == plain.prompt_len + len(instruct)
+    assert list(styled.text_ids[: len(instruct)]) == instruct
+    assert list(styled.codec_ids[: len(instruct)]) == [NO_CODEC] * len(instruct)
+    assert styled.text_ids[len(instruct) :] == plain.text_ids
+    assert styled.trailing_text == plain.trailing_text
+
+
+def test_bpe_instruct_turn(tmp_path):
+    write_bpe(tmp_path)
+    tok = BPETokenizer(tmp_path, (7, 8, 9))
+    ids = tok.encode_instruct("hi")
+    assert ids[0] == tok.specials.im_start and ids[-2] == tok.specials.im_end
+
+
+def test_processor_refuses_instructions_for_models_without_them():
+    from omniflow.core.speech import SpeechRequest
+    from omniflow.models.qwen3_tts.processor import TalkerProcessor
+
+    proc = TalkerProcessor(ByteTokenizer(), V, 512, supports_instructions=False)
+    with pytest.raises(PromptError, match="instructions"):
+        proc.make_request(SpeechRequest("r", "hello", voice="vivian", instructions="calm"))
+    assert proc.make_request(SpeechRequest("r", "hello", voice="vivian")).prompt_len > 0

@@ -179,7 +179,7 @@ BAD = [
     ({"max_new_tokens": 0}, 400, "max_new_tokens"),
     ({"max_new_tokens": 10**9}, 400, "max_new_tokens"),
     ({"seed": -1}, 400, "seed"),
-    ({"instructions": "whisper"}, 400, "instructions"),
+    ({"instructions": "x" * 5000}, 400, "instructions"),
     ({"task_type": "Base"}, 400, "task_type"),
     ({"stream": True, "response_format": "mp3"}, 400, "response_format"),
     ({"unknown_field": 1}, 400, "unknown_field"),
@@ -334,3 +334,37 @@ def test_window_counters_on_metrics_only_when_windows_are_on(live):
         ]
         assert planned and float(planned[0].split()[-1]) > 0
         assert "omniflow_window_steps_total" in text
+
+
+def test_instructions_change_the_prompt_and_are_refused_where_unsupported(live):
+    body = {
+        "model": MODEL,
+        "voice": "vivian",
+        "input": "Styled.",
+        "response_format": "pcm",
+        "seed": 5,
+        "max_new_tokens": 6,
+        "ignore_eos": True,
+    }
+    plain = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60)
+    styled = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={**body, "instructions": "Speak slowly and warmly."},
+    )
+    again = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={**body, "instructions": "Speak slowly and warmly."},
+    )
+    assert plain.status_code == styled.status_code == 200
+    assert len(styled.content) == len(plain.content) == 6 * 1920 * 2
+    assert styled.content != plain.content and styled.content == again.content
+
+    from tests.serve.conftest import LiveServer
+
+    with LiveServer("model.supports_instructions=false") as server:
+        r = httpx.post(
+            server.url + "/v1/audio/speech", timeout=30, json={**body, "instructions": "Whisper."}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "instructions"

@@ -7,7 +7,7 @@ import random
 
 from omniflow.core.request import Request, SamplingParams
 from omniflow.core.speech import SpeechRequest
-from omniflow.models.qwen3_tts.prompt import build_prompt
+from omniflow.models.qwen3_tts.prompt import PromptError, build_prompt
 from omniflow.models.qwen3_tts.tokenizer import TextTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 
@@ -18,18 +18,31 @@ _seed_source = random.SystemRandom()
 class TalkerProcessor:
     """Builds talker requests; raises PromptError (a ValueError) on bad input."""
 
-    def __init__(self, tokenizer: TextTokenizer, vocab: CodecVocab, max_model_len: int) -> None:
+    def __init__(
+        self,
+        tokenizer: TextTokenizer,
+        vocab: CodecVocab,
+        max_model_len: int,
+        supports_instructions: bool = True,
+    ) -> None:
         self.tokenizer = tokenizer
         self.vocab = vocab
         self.max_model_len = max_model_len
+        self.supports_instructions = supports_instructions
 
     def make_request(self, speech: SpeechRequest) -> Request:
+        instruct = None
+        if speech.instructions:
+            if not self.supports_instructions:
+                raise PromptError("instructions are not supported by this model")
+            instruct = self.tokenizer.encode_instruct(speech.instructions)
         prompt = build_prompt(
             self.tokenizer.encode_chat(speech.text),
             self.tokenizer.specials,
             self.vocab,
             speech.voice,
             speech.language,
+            instruct,
         )
         room = self.max_model_len - prompt.prompt_len
         if room < 1:

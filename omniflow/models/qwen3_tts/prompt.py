@@ -1,6 +1,7 @@
 """The CustomVoice prompt layout (DESIGN §9), as (text id, codec id) pairs per position.
 
-    positions 0..2        role tokens (<|im_start|> assistant \\n), text only
+    [instruction]         optional user turn <|im_start|>user\\n{instruct}<|im_end|>\\n, text only
+    next 3 positions      role tokens (<|im_start|> assistant \\n), text only
     next L-1 positions    codec prefix [think, think_bos, lang, think_eos | nothink, think_bos,
                           think_eos] + speaker + pad, paired with tts_pad ... tts_bos
     last position         the first text token + codec bos
@@ -47,8 +48,10 @@ def build_prompt(
     vocab: CodecVocab,
     speaker: str | None,
     language: str,
+    instruct_ids: list[int] | None = None,
 ) -> TalkerPrompt:
-    """Lay out a CustomVoice prompt from the tokenized chat string."""
+    """Lay out a CustomVoice prompt from the tokenized chat string; a style instruction's
+    user turn (`instruct_ids`) comes first, as text-only positions."""
     text = chat_ids[ROLE_LEN:-SUFFIX_LEN]
     if not text:
         raise PromptError("input text is empty")
@@ -66,8 +69,9 @@ def build_prompt(
         prefix.append(vocab.speakers[key])
     codec = [*prefix, vocab.pad, vocab.bos]
     n = len(codec)
-    text_ids = list(chat_ids[:ROLE_LEN])
-    codec_ids = [NO_CODEC] * ROLE_LEN
+    instruct = list(instruct_ids or [])
+    text_ids = instruct + list(chat_ids[:ROLE_LEN])
+    codec_ids = [NO_CODEC] * (len(instruct) + ROLE_LEN)
     text_ids += [specials.tts_pad] * (n - 2) + [specials.tts_bos]
     codec_ids += codec[:-1]
     text_ids.append(text[0])

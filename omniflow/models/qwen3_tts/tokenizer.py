@@ -14,6 +14,7 @@ from typing import Protocol
 from omniflow.models.qwen3_tts.vocab import TextSpecials
 
 CHAT = "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+INSTRUCT = "<|im_start|>user\n{text}<|im_end|>\n"
 ROLE_LEN = 3
 SUFFIX_LEN = 5
 
@@ -29,6 +30,10 @@ class TextTokenizer(Protocol):
 
     def encode_chat(self, text: str) -> list[int]:
         """Ids of the chat string around `text`."""
+        ...
+
+    def encode_instruct(self, text: str) -> list[int]:
+        """Ids of the user turn carrying a style instruction."""
         ...
 
 
@@ -53,6 +58,11 @@ class ByteTokenizer:
         role = [s.im_start, s.assistant, s.newline]
         suffix = [s.im_end, s.newline, s.im_start, s.assistant, s.newline]
         return role + list(text.encode("utf-8")) + suffix
+
+    def encode_instruct(self, text: str) -> list[int]:
+        s = self.specials
+        body = list(f"user\n{text}".encode())
+        return [s.im_start, *body, s.im_end, s.newline]
 
 
 class BPETokenizer:
@@ -100,6 +110,9 @@ class BPETokenizer:
 
     def encode_chat(self, text: str) -> list[int]:
         return self._tok.encode(CHAT.format(text=text), add_special_tokens=False).ids
+
+    def encode_instruct(self, text: str) -> list[int]:
+        return self._tok.encode(INSTRUCT.format(text=text), add_special_tokens=False).ids
 
 
 def _special_tokens(d: Path) -> list[str]:
