@@ -258,3 +258,38 @@ def test_fused_seeded_pcm_survives_cancellations_and_slot_reuse(fused):
     assert np.array_equal(before, after)
     assert len(c.events) == n_events  # nothing arrived for the cancelled request after abort
     assert c.terminal.finish_reason == "abort"
+
+
+def test_checkpoint_directory_reproduces_the_dummy_pipeline(tmp_path):
+    """Save the tiny model's dummy weights in the published layout (model.safetensors,
+    config.json, speech_tokenizer/), serve from that directory, and get the same PCM."""
+    from omniflow.models.qwen3_tts.codec_loader import save_codec
+    from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
+    from omniflow.models.qwen3_tts.loader import save_talker
+    from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights, init_dummy
+    from omniflow.models.qwen3_tts.vocab import CodecVocab
+    from tests.factories import tiny_model_config
+
+    cfg = tiny_model_config()
+    talker = Qwen3TTSTalkerWeights(cfg.talker, cfg.code_predictor)
+    init_dummy(talker, cfg.seed)
+    save_talker(
+        talker,
+        tmp_path,
+        CodecVocab(),
+        {"tts_pad_token_id": 259, "tts_bos_token_id": 260, "tts_eos_token_id": 261},
+    )
+    codec = SpeechTokenizerWeights(cfg.codec)
+    init_dummy_codec(codec, cfg.seed + 1)
+    save_codec(codec, tmp_path)
+    req = speech("ckpt", max_new_tokens=12, ignore_eos=True, seed=3)
+    for pipeline in ("qwen3_tts", "qwen3_tts_fused"):
+        dummy = build(pipeline)
+        loaded = build(pipeline, f"model.path={tmp_path}", "model.tokenizer=byte")
+        try:
+            assert loaded.graph.model.load == "checkpoint"
+            a, b = run(dummy, req).pcm, run(loaded, req).pcm
+            assert a.shape == (12 * SPF,) and np.array_equal(a, b)
+        finally:
+            dummy.stop()
+            loaded.stop()
