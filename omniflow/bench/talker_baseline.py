@@ -28,7 +28,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
 from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
-from omniflow.platforms.base import prepare_device
+from omniflow.platforms.base import PLATFORMS, prepare_device
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
@@ -68,7 +68,13 @@ def run_batch(model: str, platform: str, batch: int, frames: int) -> dict[str, A
     t0 = time.perf_counter()
     bundle = build_talker(graph.model, device)
     build_s = time.perf_counter() - t0
-    runner = ARModelRunner(bundle.talker, stage.scheduler, device, DTYPES[graph.platform.dtype])
+    runner = ARModelRunner(
+        bundle.talker,
+        stage.scheduler,
+        device,
+        DTYPES[graph.platform.dtype],
+        batched_decode=PLATFORMS[graph.platform.name].batched_decode_attention,
+    )
     engine = StageEngine("talker", ARScheduler(stage.scheduler), runner)
     proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, stage.scheduler.max_model_len)
     talker_ms: list[float] = []

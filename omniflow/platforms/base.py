@@ -27,11 +27,14 @@ class PlatformInfo:
     """Whether the runner's K-step window loop exists on this platform."""
     required_module: str | None
     """A Python module the platform cannot work without."""
+    batched_decode_attention: bool = False
+    """Decode steps attend in one padded batch instead of per request. Off on the CPU,
+    where the per-request path keeps every row bitwise independent of its neighbours."""
 
 
 PLATFORMS: dict[PlatformName, PlatformInfo] = {
     "cpu": PlatformInfo("cpu", "cpu", "float32", False, True, None),
-    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, True, None),
+    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, True, None, True),
     "npu": PlatformInfo("npu", "npu", "bfloat16", False, False, "torch_npu"),
 }
 

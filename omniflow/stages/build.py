@@ -12,7 +12,7 @@ from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import DTYPES, TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
-from omniflow.platforms.base import prepare_device
+from omniflow.platforms.base import PLATFORMS, prepare_device
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.generation import GenerationScheduler
 from omniflow.stages.code2wav import Code2WavRunner
@@ -51,7 +51,14 @@ def build_pipeline(graph: StageGraph, bundle: TalkerBundle | None = None) -> Orc
         if talker_stage.stream_decode
         else None
     )
-    runner = ARModelRunner(bundle.talker, sched_cfg, device, dtype, stream_decoder=decoder)
+    runner = ARModelRunner(
+        bundle.talker,
+        sched_cfg,
+        device,
+        dtype,
+        stream_decoder=decoder,
+        batched_decode=PLATFORMS[graph.platform.name].batched_decode_attention,
+    )
     talker = StageEngine(
         "talker",
         ARScheduler(sched_cfg, window_k=talker_stage.window_k),

@@ -62,8 +62,10 @@ class ARModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         stream_decoder: StreamingDecoder | None = None,
+        batched_decode: bool = False,
     ) -> None:
         self.talker = talker
+        self.batched_decode = batched_decode
         self.stream_decoder = stream_decoder
         self._refusals_logged: set[str] = set()
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
@@ -278,7 +280,7 @@ class ARModelRunner:
             seq_lens.append(end)
             blocks = torch.tensor(r.block_ids[: -(-end // bs)], dtype=torch.int64)
             ctx = (blocks[:, None] * bs + torch.arange(bs)).flatten()[:end]
-            context_slots.append(ctx.to(self.device))
+            context_slots.append(ctx)
             if end == r.num_tokens:
                 sample_rows.append((rid, len(positions) - 1))
         dev = self.device
@@ -287,11 +289,26 @@ class ARModelRunner:
             codes=torch.tensor(codes, dtype=torch.int64, device=dev),
             code_mask=torch.tensor(masks, dtype=torch.bool, device=dev),
         )
+        padded_slots = padded_mask = None
+        if self.batched_decode and len(positions) == len(order):  # every request: 1 token
+            # Built on the host, moved in one copy each.
+            longest = max(seq_lens)
+            host_slots = torch.zeros(len(order), longest, dtype=torch.int64)
+            host_mask = torch.zeros(len(order), longest, dtype=torch.bool)
+            for i, ctx in enumerate(context_slots):
+                host_slots[i, : ctx.numel()] = ctx
+                host_mask[i, : ctx.numel()] = True
+            padded_slots, padded_mask = host_slots.to(dev), host_mask.to(dev)
+            device_slots: tuple[torch.Tensor, ...] = ()
+        else:
+            device_slots = tuple(ctx.to(dev) for ctx in context_slots)
         meta = PagedAttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             query_starts=tuple(starts),
             seq_lens=tuple(seq_lens),
-            context_slots=tuple(context_slots),
+            context_slots=device_slots,
+            padded_slots=padded_slots,
+            padded_mask=padded_mask,
         )
         return inputs, torch.tensor(positions, dtype=torch.int64, device=dev), meta, sample_rows
 

@@ -25,6 +25,10 @@ class PagedAttentionMetadata:
     """Context length of each request after this step."""
     context_slots: tuple[torch.Tensor, ...]
     """Per request, the cache slots of its whole context, in position order."""
+    padded_slots: torch.Tensor | None = None
+    """Batched decode (every request computes one token): [B, L] context slots padded to the
+    longest context, with `padded_mask` [B, L] marking the real ones. None: per request."""
+    padded_mask: torch.Tensor | None = None
 
 
 def write_kv(
@@ -82,3 +86,26 @@ def dense_causal_attention(
         mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, enable_gqa=True)
     return out.transpose(1, 2)
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: PagedAttentionMetadata,
+) -> torch.Tensor:
+    """Every request decodes one token: one gather and one SDPA for the whole batch (the
+    per-request loop costs a few launches per request per layer). q: [B, Hq, D]. Padded keys
+    are masked out; the result equals `paged_attention` up to summation order."""
+    assert meta.padded_slots is not None and meta.padded_mask is not None
+    b, hq, d = q.shape
+    k = k_cache[meta.padded_slots].transpose(1, 2)  # [B, Hkv, L, D]
+    v = v_cache[meta.padded_slots].transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        q.view(b, 1, hq, d).transpose(1, 2),
+        k,
+        v,
+        attn_mask=meta.padded_mask[:, None, None, :],
+        enable_gqa=True,
+    )
+    return out.transpose(1, 2).reshape(b, hq, d)

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from omniflow.config.schema import ModelConfig
-from omniflow.models.layers.attention import PagedAttentionMetadata, paged_attention, write_kv
+from omniflow.models.layers.attention import (
+    PagedAttentionMetadata,
+    paged_attention,
+    paged_decode_attention,
+    write_kv,
+)
 from omniflow.models.layers.qwen3 import run_layers
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -75,9 +80,13 @@ class Talker:
         """Run the decoder over the flattened batch; returns final-norm hidden states [T, H]."""
         cos, sin = self.rotary.cos_sin(positions, embeds.dtype)
 
+        batched = meta.padded_slots is not None
+
         def attend(layer: int, q, k, v):
             kc, vc = kv_caches[layer]
             write_kv(kc, vc, k, v, meta.slot_mapping)
+            if batched:
+                return paged_decode_attention(q, kc, vc, meta)
             return paged_attention(q, kc, vc, meta)
 
         t = self.weights.talker
