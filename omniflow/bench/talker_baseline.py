@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -147,9 +148,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=100)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    # The GPU machine gets a copy of the tree without .git: OMNIFLOW_COMMIT names the commit.
+    commit = (
+        os.environ.get("OMNIFLOW_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
     results = []
     for b in args.batch:
         r = run_batch(args.model, args.platform, b, args.frames)
