@@ -322,11 +322,16 @@ class ARModelRunner:
         seeds = torch.tensor([r.seed for r in reqs], dtype=torch.int64, device=dev)
         counters = torch.tensor([len(r.tokens) for r in reqs], dtype=torch.int64, device=dev)
         banned = self._suppress.expand(len(reqs), -1).clone()
+        rows: list[int] = []  # (row, id) pairs to ban, applied in one indexed write
+        ids: list[int] = []
         for i, (r, s) in enumerate(zip(reqs, sp, strict=True)):
+            extra = list(s.suppress_token_ids)
             if s.ignore_eos or len(r.tokens) < s.min_new_tokens:
-                banned[i, list(s.stop_token_ids) or [self.eos]] = True
-            if s.suppress_token_ids:
-                banned[i, list(s.suppress_token_ids)] = True
+                extra += list(s.stop_token_ids) or [self.eos]
+            rows.extend([i] * len(extra))
+            ids.extend(extra)
+        if rows:
+            banned[torch.tensor(rows, device=dev), torch.tensor(ids, device=dev)] = True
         batch = SamplingBatch(
             temperature=torch.tensor([s.temperature for s in sp], device=dev),
             top_k=torch.tensor([s.top_k for s in sp], dtype=torch.int64, device=dev),

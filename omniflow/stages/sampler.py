@@ -114,13 +114,21 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
 
 
 def _apply_penalty(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied."""
-    logits = logits.clone()
+    """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied.
+    All rows at once: the (row, id) pairs are laid out on the host and applied in one gather
+    and one scatter (a penalty of 1 leaves its row unchanged)."""
+    rows: list[int] = []
+    ids: list[int] = []
     for row, seen in enumerate(batch.history):
-        p = float(batch.repetition_penalty[row])
-        if p == 1.0 or not seen:
-            continue
-        ids = torch.tensor(sorted(set(seen)), device=logits.device, dtype=torch.int64)
-        vals = logits[row, ids]
-        logits[row, ids] = torch.where(vals > 0, vals / p, vals * p)
+        unique = sorted(set(seen))
+        rows.extend([row] * len(unique))
+        ids.extend(unique)
+    if not rows:
+        return logits
+    r = torch.tensor(rows, device=logits.device, dtype=torch.int64)
+    i = torch.tensor(ids, device=logits.device, dtype=torch.int64)
+    vals = logits[r, i]
+    p = batch.repetition_penalty.to(logits.dtype)[r]
+    logits = logits.clone()
+    logits[r, i] = torch.where(vals > 0, vals / p, vals * p)
     return logits
