@@ -119,3 +119,23 @@ def eos_bundle() -> TalkerBundle:
         biased.bias[EOS] = 1e4
     weights.talker.codec_head = biased
     return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
+
+
+def wait_idle(orch, timeout: float = 20.0) -> None:
+    """Every request ended and every engine applied its drops (KV blocks, runner state and
+    decoder slots back). The engines are nudged with empty commands; nothing sleeps as
+    synchronisation beyond this bounded poll."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for e in orch.engines:
+            e.call(lambda: [])
+        busy = orch.num_live or any(e.has_work for e in orch.engines)
+        held = orch.talker.runner.requests or (
+            orch.code2wav is not None and orch.code2wav.runner.slots
+        )
+        if not busy and not held:
+            return
+        time.sleep(0.01)
+    raise AssertionError("pipeline did not go idle")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.serve.run import ServerThread
+from tests.factories import wait_idle
 
 
 class LiveServer(ServerThread):
@@ -22,18 +21,7 @@ class LiveServer(ServerThread):
         return self.app.state.service
 
     def wait_idle(self, timeout: float = 20.0) -> None:
-        """Every request ended and every engine applied its drops (KV, slots back)."""
-        orch = self.service.orch
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for e in orch.engines:
-                e.call(lambda: [])
-            if orch.num_live == 0 and not any(e.has_work for e in orch.engines):
-                runner = orch.talker.runner
-                if not runner.requests:
-                    return
-            time.sleep(0.02)
-        raise AssertionError("server did not go idle")
+        wait_idle(self.service.orch, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from omniflow.core.speech import SpeechRequest
 from omniflow.stages.connector import ChunkConnector
-from tests.factories import Collector, build, speech
+from tests.factories import Collector, build, speech, wait_idle
 
 SPF = 1920
 
@@ -91,26 +91,11 @@ def test_abort_mid_request_frees_talker_blocks_and_decoder_slots(two_stage):
     # A later request runs to completion, and the engines are idle afterwards with every
     # KV block and decoder slot back in its pool.
     run(two_stage, speech("after", max_new_tokens=5, ignore_eos=True))
-    _wait_idle(two_stage)
+    wait_idle(two_stage)
     assert talker.scheduler.kv.num_used_blocks == 0
     assert code2wav.runner.decoder.num_free == code2wav.runner.decoder.num_slots
     assert code2wav.runner.slots == {}
     assert c.events[-1].finished and len([e for e in c.events if e.finished]) == 1
-
-
-def _wait_idle(orch, timeout: float = 10.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        busy = any(e.has_work for e in orch.engines)
-        if not busy and orch.code2wav.runner.slots == {}:
-            return
-        # let the engine loops apply the last aborts and deliver drops to the runners
-        orch.talker.call(lambda: [])
-        orch.code2wav.call(lambda: [])
-        time.sleep(0.01)
-    raise AssertionError("engines did not go idle")
 
 
 def test_code2wav_error_reaches_the_caller_once_and_frees_the_talker():
@@ -131,7 +116,7 @@ def test_code2wav_error_reaches_the_caller_once_and_frees_the_talker():
         ok = Collector()
         orch.submit(speech("fine", max_new_tokens=3, ignore_eos=True), ok)
         assert ok.wait().terminal.error is None  # initial 2 + tail 1: both fit
-        _wait_idle(orch)
+        wait_idle(orch)
         assert orch.talker.scheduler.kv.num_used_blocks == 0
     finally:
         orch.stop()
@@ -186,24 +171,12 @@ def test_fused_preemption_restores_the_decoder_and_keeps_the_audio():
             assert got.shape == ref.shape == (14 * SPF,)
             assert np.allclose(got, ref, atol=1e-5, rtol=0)
         assert squeezed.talker.scheduler.num_preemptions > 0
-        _wait_idle_fused(squeezed)
+        wait_idle(squeezed)
         dec = squeezed.talker.runner.stream_decoder
         assert dec.num_free == dec.num_slots and not squeezed.talker.runner.parked_ids
     finally:
         calm.stop()
         squeezed.stop()
-
-
-def _wait_idle_fused(orch, timeout: float = 10.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        orch.talker.call(lambda: [])
-        if not orch.talker.has_work and not orch.talker.runner.requests:
-            return
-        time.sleep(0.01)
-    raise AssertionError("talker did not go idle")
 
 
 @pytest.mark.parametrize("pipeline", ["qwen3_tts", "qwen3_tts_fused"])

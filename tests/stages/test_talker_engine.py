@@ -218,3 +218,37 @@ def test_logits_match_within_1e5_across_batch_compositions(monkeypatch):
     crowd = torch.stack(seen)
     assert alone.shape == crowd.shape
     assert torch.allclose(alone, crowd, atol=1e-5, rtol=0)
+
+
+def test_a_dying_engine_loop_ends_every_request_once_and_frees_its_blocks():
+    """The loop's one broad handler: an unexpected failure (here a TypeError from the runner)
+    ends each request with exactly one error output and returns its KV blocks."""
+    import threading
+
+    engine, proc = talker_engine()
+    outputs: list[StageOutput] = []
+    done = threading.Event()
+
+    class Broken:
+        def execute(self, plan):
+            raise TypeError("boom")
+
+    engine.runner = Broken()
+
+    def sink(out: StageOutput) -> None:
+        outputs.append(out)
+        if len([o for o in outputs if o.finished]) == 2:
+            done.set()
+
+    engine.on_output = sink
+    engine.submit(proc.make_request(fixed("a", 5)))  # queued before the loop starts: both
+    engine.submit(proc.make_request(fixed("b", 5, seed=2)))  # are admitted in one drain
+    engine.start()
+    try:
+        assert done.wait(30)
+    finally:
+        engine.stop()
+    ends = [o for o in outputs if o.finished]
+    assert sorted(o.request_id for o in ends) == ["a", "b"]
+    assert all(o.finish_reason == "error" and "boom" in o.error for o in ends)
+    assert engine.scheduler.kv.num_used_blocks == 0
