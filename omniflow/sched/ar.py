@@ -18,8 +18,10 @@ from collections import deque
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import CachedRequestData, NewRequestData, StepPlan, StepResult
+from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.window import Candidate, WindowStats, plan_window
 
@@ -96,6 +98,24 @@ class ARScheduler:
         if self.window_k:  # a stage without windows says nothing about them
             gauges.update(self.window_stats.as_dict())
         return gauges
+
+    def gauges(self) -> SchedulerGauges:
+        """Typed gauges for `Orchestrator.stats()`."""
+        w = self.window_stats
+        windows = (
+            WindowCounters(
+                w.planned_windows, w.executed_windows, w.executed_steps, dict(w.refusals)
+            )
+            if self.window_k
+            else None
+        )
+        return SchedulerGauges(
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_blocks_used=self.kv.num_used_blocks,
+            kv_blocks_total=self.kv.pool.num_blocks,
+            windows=windows,
+        )
 
     @property
     def num_waiting(self) -> int:

@@ -24,6 +24,7 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
+from omniflow.sched.gauges import SchedulerGauges
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,11 @@ class GenerationScheduler:
         started = sum(1 for r in self.requests.values() if r.started)
         queued = sum(len(r.chunks) for r in self.requests.values())
         return {"requests": len(self.requests), "decoding": started, "chunks_queued": queued}
+
+    def gauges(self) -> SchedulerGauges:
+        """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
+        started = sum(1 for r in self.requests.values() if r.started)
+        return SchedulerGauges(running=started, waiting=len(self.requests) - started)
 
     def chunk_tokens(self, chunk: Chunk) -> int:
         return len(chunk.frames) * self.tokens_per_frame

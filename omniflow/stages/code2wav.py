@@ -21,6 +21,10 @@ class Code2WavRunner:
         self.decoder = decoder
         self.slots: dict[str, int] = {}
 
+    def decoder_slots(self) -> tuple[int, int] | None:
+        """(in use, total) decoder slots."""
+        return (self.decoder.num_in_use, self.decoder.num_slots)
+
     def _release(self, rid: str) -> None:
         slot = self.slots.pop(rid, None)
         if slot is not None:

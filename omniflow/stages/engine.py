@@ -23,8 +23,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
+from omniflow.sched.gauges import SchedulerGauges
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +62,16 @@ class Scheduler(Protocol):
         """Gauges for the periodic log line (requests running/waiting, KV use)."""
         ...
 
+    def gauges(self) -> SchedulerGauges:
+        """Typed gauges for `Orchestrator.stats()`."""
+        ...
+
 
 class Runner(Protocol):
     def execute(self, plan: StepPlan) -> StepResult: ...
+    def decoder_slots(self) -> tuple[int, int] | None:
+        """(in use, total) streaming-decoder slots; None when the runner owns none."""
+        ...
 
 
 class StageEngineHandle(Protocol):
@@ -97,6 +106,8 @@ class StageEngine:
         self._inflight: tuple[StepPlan, Future[StepResult]] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._dead = threading.Event()
+        """Set when the loop died: the stage takes no more work."""
         self._progressed = False
         self.num_steps = 0
         self.step_observer: Callable[[float], None] | None = None
@@ -127,6 +138,27 @@ class StageEngine:
         if self.scheduler.finish(request_id, reason, error):
             return [StageOutput(request_id, finished=True, finish_reason=reason, error=error)]
         return []
+
+    @property
+    def alive(self) -> bool:
+        """False once the engine loop has died (its requests have each had one error)."""
+        return not self._dead.is_set()
+
+    def stats(self) -> StageStats:
+        """Live gauges (read from another thread: plain counters, a consistent-enough view)."""
+        g = self.scheduler.gauges()
+        slots = self.runner.decoder_slots()
+        return StageStats(
+            name=self.name,
+            alive=self.alive,
+            running=g.running,
+            waiting=g.waiting,
+            kv_blocks_used=g.kv_blocks_used,
+            kv_blocks_total=g.kv_blocks_total,
+            decoder_slots_used=None if slots is None else slots[0],
+            decoder_slots_total=None if slots is None else slots[1],
+            windows=g.windows,
+        )
 
     @property
     def has_work(self) -> bool:
@@ -219,6 +251,7 @@ class StageEngine:
                         self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once
             log.exception("stage %s: engine loop failed", self.name)
+            self._dead.set()
             self._fail_all(f"stage {self.name} failed: {exc}")
 
     def _log_stats(self, outputs: list[StageOutput]) -> None:

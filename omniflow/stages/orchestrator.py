@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import PipelineInfo, PipelineStats, PipelineUnavailable
 from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
 from omniflow.graph import StageGraph
@@ -79,6 +80,32 @@ class Orchestrator:
     def engines(self) -> list[StageEngine]:
         return [e for e in (self.talker, self.code2wav) if e is not None]
 
+    # ------------------------------------------------------------------ public surface
+
+    def info(self) -> PipelineInfo:
+        """Static facts of this pipeline (all that serve and bench need to know of it)."""
+        vocab = self.processor.vocab
+        return PipelineInfo(
+            model=self.graph.model.name,
+            pipeline=self.graph.pipeline,
+            voices=tuple(sorted(vocab.speakers)),
+            languages=("auto", *sorted(vocab.languages)),
+            sample_rate=self.sample_rate,
+            max_new_tokens=self.processor.max_model_len,
+            supports_instructions=self.graph.model.supports_instructions,
+            stages=tuple(self.graph.stages),
+        )
+
+    def stats(self) -> PipelineStats:
+        """Live gauges per stage, and the requests in flight."""
+        return PipelineStats(in_flight=self.num_live, stages=tuple(e.stats() for e in self.engines))
+
+    def set_step_observer(self, observer: Callable[[str, float], None]) -> None:
+        """Call `observer(stage name, seconds)` after each productive engine step."""
+        for engine in self.engines:
+            name = engine.name
+            engine.step_observer = lambda seconds, name=name: observer(name, seconds)
+
     def start(self) -> None:
         for e in self.engines:
             e.start()
@@ -91,6 +118,9 @@ class Orchestrator:
 
     def submit(self, speech: SpeechRequest, sink: Sink) -> None:
         """Start a request. Invalid input raises ValueError before anything is queued."""
+        dead = [e.name for e in self.engines if not e.alive]
+        if dead:
+            raise PipelineUnavailable(f"stage {dead[0]!r} has stopped; the pipeline is down")
         request = self.processor.make_request(speech)
         with self._lock:
             if speech.request_id in self._live:

@@ -95,6 +95,11 @@ class ARModelRunner:
         """Preempted requests whose decoder state waits to be restored."""
         return frozenset(self._parked)
 
+    def decoder_slots(self) -> tuple[int, int] | None:
+        """(in use, total) streaming-decoder slots; None without stream decode."""
+        dec = self.stream_decoder
+        return None if dec is None else (dec.num_in_use, dec.num_slots)
+
     # ------------------------------------------------------------------ state
 
     def _admit(self, data: NewRequestData) -> None:

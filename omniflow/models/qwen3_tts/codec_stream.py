@@ -40,6 +40,10 @@ class StreamingDecoder:
     def num_free(self) -> int:
         return len(self._free)
 
+    @property
+    def num_in_use(self) -> int:
+        return self.num_slots - len(self._free)
+
     def allocate(self) -> int:
         """A zeroed slot (a fresh request starts from silence, as the full decode does)."""
         if not self._free:

@@ -1,0 +1,83 @@
+"""The public surface of a running pipeline: what serve, synth and bench may read.
+
+`Orchestrator.info()` answers a `PipelineInfo` (static facts: the served model, its voices and
+languages, limits, capabilities) and `Orchestrator.stats()` a `PipelineStats` (live gauges per
+stage). Nothing outside `stages/` reaches into engines, schedulers or runners; a stage living
+in another process later answers the same two values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class PipelineUnavailable(RuntimeError):
+    """A stage's loop died: the pipeline takes no new requests (HTTP 503)."""
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """Static facts of a built pipeline."""
+
+    model: str
+    """Served model name (`model` field of the speech API, `/v1/models`)."""
+    pipeline: str
+    """Pipeline name from the configuration."""
+    voices: tuple[str, ...]
+    """Preset speakers, sorted."""
+    languages: tuple[str, ...]
+    """Accepted languages, "auto" first."""
+    sample_rate: int
+    """Output PCM sample rate (Hz)."""
+    max_new_tokens: int
+    """The largest `max_new_tokens` a request may ask for (frames)."""
+    supports_instructions: bool
+    """Whether style instructions are part of the prompt on this model."""
+    stages: tuple[str, ...]
+    """Stage names in topological order (sources first; the last is the final stage)."""
+    task_types: tuple[str, ...] = ("CustomVoice",)
+    """Speech tasks the model serves."""
+
+
+@dataclass(frozen=True)
+class WindowCounters:
+    """Multi-step window counters of one AR stage (cumulative)."""
+
+    planned: int
+    executed: int
+    steps: int
+    refusals: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Live gauges of one stage."""
+
+    name: str
+    alive: bool
+    """False once the stage's loop has died."""
+    running: int
+    """Requests being computed (AR: running queue; generation: decoding)."""
+    waiting: int
+    """Requests queued (AR: waiting; generation: started but without a ready chunk)."""
+    kv_blocks_used: int | None = None
+    """AR stages: KV-cache blocks in use (None for stages without a KV cache)."""
+    kv_blocks_total: int | None = None
+    decoder_slots_used: int | None = None
+    """Stages owning a streaming codec decoder: slots in use (None otherwise)."""
+    decoder_slots_total: int | None = None
+    windows: WindowCounters | None = None
+    """Present only on a stage with window_k > 0."""
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """Live gauges of the whole pipeline."""
+
+    in_flight: int
+    """Requests admitted and not yet ended."""
+    stages: tuple[StageStats, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return all(s.alive for s in self.stages)
