@@ -57,7 +57,6 @@ class ResolvedPlatform(Frozen):
     device: str = Field(description="torch device string.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="Compute dtype.")
     cuda_graphs: bool = Field(description="CUDA graphs in use.")
-    has_window_executor: bool = Field(description="Multi-step window executor exists.")
 
 
 @dataclass(frozen=True)

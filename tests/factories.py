@@ -123,19 +123,27 @@ def eos_bundle() -> TalkerBundle:
 
 def wait_idle(orch, timeout: float = 20.0) -> None:
     """Every request ended and every engine applied its drops (KV blocks, runner state and
-    decoder slots back). The engines are nudged with empty commands; nothing sleeps as
-    synchronisation beyond this bounded poll."""
+    decoder slots back), read through the public `stats()`. The engines are woken with
+    `Wake` messages; nothing sleeps as synchronisation beyond this bounded poll."""
     import time
+
+    from omniflow.stages.messages import Wake
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for e in orch.engines:
-            e.call(lambda: [])
-        busy = orch.num_live or any(e.has_work for e in orch.engines)
-        held = orch.talker.runner.requests or (
-            orch.code2wav is not None and orch.code2wav.runner.slots
+            e.send(Wake())
+        stats = orch.stats()
+        held = any(
+            s.running or s.waiting or s.kv_blocks_used or s.decoder_slots_used
+            for s in stats.stages
         )
-        if not busy and not held:
+        if not stats.in_flight and not held and not any(e.has_work for e in orch.engines):
             return
         time.sleep(0.01)
     raise AssertionError("pipeline did not go idle")
+
+
+def stage_stats(orch, name: str):
+    """The public gauges of one stage."""
+    return next(s for s in orch.stats().stages if s.name == name)

@@ -44,15 +44,16 @@ def test_config_window_k12_experiment():
     assert "window_k: 12" in r.stdout
 
 
-def test_config_ref_context_frames_zero():
+def test_config_ref_context_frames_refused_until_voice_clone():
     r = run(
         "config",
         "pipeline=qwen3_tts_fused",
         "platform=cpu",
         "pipeline.stages.talker.ref_context_frames=0",
     )
-    assert r.returncode == 0, r.stderr
-    assert "ref_context_frames: 0" in r.stdout
+    assert r.returncode == 2
+    assert "pipeline.stages.talker.ref_context_frames" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_unknown_command_exits_2():

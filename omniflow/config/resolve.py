@@ -52,9 +52,11 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
                 )
             )
         decodes_audio = stage.stream_decode or cap.decodes_audio
-        ref = _resolve_ref_context(key, stage, decodes_audio, spec.model, errors)
+        ref = resolve_ref_context(key, stage, decodes_audio, cap, spec.model, errors)
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
+        if stage.upstream is not None:
+            _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
             name=name,
             kind=stage.kind,
@@ -104,6 +106,14 @@ def _resolve_platform(
         errors.append(
             ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
         )
+    elif cfg.cuda_graphs:
+        errors.append(
+            ConfigError(
+                "platform.cuda_graphs",
+                "CUDA graph capture of the decode step is not built yet; set it to false "
+                "(the eager path runs)",
+            )
+        )
     dtype = model.dtype or cfg.dtype or info.default_dtype
     device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
     return ResolvedPlatform(
@@ -111,7 +121,6 @@ def _resolve_platform(
         device=device,
         dtype=dtype,
         cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
-        has_window_executor=info.has_window_executor,
     )
 
 
@@ -164,10 +173,11 @@ def _stage_caps(spec: OmniflowSpec, errors: list[ConfigError]) -> dict[str, Mode
     caps: dict[str, ModelCapabilities] = {}
     for name, stage in spec.pipeline.stages.items():
         key = f"pipeline.stages.{name}.arch"
-        cap = ARCHS.get(stage.arch)
-        if cap is None:
+        entry = ARCHS.get(stage.arch)
+        if entry is None:
             errors.append(ConfigError(key, f"unknown arch {stage.arch!r}; known: {sorted(ARCHS)}"))
             continue
+        cap = entry.capabilities
         if cap.family != spec.model.family:
             errors.append(
                 ConfigError(
@@ -303,8 +313,6 @@ def _check_window(
         reasons.append("requires enable_prefix_caching: false")
     if stage.speculative_tokens:
         reasons.append("cannot be combined with speculative decoding")
-    if platform is not None and not platform.has_window_executor:
-        reasons.append(f"platform {platform.name!r} has no window executor")
     errors.extend(ConfigError(wkey, r) for r in reasons)
 
 
@@ -331,20 +339,36 @@ def _check_stream_decode(
         errors.append(ConfigError(skey, "requires enable_prefix_caching: false"))
 
 
-def _resolve_ref_context(
+def resolve_ref_context(
     key: str,
     stage: StageConfig,
     decodes_audio: bool,
+    cap: ModelCapabilities,
     model: ModelConfig,
     errors: list[ConfigError],
 ) -> int | None:
-    """None -> the decoder's attention window; 0 stays 0 (no priming); no decoder -> None."""
+    """Frames of reference codes that prime the stage's decoder (voice clone).
+
+    It acts only where a request can carry reference codes (`accepts_reference`); anywhere
+    else a set value would be accepted and ignored, so it is refused. Where it acts, None
+    falls back to the decoder's attention window and 0 stays 0 (no priming)."""
+    rkey = f"{key}.ref_context_frames"
     if not decodes_audio:
         if stage.ref_context_frames is not None:
             errors.append(
                 ConfigError(
-                    f"{key}.ref_context_frames",
-                    "applies only to a stage that decodes audio (stream_decode or code2wav)",
+                    rkey, "applies only to a stage that decodes audio (stream_decode or code2wav)"
+                )
+            )
+        return None
+    if not cap.accepts_reference:
+        if stage.ref_context_frames is not None:
+            errors.append(
+                ConfigError(
+                    rkey,
+                    f"arch {stage.arch!r} takes no reference audio (voice clone is not built "
+                    "yet), so no request can carry reference codes to prime the decoder; "
+                    "leave it unset",
                 )
             )
         return None
@@ -363,3 +387,24 @@ def _check_kv_capacity(key: str, stage: StageConfig, errors: list[ConfigError]) 
                 f"max_model_len {s.max_model_len}",
             )
         )
+
+
+def _check_chunk_budget(
+    key: str, stage: StageConfig, model: ModelConfig, errors: list[ConfigError]
+) -> None:
+    """A received chunk is scheduled whole (atomic): one that exceeds the receiver's whole
+    per-step token budget could never run, so such sizes are refused here, not at run time."""
+    assert stage.upstream is not None
+    budget = stage.scheduler.max_num_batched_tokens
+    per_frame = model.codec.num_quantizers
+    for field in ("chunk_frames", "initial_chunk_frames"):
+        frames = getattr(stage.upstream, field)
+        if frames * per_frame > budget:
+            errors.append(
+                ConfigError(
+                    f"{key}.upstream.{field}",
+                    f"{frames} frames x {per_frame} tokens = {frames * per_frame} tokens exceeds "
+                    f"this stage's max_num_batched_tokens ({budget}); a chunk is scheduled whole, "
+                    "so it could never run",
+                )
+            )

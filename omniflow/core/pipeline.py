@@ -68,6 +68,8 @@ class StageStats:
     decoder_slots_total: int | None = None
     windows: WindowCounters | None = None
     """Present only on a stage with window_k > 0."""
+    preemptions: int | None = None
+    """AR stages: requests preempted (recomputed later) so far."""
 
 
 @dataclass(frozen=True)

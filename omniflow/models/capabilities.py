@@ -31,4 +31,7 @@ class ModelCapabilities:
     supports_stream_decode: bool
     """Whether it can own the streaming codec decoder and emit PCM (DESIGN §10)."""
     decodes_audio: bool
-    """Whether it runs a codec decoder (so `ref_context_frames` applies to it)."""
+    """Whether it runs a codec decoder (so `ref_context_frames` may apply to it)."""
+    accepts_reference: bool
+    """Whether a request can carry reference codes to prime its decoder (voice clone).
+    Without it `ref_context_frames` has nothing to act on and is refused."""

@@ -1,1 +1,1 @@
-"""Platforms: device facts (dtype default, graph capture, window executor)."""
+"""Platforms: device facts (dtype default, graph capture, batched decode attention)."""

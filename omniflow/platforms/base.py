@@ -1,7 +1,7 @@
 """Platform facts the config layer and the runner read.
 
 A platform says which torch device it drives, its default dtype, whether it can capture
-graphs and whether it has the multi-step window executor. `auto` is resolved here (cuda when
+graphs and whether decode attention is batched. `auto` is resolved here (cuda when
 a CUDA device is visible, else cpu); `npu` needs the torch_npu package.
 """
 
@@ -23,8 +23,6 @@ class PlatformInfo:
     """torch device type ("cpu", "cuda", "npu")."""
     default_dtype: str
     has_graph_capture: bool
-    has_window_executor: bool
-    """Whether the runner's K-step window loop exists on this platform."""
     required_module: str | None
     """A Python module the platform cannot work without."""
     batched_decode_attention: bool = False
@@ -33,9 +31,9 @@ class PlatformInfo:
 
 
 PLATFORMS: dict[PlatformName, PlatformInfo] = {
-    "cpu": PlatformInfo("cpu", "cpu", "float32", False, True, None),
-    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, True, None, True),
-    "npu": PlatformInfo("npu", "npu", "bfloat16", False, False, "torch_npu"),
+    "cpu": PlatformInfo("cpu", "cpu", "float32", False, None),
+    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, None, True),
+    "npu": PlatformInfo("npu", "npu", "bfloat16", False, "torch_npu"),
 }
 
 

@@ -115,6 +115,7 @@ class ARScheduler:
             kv_blocks_used=self.kv.num_used_blocks,
             kv_blocks_total=self.kv.pool.num_blocks,
             windows=windows,
+            preemptions=self.num_preemptions,
         )
 
     @property

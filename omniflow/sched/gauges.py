@@ -16,3 +16,4 @@ class SchedulerGauges:
     kv_blocks_total: int | None = None
     windows: WindowCounters | None = None
     """Only on a stage with window_k > 0."""
+    preemptions: int | None = None

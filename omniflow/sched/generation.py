@@ -57,8 +57,14 @@ class GenerationScheduler:
         config: SchedulerConfig,
         tokens_per_frame: int,
         receive_timeout_s: float,
+        atomic_chunks: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not atomic_chunks:
+            raise ValueError(
+                "GenerationScheduler schedules each received chunk whole (atomic_chunks); "
+                "a stage whose chunks may be split needs another scheduler"
+            )
         self.config = config
         self.tokens_per_frame = tokens_per_frame
         self.receive_timeout_s = receive_timeout_s

@@ -1,13 +1,25 @@
-"""The in-process connector between the talker and a chunk-receiving stage.
+"""Chunk intake of a stage that receives frames from an upstream stage (DESIGN §8 notes in
+docs/architecture.md).
 
-It cuts each request's stream of codec frames into chunks: the first of
-`initial_chunk_frames` (small, so first audio comes early), then `chunk_frames` each, then
-whatever remains when the talker finishes (the tail, marked last; possibly empty).
+The intake belongs to the receiving stage's engine and is touched only on that engine's
+thread: frames arrive as `ReceiveFrames` messages, opening and closing come with `Add` and
+`Abort`. It cuts each request's stream of frames into chunks — first `initial_chunk_frames`
+(small, so first audio comes early), then `chunk_frames` each, then whatever remains when
+the upstream finishes (the tail, marked last; possibly empty) — and hands each chunk to the
+stage's scheduler, which schedules it whole (`atomic_chunks`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class ChunkReceiver(Protocol):
+    """A scheduler that takes received chunks as its requests' inputs."""
+
+    def receive(self, request_id: str, frames: tuple[tuple[int, ...], ...], last: bool) -> None:
+        ...
 
 
 @dataclass
@@ -37,7 +49,7 @@ class ChunkConnector:
         self._streams[request_id] = _Stream(first=first, size=self.chunk_frames)
 
     def push(
-        self, request_id: str, frames: list[tuple[int, ...]], finished: bool
+        self, request_id: str, frames: tuple[tuple[int, ...], ...], finished: bool
     ) -> list[OutChunk]:
         """Add frames; return the chunks now complete (and the tail when finished)."""
         s = self._streams.get(request_id)
@@ -59,3 +71,25 @@ class ChunkConnector:
 
     def close(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
+
+    @property
+    def num_open(self) -> int:
+        return len(self._streams)
+
+
+class ChunkIntake:
+    """The connector feeding a receiving scheduler: frames in, whole chunks queued."""
+
+    def __init__(self, connector: ChunkConnector, receiver: ChunkReceiver) -> None:
+        self.connector = connector
+        self.receiver = receiver
+
+    def open(self, request_id: str, initial_chunk_frames: int | None) -> None:
+        self.connector.open(request_id, initial_chunk_frames)
+
+    def receive(self, request_id: str, frames: tuple[tuple[int, ...], ...], finished: bool) -> None:
+        for chunk in self.connector.push(request_id, frames, finished):
+            self.receiver.receive(request_id, chunk.frames, chunk.last)
+
+    def close(self, request_id: str) -> None:
+        self.connector.close(request_id)

@@ -1,11 +1,12 @@
 """The per-stage engine loop: schedule -> execute -> update (DESIGN §5).
 
 `StageEngine` owns one scheduler and one runner (AR or generation: both meet at
-`StepPlan`/`StepResult`). `step()` runs one round and returns the outputs; tests and offline
-callers drive it directly. `start()` runs the loop on a thread (the embedded, in-process
-runtime): work arrives as commands through a thread-safe queue and is applied on the engine
+`StepPlan`/`StepResult`) and, on a stage that receives chunks, the chunk intake. `step()`
+runs one round and returns the outputs; tests and offline callers drive it directly.
+`start()` runs the loop on a thread (the embedded, in-process runtime): work arrives as typed
+messages (`stages/messages.py`) through a thread-safe queue and is applied on the engine
 thread, outputs leave through the `on_output` callback. A process-per-stage runtime would
-implement the same `StageEngineHandle` interface.
+implement the same `StageEngineHandle` interface over IPC.
 
 Async scheduling: step n+1 is planned while step n executes on the runner's worker
 thread; `update(n)` happens after `schedule(n+1)`. Sync: strictly in turn. Both give the
@@ -27,11 +28,12 @@ from omniflow.core.pipeline import StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
+from omniflow.stages.connector import ChunkIntake
+from omniflow.stages.messages import Abort, Add, EngineMessage, ReceiveFrames, Wake
 
 log = logging.getLogger(__name__)
 
 OutputSink = Callable[[StageOutput], None]
-Command = Callable[[], list[StageOutput]]
 
 STATS_INTERVAL_S = 10.0
 """How often a busy engine logs one INFO line of throughput and queue state."""
@@ -79,8 +81,7 @@ class StageEngineHandle(Protocol):
 
     name: str
 
-    def call(self, command: Command) -> None: ...
-    def abort(self, request_id: str) -> None: ...
+    def send(self, message: EngineMessage) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -95,19 +96,24 @@ class StageEngine:
         runner: Runner,
         async_scheduling: bool = False,
         on_output: OutputSink | None = None,
+        intake: ChunkIntake | None = None,
     ) -> None:
         self.name = name
         self.scheduler = scheduler
         self.runner = runner
+        self.intake = intake
+        """Chunk-receiving stages only: cuts upstream frames into whole chunks."""
         self.async_scheduling = async_scheduling
         self.on_output = on_output
-        self._inbox: queue.Queue[Command | None] = queue.Queue()
+        self._inbox: queue.Queue[EngineMessage | None] = queue.Queue()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-runner")
         self._inflight: tuple[StepPlan, Future[StepResult]] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._dead = threading.Event()
         """Set when the loop died: the stage takes no more work."""
+        self._send_lock = threading.Lock()
+        self._death: str | None = None
         self._progressed = False
         self.num_steps = 0
         self.step_observer: Callable[[float], None] | None = None
@@ -127,14 +133,16 @@ class StageEngine:
             return [StageOutput(rid, finished=True, finish_reason="error", error=str(exc))]
         return []
 
-    def submit(self, request: Any) -> None:
+    def submit(self, request: Any, initial_chunk_frames: int | None = None) -> None:
         """Thread-safe admission (applied on the engine thread)."""
-        self.call(lambda: self.add_request(request))
+        self.send(Add(request, initial_chunk_frames))
 
     def abort_request(
         self, request_id: str, reason: FinishReason = "abort", error: str | None = None
     ) -> list[StageOutput]:
         """End a request now; one terminal output if it was still here."""
+        if self.intake is not None:
+            self.intake.close(request_id)
         if self.scheduler.finish(request_id, reason, error):
             return [StageOutput(request_id, finished=True, finish_reason=reason, error=error)]
         return []
@@ -158,6 +166,7 @@ class StageEngine:
             decoder_slots_used=None if slots is None else slots[0],
             decoder_slots_total=None if slots is None else slots[1],
             windows=g.windows,
+            preemptions=g.preemptions,
         )
 
     @property
@@ -196,13 +205,35 @@ class StageEngine:
 
     # ------------------------------------------------------------------ threaded API
 
-    def call(self, command: Command) -> None:
-        """Run `command` on the engine thread (it may touch the scheduler); its outputs are
-        emitted like step outputs."""
-        self._inbox.put(command)
+    def send(self, message: EngineMessage) -> None:
+        """Queue a message for the engine thread (thread-safe). Once the loop has died, a
+        request sent here ends at once with one error instead of waiting forever."""
+        with self._send_lock:
+            if not self._dead.is_set():
+                self._inbox.put(message)
+                return
+        self._emit(self._refuse(message))
 
     def abort(self, request_id: str) -> None:
-        self.call(lambda: self.abort_request(request_id))
+        self.send(Abort(request_id))
+
+    def apply(self, message: EngineMessage) -> list[StageOutput]:
+        """Apply one message now (on the engine thread, or inline when not threaded)."""
+        match message:
+            case Add(request=request, initial_chunk_frames=first):
+                outputs = self.add_request(request)
+                if self.intake is not None and not outputs:
+                    self.intake.open(request.request_id, first)
+                return outputs
+            case Abort(request_id=rid, reason=reason, error=error):
+                return self.abort_request(rid, reason, error)
+            case ReceiveFrames(request_id=rid, frames=frames, finished=finished):
+                if self.intake is None:
+                    raise TypeError(f"stage {self.name} receives no frames (no upstream)")
+                self.intake.receive(rid, frames, finished)
+                return []
+            case Wake():
+                return []
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
@@ -216,10 +247,11 @@ class StageEngine:
         self._executor.shutdown(wait=True)
 
     def _emit(self, outputs: list[StageOutput]) -> None:
-        if self.on_output is None:
-            return
         for out in outputs:
-            self.on_output(out)
+            if out.finished and self.intake is not None:
+                self.intake.close(out.request_id)  # ended here: no more chunks to cut
+            if self.on_output is not None:
+                self.on_output(out)
 
     def _drain(self, timeout: float | None) -> None:
         """Apply queued commands; wait up to `timeout` for the first (None: forever)."""
@@ -228,7 +260,7 @@ class StageEngine:
         except queue.Empty:
             return
         while item is not None:
-            self._emit(item())
+            self._emit(self.apply(item))
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -251,8 +283,11 @@ class StageEngine:
                         self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once
             log.exception("stage %s: engine loop failed", self.name)
-            self._dead.set()
-            self._fail_all(f"stage {self.name} failed: {exc}")
+            self._death = f"stage {self.name} failed: {exc}"
+            with self._send_lock:
+                self._dead.set()
+            self._fail_all(self._death)
+            self._refuse_pending()
 
     def _log_stats(self, outputs: list[StageOutput]) -> None:
         if self._progressed:
@@ -272,6 +307,24 @@ class StageEngine:
                 gauges,
             )
         self._stats_at, self._stats_steps, self._stats_outputs = now, 0, 0
+
+    def _refuse(self, message: EngineMessage) -> list[StageOutput]:
+        """A dead stage answers an admission with one error; other messages are moot."""
+        if isinstance(message, Add):
+            error = self._death or f"stage {self.name} is not running"
+            rid = message.request.request_id
+            return [StageOutput(rid, finished=True, finish_reason="error", error=error)]
+        return []
+
+    def _refuse_pending(self) -> None:
+        """Messages queued before the loop died are never applied: refuse them now."""
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._emit(self._refuse(item))
 
     def _fail_all(self, message: str) -> None:
         for rid in self.scheduler.unfinished_ids():

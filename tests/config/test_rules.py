@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from omniflow.config.compose import compose
-from omniflow.config.resolve import build_graph
+from dataclasses import replace
+
+from omniflow.config.resolve import resolve_ref_context, build_graph
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.graph import StageGraph
+from omniflow.models.registry import ARCHS
 
 FUSED = ["pipeline=qwen3_tts_fused", "platform=cpu"]
 TWO = ["pipeline=qwen3_tts", "platform=cpu"]
@@ -99,16 +102,38 @@ def test_stream_decode_refused_with_prefix_caching_and_other_runtime():
 # ----------------------------------------------------------------------------- ref_context_frames
 
 
-def test_ref_context_frames_unset_resolves_to_the_decoder_window():
-    assert graph(*FUSED).stages["talker"].ref_context_frames == 72
-    assert graph(*TWO).stages["code2wav"].ref_context_frames == 72
+def test_ref_context_frames_unset_stays_unset_without_reference_audio():
+    """No request can carry reference codes yet (no arch accepts them): nothing to prime."""
+    assert graph(*FUSED).stages["talker"].ref_context_frames is None
+    assert graph(*TWO).stages["code2wav"].ref_context_frames is None
 
 
-def test_ref_context_frames_zero_is_a_real_value():
-    g = graph(*FUSED, "pipeline.stages.talker.ref_context_frames=0")
-    assert g.stages["talker"].ref_context_frames == 0
-    g = graph(*TWO, "+pipeline.stages.code2wav.ref_context_frames=0")
-    assert g.stages["code2wav"].ref_context_frames == 0
+@pytest.mark.parametrize(
+    ("base", "override", "key"),
+    [
+        (FUSED, "pipeline.stages.talker.ref_context_frames=0", "talker"),
+        (FUSED, "pipeline.stages.talker.ref_context_frames=72", "talker"),
+        (TWO, "+pipeline.stages.code2wav.ref_context_frames=0", "code2wav"),
+    ],
+)
+def test_ref_context_frames_set_is_refused_until_requests_carry_reference(base, override, key):
+    err = refused(*base, override)
+    assert err.key == f"pipeline.stages.{key}.ref_context_frames"
+    assert "reference" in err.reason and "voice clone" in err.reason
+
+
+def test_ref_context_frames_where_reference_is_accepted_zero_is_a_real_value():
+    """The resolution rule for an arch that accepts reference codes: None -> the decoder's
+    window, 0 stays 0 (no priming), never collapsed into the fallback."""
+    spec = compose(FUSED)
+    stage = spec.pipeline.stages["talker"]
+    cap = replace(ARCHS["qwen3_tts_talker"].capabilities, accepts_reference=True)
+    errors: list[ConfigError] = []
+    window = spec.model.codec.sliding_window
+    assert resolve_ref_context("k", stage, True, cap, spec.model, errors) == window == 72
+    zero = stage.model_copy(update={"ref_context_frames": 0})
+    assert resolve_ref_context("k", zero, True, cap, spec.model, errors) == 0
+    assert errors == []
 
 
 def test_ref_context_frames_negative_is_refused():
@@ -119,6 +144,7 @@ def test_ref_context_frames_negative_is_refused():
 def test_ref_context_frames_refused_on_a_stage_without_decoder():
     err = refused(*TWO, "+pipeline.stages.talker.ref_context_frames=10")
     assert err.key == "pipeline.stages.talker.ref_context_frames"
+    assert "decodes audio" in err.reason
 
 
 # ----------------------------------------------------------------------------- atomic_chunks
@@ -159,6 +185,21 @@ def test_chunking_defaults_and_overrides():
 
 
 @pytest.mark.parametrize("field", ["chunk_frames", "initial_chunk_frames"])
+def test_a_chunk_larger_than_the_receivers_budget_is_refused_at_build_time(field):
+    """16 tokens per frame: 128 frames = 2048 tokens fits the default budget, 129 does not."""
+    ok = graph(*TWO, f"pipeline.stages.code2wav.upstream.{field}=128")
+    assert getattr(ok.stages["code2wav"].upstream, field) == 128
+    err = refused(*TWO, f"pipeline.stages.code2wav.upstream.{field}=129")
+    assert err.key == f"pipeline.stages.code2wav.upstream.{field}"
+    assert "2064 tokens" in err.reason
+
+
+def test_the_chunk_budget_rule_follows_the_receivers_budget():
+    err = refused(*TWO, "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=100")
+    assert keys_of(err) == ["pipeline.stages.code2wav.upstream.chunk_frames"]  # 25 x 16 > 100
+
+
+@pytest.mark.parametrize("field", ["chunk_frames", "initial_chunk_frames"])
 def test_chunking_values_below_one_are_refused(field):
     err = refused(*TWO, f"pipeline.stages.code2wav.upstream.{field}=0")
     assert err.key == f"pipeline.stages.code2wav.upstream.{field}"
@@ -176,6 +217,14 @@ def test_platform_auto_resolves_to_a_concrete_platform():
 def test_cuda_graphs_refused_on_cpu():
     err = refused("platform=cpu", "+platform.cuda_graphs=true")
     assert err.key == "platform.cuda_graphs"
+
+
+def test_cuda_graphs_refused_on_cuda_until_built():
+    """Accepted and ignored would be a lie: the key is refused until graph capture exists."""
+    assert graph("platform=cuda").platform.cuda_graphs is False
+    err = refused("platform=cuda", "platform.cuda_graphs=true")
+    assert err.key == "platform.cuda_graphs"
+    assert "not built yet" in err.reason
 
 
 def test_checkpoint_load_needs_a_path():

@@ -7,7 +7,7 @@ import pytest
 
 from omniflow.core.speech import SpeechRequest
 from omniflow.stages.connector import ChunkConnector
-from tests.factories import Collector, build, speech, wait_idle
+from tests.factories import Collector, build, speech, stage_stats, wait_idle
 
 SPF = 1920
 
@@ -74,8 +74,6 @@ def test_concurrent_requests_keep_their_own_audio(two_stage):
 
 
 def test_abort_mid_request_frees_talker_blocks_and_decoder_slots(two_stage):
-    talker = two_stage.talker
-    code2wav = two_stage.code2wav
     c = Collector()
     first_audio = __import__("threading").Event()
 
@@ -92,34 +90,43 @@ def test_abort_mid_request_frees_talker_blocks_and_decoder_slots(two_stage):
     # KV block and decoder slot back in its pool.
     run(two_stage, speech("after", max_new_tokens=5, ignore_eos=True))
     wait_idle(two_stage)
-    assert talker.scheduler.kv.num_used_blocks == 0
-    assert code2wav.runner.decoder.num_free == code2wav.runner.decoder.num_slots
-    assert code2wav.runner.slots == {}
+    assert stage_stats(two_stage, "talker").kv_blocks_used == 0
+    assert stage_stats(two_stage, "code2wav").decoder_slots_used == 0
     assert c.events[-1].finished and len([e for e in c.events if e.finished]) == 1
 
 
 def test_code2wav_error_reaches_the_caller_once_and_frees_the_talker():
-    # A chunk bigger than code2wav's whole budget can never run: one error, everything freed.
+    # A receive deadline far below the time the talker takes for the next 50-frame chunk: the
+    # code2wav stage ends the request with one error after the first chunk's audio, and the
+    # talker's blocks are freed.
     orch = build(
         "qwen3_tts",
-        "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=64",  # 4 frames x 16 codes
         "pipeline.stages.code2wav.upstream.initial_chunk_frames=2",
-        "pipeline.stages.code2wav.upstream.chunk_frames=10",
+        "pipeline.stages.code2wav.upstream.chunk_frames=50",
+        "pipeline.stages.code2wav.upstream.receive_timeout_s=0.0001",
     )
     try:
         c = Collector()
-        orch.submit(speech("boom", max_new_tokens=60, ignore_eos=True), c)
+        orch.submit(speech("boom", max_new_tokens=200, ignore_eos=True), c)
         c.wait()
         term = c.terminal
-        assert term.finish_reason == "error" and "budget" in term.error
+        assert term.finish_reason == "error" and "upstream sent no chunk" in term.error
         assert [e.pcm.size // SPF for e in c.events if e.pcm is not None] == [2]
-        ok = Collector()
-        orch.submit(speech("fine", max_new_tokens=3, ignore_eos=True), ok)
-        assert ok.wait().terminal.error is None  # initial 2 + tail 1: both fit
         wait_idle(orch)
-        assert orch.talker.scheduler.kv.num_used_blocks == 0
+        assert stage_stats(orch, "talker").kv_blocks_used == 0
+        assert stage_stats(orch, "code2wav").decoder_slots_used == 0
     finally:
         orch.stop()
+
+
+def test_a_first_chunk_beyond_the_receivers_budget_is_refused_at_submit(two_stage):
+    """128 frames x 16 codes fit the 2048-token budget; 129 could never be scheduled."""
+    with pytest.raises(ValueError, match="initial_chunk_frames 129"):
+        two_stage.submit(speech("too-big", initial_chunk_frames=129), Collector())
+    assert two_stage.num_live == 0
+    ok = Collector()
+    two_stage.submit(speech("fits", initial_chunk_frames=128, max_new_tokens=3), ok)
+    assert ok.wait().terminal.error is None
 
 
 def test_bad_input_is_refused_before_anything_runs(two_stage):
@@ -170,10 +177,11 @@ def test_fused_preemption_restores_the_decoder_and_keeps_the_audio():
             got = c.wait().pcm
             assert got.shape == ref.shape == (14 * SPF,)
             assert np.allclose(got, ref, atol=1e-5, rtol=0)
-        assert squeezed.talker.scheduler.num_preemptions > 0
+        assert stage_stats(squeezed, "talker").preemptions > 0
         wait_idle(squeezed)
-        dec = squeezed.talker.runner.stream_decoder
-        assert dec.num_free == dec.num_slots and not squeezed.talker.runner.parked_ids
+        assert stage_stats(squeezed, "talker").decoder_slots_used == 0
+        (talker,) = squeezed.engines
+        assert not talker.runner.parked_ids
     finally:
         calm.stop()
         squeezed.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.factories import Collector, build, eos_bundle, speech
+from tests.factories import Collector, build, eos_bundle, speech, stage_stats
 from tests.stages.test_talker_engine import fixed, generate
 
 
@@ -83,7 +83,7 @@ def test_fused_pipeline_audio_is_identical_with_windows():
         pa, pb = a.wait().pcm, b.wait().pcm
         assert pa.shape == pb.shape == (25 * 1920,)
         assert np.array_equal(pa, pb)
-        assert windowed.talker.scheduler.window_stats.executed_windows > 0
+        assert stage_stats(windowed, "talker").windows.executed > 0
     finally:
         plain.stop()
         windowed.stop()

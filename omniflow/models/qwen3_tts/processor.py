@@ -29,6 +29,13 @@ class TalkerProcessor:
         self.vocab = vocab
         self.max_model_len = max_model_len
         self.supports_instructions = supports_instructions
+        self.voices = tuple(sorted(vocab.speakers))
+        self.languages = ("auto", *sorted(vocab.languages))
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The most frames a request may ask for (the prompt takes some of max_model_len)."""
+        return self.max_model_len
 
     def make_request(self, speech: SpeechRequest) -> Request:
         instruct = None

@@ -1,0 +1,81 @@
+"""What a stage builder receives and returns (the registry names one builder per arch).
+
+`stages/build.py` walks the graph's stages in topological order and, for each, calls the
+builder its arch's registry entry names. A builder turns one resolved stage into its
+scheduler, runner and request factory; it may share heavy objects (weights, tokenizer)
+with the other stages of its family through `BuildContext.shared`. Nothing here knows a
+model family or a stage name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from omniflow.core.speech import SpeechRequest
+from omniflow.graph import ResolvedStage, StageGraph
+from omniflow.models.registry import ARCHS
+from omniflow.stages.connector import ChunkIntake
+from omniflow.stages.engine import Runner, Scheduler
+
+
+class SpeechFrontend(Protocol):
+    """The source stage's view of a speech request: what it accepts and how it becomes the
+    stage's engine request. Raises ValueError on input it cannot serve."""
+
+    voices: tuple[str, ...]
+    languages: tuple[str, ...]
+    max_new_tokens: int
+    supports_instructions: bool
+
+    def make_request(self, speech: SpeechRequest) -> Any: ...
+
+
+@dataclass
+class BuildContext:
+    """Shared by the builders of one pipeline."""
+
+    graph: StageGraph
+    device: torch.device
+    dtype: torch.dtype
+    prebuilt: Any = None
+    """A model object a family builder uses instead of building its own (tests share one
+    set of weights between pipelines); None: build from the graph's model config."""
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def share(self, key: str, build: Callable[[], Any]) -> Any:
+        """One object per key for the whole pipeline (weights built once for all stages)."""
+        if key not in self.shared:
+            self.shared[key] = build()
+        return self.shared[key]
+
+
+@dataclass(frozen=True)
+class StageParts:
+    """One built stage, before it is wrapped in an engine."""
+
+    scheduler: Scheduler
+    runner: Runner
+    make_request: Callable[[SpeechRequest], Any]
+    """The stage's engine request for an admitted speech request."""
+    frontend: SpeechFrontend | None = None
+    """Set by source stages (the ones taking the request's text)."""
+    intake: ChunkIntake | None = None
+    """Set by stages that receive chunks from an upstream stage."""
+    max_chunk_frames: int | None = None
+    """Receivers: the largest first chunk a request may ask for (the budget rule)."""
+
+
+class StageBuilder(Protocol):
+    def __call__(self, stage: ResolvedStage, ctx: BuildContext) -> StageParts: ...
+
+
+def load_builder(arch: str) -> StageBuilder:
+    """Import the builder the registry names for `arch` (on first use)."""
+    module, _, name = ARCHS[arch].builder.partition(":")
+    builder: StageBuilder = getattr(importlib.import_module(module), name)
+    return builder

@@ -1,0 +1,50 @@
+"""Typed messages into a stage engine's inbox.
+
+Everything that reaches an engine from another thread (the HTTP loop, another stage's engine)
+is one of these values, applied on the engine's own thread in arrival order. Data, not
+closures: a stage could live in another process and receive the same messages over IPC, and
+a log line can say what arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omniflow.core.request import FinishReason
+
+
+@dataclass(frozen=True)
+class Add:
+    """Admit a request (a refusal becomes one error output)."""
+
+    request: Any
+    """The stage scheduler's request object (built by the stage's request factory)."""
+    initial_chunk_frames: int | None = None
+    """Chunk-receiving stages: this request's first-chunk size (None: the edge's)."""
+
+
+@dataclass(frozen=True)
+class Abort:
+    """End a request now; one terminal output if it was still here."""
+
+    request_id: str
+    reason: FinishReason = "abort"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ReceiveFrames:
+    """Frames produced upstream for a request; `finished` marks its last ones."""
+
+    request_id: str
+    frames: tuple[tuple[int, ...], ...]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Does nothing but wake the loop (shutdown, tests waiting for drops to apply)."""
+
+
+EngineMessage = Add | Abort | ReceiveFrames | Wake

@@ -1,0 +1,97 @@
+"""Stage builders of the Qwen3-TTS family (named by `models/registry.py`).
+
+`build_talker_stage`: the AR talker (codebook-0 LM + code predictor) with its paged-KV
+scheduler; with `stream_decode` it also owns the streaming codec decoder and emits PCM (the
+fused pipeline). `build_code2wav_stage`: a chunk-receiving generation stage that continues
+each request's streaming decoder state chunk by chunk. Both share one set of talker weights
+through the build context.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from omniflow.graph import ResolvedStage
+from omniflow.models.qwen3_tts.codec_loader import load_codec
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
+from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.platforms.base import PLATFORMS
+from omniflow.sched.ar import ARScheduler
+from omniflow.sched.generation import GenerationScheduler, GenRequest
+from omniflow.stages.builders import BuildContext, StageParts
+from omniflow.stages.code2wav import Code2WavRunner
+from omniflow.stages.connector import ChunkConnector, ChunkIntake
+from omniflow.stages.runner import ARModelRunner
+
+
+def _bundle(ctx: BuildContext) -> TalkerBundle:
+    if ctx.prebuilt is not None:
+        assert isinstance(ctx.prebuilt, TalkerBundle)
+        return ctx.prebuilt
+    bundle: TalkerBundle = ctx.share(
+        "qwen3_tts.talker", lambda: build_talker(ctx.graph.model, ctx.device)
+    )
+    return bundle
+
+
+def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
+    model = ctx.graph.model
+    path = Path(model.path) if model.load == "checkpoint" and model.path else None
+    weights = ctx.share("qwen3_tts.codec", lambda: load_codec(model.codec, path, model.seed + 1))
+    # The codec decoder runs in fp32: it is small, and PCM quality and exactness matter more.
+    weights = weights.to(device=ctx.device, dtype=torch.float32).eval()
+    return StreamingDecoder(weights.decoder, slots, ctx.device, torch.float32)
+
+
+def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
+    bundle = _bundle(ctx)
+    cfg = stage.scheduler
+    decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
+    runner = ARModelRunner(
+        bundle.talker,
+        cfg,
+        ctx.device,
+        ctx.dtype,
+        stream_decoder=decoder,
+        batched_decode=PLATFORMS[ctx.graph.platform.name].batched_decode_attention,
+    )
+    processor = TalkerProcessor(
+        bundle.tokenizer,
+        bundle.vocab,
+        cfg.max_model_len,
+        supports_instructions=ctx.graph.model.supports_instructions,
+    )
+    return StageParts(
+        scheduler=ARScheduler(cfg, window_k=stage.window_k),
+        runner=runner,
+        make_request=processor.make_request,
+        frontend=processor,
+    )
+
+
+def build_code2wav_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
+    up = stage.upstream
+    assert up is not None  # a code2wav stage always receives (checked at build time)
+    cfg = stage.scheduler
+    per_frame = ctx.graph.model.codec.num_quantizers
+    scheduler = GenerationScheduler(
+        cfg,
+        tokens_per_frame=per_frame,
+        receive_timeout_s=up.receive_timeout_s,
+        atomic_chunks=stage.atomic_chunks,
+    )
+    intake = (
+        ChunkIntake(ChunkConnector(up.initial_chunk_frames, up.chunk_frames), scheduler)
+        if stage.receives_chunks
+        else None
+    )
+    return StageParts(
+        scheduler=scheduler,
+        runner=Code2WavRunner(_stream_decoder(ctx, cfg.max_num_seqs)),
+        make_request=lambda speech: GenRequest(speech.request_id),
+        intake=intake,
+        max_chunk_frames=cfg.max_num_batched_tokens // per_frame,
+    )
