@@ -126,12 +126,12 @@ class Orchestrator:
             raise PipelineUnavailable(f"stage {dead[0]!r} has stopped; the pipeline is down")
         first = speech.initial_chunk_frames
         for name, part in self._parts.items():
-            if first is not None and part.max_chunk_frames is not None:
-                if first > part.max_chunk_frames:
-                    raise ValueError(
-                        f"initial_chunk_frames {first} exceeds what stage {name!r} can take in "
-                        f"one step ({part.max_chunk_frames} frames)"
-                    )
+            limit = part.max_chunk_frames
+            if first is not None and limit is not None and first > limit:
+                raise ValueError(
+                    f"initial_chunk_frames {first} exceeds what stage {name!r} can take in "
+                    f"one step ({limit} frames)"
+                )
         requests = {name: part.make_request(speech) for name, part in self._parts.items()}
         rid = speech.request_id
         with self._lock:
@@ -194,4 +194,5 @@ class Orchestrator:
             live = self._live.pop(request_id, None)
         if live is not None:
             reason = live.source_reason or reason
-            live.sink(AudioEvent(request_id, frames=live.frames, finished=True, finish_reason=reason))
+            end = AudioEvent(request_id, frames=live.frames, finished=True, finish_reason=reason)
+            live.sink(end)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from omniflow.config.compose import compose
-from dataclasses import replace
-
-from omniflow.config.resolve import resolve_ref_context, build_graph
+from omniflow.config.resolve import build_graph, resolve_ref_context
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.graph import StageGraph
 from omniflow.models.registry import ARCHS
