@@ -1,0 +1,64 @@
+"""A stage whose loop dies is visible: its requests end with one error each, requests queued
+for it are refused, and the pipeline refuses new work (the server answers 503)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from omniflow.core.pipeline import PipelineUnavailable
+from omniflow.stages.messages import Add, Wake
+from tests.factories import Collector, build, speech
+
+
+@dataclass(frozen=True)
+class Late:
+    request_id: str
+
+
+class Boom(Exception):
+    """Not a RuntimeError/ValueError: the runner does not turn it into a request error, so
+    it escapes into the engine loop, as a bug would."""
+
+
+def kill_on_next_step(engine) -> threading.Event:
+    """Make the engine's next execute raise (fault injection at the runner boundary)."""
+    hit = threading.Event()
+
+    def execute(plan):
+        hit.set()
+        raise Boom("injected fault")
+
+    engine.runner.execute = execute
+    return hit
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_dead_stage_ends_its_requests_and_refuses_new_ones(victim):
+    orch = build("qwen3_tts")
+    try:
+        engine = orch.engines[victim]
+        hit = kill_on_next_step(engine)
+        c = Collector()
+        orch.submit(speech("doomed", max_new_tokens=20, ignore_eos=True), c)
+        assert hit.wait(30)
+        c.wait()
+        term = c.terminal
+        assert term.finish_reason == "error" and "injected fault" in term.error
+        stats = orch.stats()
+        assert not stats.healthy
+        assert [s.alive for s in stats.stages] == [i != victim for i in range(2)]
+        assert stats.in_flight == 0
+        with pytest.raises(PipelineUnavailable, match=engine.name):
+            orch.submit(speech("after"), Collector())
+        # A request that reaches the dead engine anyway (sent before the check) ends at once
+        # with one error rather than waiting in an inbox nobody reads.
+        late = []
+        engine.on_output = late.append
+        engine.send(Add(Late("late")))
+        engine.send(Wake())
+        assert [(o.request_id, o.finish_reason) for o in late] == [("late", "error")]
+    finally:
+        orch.stop()
