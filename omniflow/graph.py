@@ -15,6 +15,7 @@ from omniflow.config.schema import (
     Frozen,
     ModelConfig,
     SchedulerConfig,
+    StepLimits,
     StageConfig,
     UpstreamConfig,
 )
@@ -47,7 +48,9 @@ class ResolvedStage(Frozen):
     upstream: UpstreamConfig | None = Field(description="The incoming edge, if any.")
     downstream: str | None = Field(description="The stage this one feeds, if any.")
     is_final: bool = Field(description="Whether this stage's output is the request's output.")
-    scheduler: SchedulerConfig = Field(description="Scheduler limits.")
+    scheduler: SchedulerConfig | StepLimits = Field(
+        description="Scheduler limits (AR stages: with the KV cache)."
+    )
 
 
 class ResolvedPlatform(Frozen):

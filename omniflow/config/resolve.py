@@ -7,7 +7,13 @@ path and the rule; all violations of one config are reported together.
 
 from __future__ import annotations
 
-from omniflow.config.schema import ModelConfig, OmniflowSpec, PlatformConfig, StageConfig
+from omniflow.config.schema import (
+    ModelConfig,
+    OmniflowSpec,
+    PlatformConfig,
+    SchedulerConfig,
+    StageConfig,
+)
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
 from omniflow.models.capabilities import ModelCapabilities
@@ -379,6 +385,7 @@ def resolve_ref_context(
 
 def _check_kv_capacity(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
     s = stage.scheduler
+    assert isinstance(s, SchedulerConfig)  # AR stages (the caller checks the kind)
     if s.num_kv_blocks * s.block_size < s.max_model_len:
         errors.append(
             ConfigError(

@@ -25,21 +25,28 @@ class Frozen(BaseModel):
 # --------------------------------------------------------------------------- pipeline
 
 
-class SchedulerConfig(Frozen):
-    """Per-stage scheduler limits (DESIGN §6)."""
+class StepLimits(Frozen):
+    """What every stage scheduler bounds: requests and tokens per step, and whether the next
+    step is planned while the current one executes. A generation stage (code2wav) has only
+    these: it keeps no KV cache, so KV keys there would be accepted and ignored."""
 
     max_num_seqs: int = Field(32, ge=1, description="Most requests running in one step.")
     max_num_batched_tokens: int = Field(
         2048, ge=1, description="Token budget of one step (prefill chunks + decode tokens)."
     )
+    async_scheduling: bool = Field(
+        False, description="Plan step n+1 while step n executes (in-flight tokens as placeholders)."
+    )
+
+
+class SchedulerConfig(StepLimits):
+    """An AR stage's scheduler: step limits plus the paged KV cache (docs/architecture.md)."""
+
     max_model_len: int = Field(
         4096, ge=1, description="Longest sequence (prompt + generated) a request may reach."
     )
     block_size: int = Field(16, ge=1, description="Tokens per KV-cache block.")
     num_kv_blocks: int = Field(2048, ge=1, description="KV-cache blocks in the stage's pool.")
-    async_scheduling: bool = Field(
-        False, description="Plan step n+1 while step n executes (in-flight tokens as placeholders)."
-    )
 
 
 class UpstreamConfig(Frozen):
@@ -77,21 +84,22 @@ class StageBase(Frozen):
     pipeline_parallel_size: int = Field(1, ge=1, description="Pipeline-parallel degree.")
     enable_prefix_caching: bool = Field(False, description="Reuse KV of shared prompt prefixes.")
     speculative_tokens: int = Field(0, ge=0, description="Speculative draft tokens per step.")
-    scheduler: SchedulerConfig = Field(
-        default_factory=SchedulerConfig, description="Scheduler limits."
-    )
 
 
 class ARStageConfig(StageBase):
     """An autoregressive stage (the talker): paged KV, continuous batching."""
 
     kind: Literal["ar"] = Field(description="Stage kind discriminator.")
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="Scheduler limits and KV cache."
+    )
 
 
 class GenerationStageConfig(StageBase):
     """A non-autoregressive stage (code2wav): one step per received chunk."""
 
     kind: Literal["generation"] = Field(description="Stage kind discriminator.")
+    scheduler: StepLimits = Field(default_factory=StepLimits, description="Scheduler limits.")
 
 
 StageConfig = Annotated[ARStageConfig | GenerationStageConfig, Field(discriminator="kind")]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omniflow.config.schema import SchedulerConfig
+from omniflow.config.schema import StepLimits
 from omniflow.core.output import StageOutput
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
@@ -54,7 +54,7 @@ class GenerationScheduler:
 
     def __init__(
         self,
-        config: SchedulerConfig,
+        config: StepLimits,
         tokens_per_frame: int,
         receive_timeout_s: float,
         atomic_chunks: bool = True,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from omniflow.config.schema import SchedulerConfig
 from omniflow.graph import ResolvedStage
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
@@ -49,6 +50,7 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
 def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     bundle = _bundle(ctx)
     cfg = stage.scheduler
+    assert isinstance(cfg, SchedulerConfig)  # an AR stage's scheduler has the KV cache
     decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
     runner = ARModelRunner(
         bundle.talker,
