@@ -15,8 +15,8 @@ from omniflow.config.schema import (
     Frozen,
     ModelConfig,
     SchedulerConfig,
-    StepLimits,
     StageConfig,
+    StepLimits,
     UpstreamConfig,
 )
 from omniflow.models.capabilities import Payload
