@@ -70,7 +70,7 @@ class Orchestrator:
         frontend = parts[self._source].frontend
         assert frontend is not None, f"source stage {self._source!r} takes no speech requests"
         self._frontend: SpeechFrontend = frontend
-        self._final = graph.final_stage
+        (self._final,) = (n for n, s in graph.stages.items() if s.is_final)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         for name, engine in engines.items():

@@ -1,0 +1,153 @@
+"""Every key `omniflow config` prints acts: runtime code reads it, or a value that would not
+act is refused, or it is derived (not settable) from keys that do act.
+
+The table below is the inventory. A new printed key without an entry fails this test, and
+so does an entry whose reader no longer mentions the field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2] / "omniflow"
+S = "stages.<stage>"
+M = "omniflow/models/qwen3_tts/"
+
+# key -> (file or folder under omniflow/ that reads it at run time, the field name it reads)
+READ: dict[str, tuple[str, str]] = {
+    "pipeline": ("stages/orchestrator.py", "pipeline"),
+    "final_stage": ("stages/orchestrator.py", "is_final"),
+    f"{S}.is_final": ("stages/orchestrator.py", "is_final"),
+    f"{S}.arch": ("stages/build.py", "arch"),
+    f"{S}.window_k": ("stages/qwen3_tts.py", "window_k"),
+    f"{S}.stream_decode": ("stages/qwen3_tts.py", "stream_decode"),
+    f"{S}.receives_chunks": ("stages/qwen3_tts.py", "receives_chunks"),
+    f"{S}.atomic_chunks": ("stages/qwen3_tts.py", "atomic_chunks"),
+    f"{S}.upstream": ("stages/qwen3_tts.py", "upstream"),
+    f"{S}.upstream.chunk_frames": ("stages/qwen3_tts.py", "chunk_frames"),
+    f"{S}.upstream.initial_chunk_frames": ("stages/qwen3_tts.py", "initial_chunk_frames"),
+    f"{S}.upstream.receive_timeout_s": ("stages/qwen3_tts.py", "receive_timeout_s"),
+    f"{S}.downstream": ("stages/orchestrator.py", "downstream"),
+    f"{S}.scheduler.max_num_seqs": ("sched", "max_num_seqs"),
+    f"{S}.scheduler.max_num_batched_tokens": ("sched", "max_num_batched_tokens"),
+    f"{S}.scheduler.async_scheduling": ("stages/build.py", "async_scheduling"),
+    f"{S}.scheduler.max_model_len": ("sched/ar.py", "max_model_len"),
+    f"{S}.scheduler.block_size": ("sched/ar.py", "block_size"),
+    f"{S}.scheduler.num_kv_blocks": ("sched/ar.py", "num_kv_blocks"),
+    "platform.name": ("stages/qwen3_tts.py", "name"),
+    "platform.device": ("stages/build.py", "device"),
+    "platform.dtype": ("stages/build.py", "dtype"),
+    "model.name": ("stages/orchestrator.py", "name"),
+    "model.load": ("models/qwen3_tts/factory.py", "load"),
+    "model.path": ("models/qwen3_tts/factory.py", "path"),
+    "model.seed": ("models/qwen3_tts/factory.py", "seed"),
+    "model.dtype": ("models/qwen3_tts/factory.py", "dtype"),
+    "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
+    "model.supports_instructions": ("stages/qwen3_tts.py", "supports_instructions"),
+    "model.codec.sample_rate": ("stages/orchestrator.py", "sample_rate"),
+}
+# Shapes: every field is read where the modules are built.
+for part, fields, where in (
+    (
+        "talker",
+        "num_layers hidden_size num_heads num_kv_heads head_dim intermediate_size rms_norm_eps "
+        "rope_theta vocab_size text_vocab_size text_hidden_size",
+        "models",
+    ),
+    (
+        "code_predictor",
+        "num_layers hidden_size num_heads num_kv_heads head_dim intermediate_size rms_norm_eps "
+        "rope_theta num_code_groups codebook_size",
+        "models",
+    ),
+    (
+        "codec",
+        "num_quantizers codebook_size codebook_dim latent_dim hidden_size num_layers num_heads "
+        "head_dim num_kv_heads intermediate_size rms_norm_eps layer_scale sliding_window "
+        "rope_theta upsampling_ratios upsample_rates decoder_dim",
+        "models/qwen3_tts/codec_modules.py",
+    ),
+):
+    for f in fields.split():
+        READ[f"model.{part}.{f}"] = (where, f)
+
+# key -> an override that would not act, which must be refused
+REFUSED: dict[str, str] = {
+    "runtime": "pipeline.runtime=process_per_stage",
+    "platform.cuda_graphs": "+platform.cuda_graphs=true",
+    f"{S}.ref_context_frames": "pipeline.stages.talker.ref_context_frames=0",
+    f"{S}.kind": "pipeline.stages.code2wav.kind=ar",  # the arch runs in a generation stage
+    "model.family": "model.family=other",
+}
+BASE = {  # the pipeline each refusal is tried on (a generation stage has no KV keys)
+    f"{S}.kind": ["pipeline=qwen3_tts", "platform=cpu"],
+}
+
+# key -> the acting key it is derived from or mirrored by (not settable itself)
+DERIVED: dict[str, str] = {
+    f"{S}.name": f"{S}.arch",
+    f"{S}.output": f"{S}.stream_decode",
+    f"{S}.upstream.stage": f"{S}.downstream",
+}
+
+
+def printed_keys() -> set[str]:
+    """Leaf key paths of `omniflow config` for both shipped pipelines (stage names folded
+    into `<stage>`, so every stage's keys are checked)."""
+    keys: set[str] = set()
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}")
+        else:
+            keys.add(prefix.lstrip("."))
+
+    for pipeline in ("qwen3_tts", "qwen3_tts_fused"):
+        data = build_graph(compose([f"pipeline={pipeline}", "platform=cpu"])).to_dict()
+        for stage in data.pop("stages").values():
+            walk(stage, S)
+        walk(data, "")
+    return keys
+
+
+def test_the_inventory_covers_exactly_the_printed_keys():
+    listed = set(READ) | set(REFUSED) | set(DERIVED)
+    assert printed_keys() == listed
+
+
+@pytest.mark.parametrize("key", sorted(READ))
+def test_read_keys_are_read_by_runtime_code(key):
+    where, field = READ[key]
+    path = ROOT / where
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    pattern = re.compile(rf"\.{field}\b|\b{field}=")
+    assert any(pattern.search(f.read_text()) for f in files), f"{key}: not read in {where}"
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_refused_keys_refuse_values_that_would_not_act(key):
+    override = REFUSED[key]
+    with pytest.raises(ConfigError) as exc:
+        build_graph(
+            compose([*BASE.get(key, ["pipeline=qwen3_tts_fused", "platform=cpu"]), override])
+        )
+    named = override.lstrip("+").split("=")[0]
+    assert named.rsplit(".", 1)[-1] in str(exc.value)
+
+
+@pytest.mark.parametrize("key", sorted(DERIVED))
+def test_derived_keys_cannot_be_set_and_come_from_acting_keys(key):
+    assert DERIVED[key] in READ
+    field = key.split(".")[-1]
+    if field == "stage":
+        return  # upstream.stage is the edge itself; its inverse (downstream) is what routes
+    with pytest.raises(ConfigError):
+        compose(["pipeline=qwen3_tts_fused", "platform=cpu", f"+pipeline.stages.talker.{field}=x"])
