@@ -9,7 +9,6 @@ from __future__ import annotations
 import queue
 import sys
 import time
-import uuid
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import SynthConfig
 from omniflow.core.speech import SpeechRequest
-from omniflow.serve.audio import write_wav
+from omniflow.serve.encoders import write_wav
 from omniflow.stages.build import build_pipeline
 from omniflow.stages.orchestrator import AudioEvent
 
@@ -66,9 +65,9 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     s = spec.synth
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()
-    request = SpeechRequest(
-        request_id=f"synth-{uuid.uuid4().hex[:8]}",
-        text=s.text,
+    request = SpeechRequest.create(
+        s.text,
+        id_prefix="synth",
         voice=s.voice,
         language=s.language,
         seed=s.seed,
@@ -76,6 +75,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
         ignore_eos=s.ignore_eos,
         instructions=s.instructions,
     )
+    sample_rate = orch.info().sample_rate
     orch.start()
     try:
         try:
@@ -92,7 +92,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
             if ev.pcm is not None:
                 pcm.append(ev.pcm)
                 samples += ev.pcm.size
-            progress.show(ev.frames, samples / orch.sample_rate, final=ev.finished)
+            progress.show(ev.frames, samples / sample_rate, final=ev.finished)
             if ev.finished:
                 break
         elapsed = time.monotonic() - t0
@@ -105,10 +105,10 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
         print("omniflow synth: the model produced no audio", file=sys.stderr)
         return 1
     audio = np.concatenate(pcm)
-    write_wav(s.out, audio, orch.sample_rate)
-    seconds = audio.size / orch.sample_rate
+    write_wav(s.out, audio, sample_rate)
+    seconds = audio.size / sample_rate
     print(
-        f"wrote {s.out}: {audio.size} samples ({seconds:.2f} s at {orch.sample_rate} Hz), "
+        f"wrote {s.out}: {audio.size} samples ({seconds:.2f} s at {sample_rate} Hz), "
         f"{elapsed:.2f} s wall, RTF {elapsed / seconds:.3f}, finish: {ev.finish_reason}"
     )
     return 0

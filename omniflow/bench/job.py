@@ -16,7 +16,10 @@ from typing import Any
 from omniflow.bench.client import load_prompts, run, summarize
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
+from omniflow.core.pipeline import PipelineStats, WindowCounters
+from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.serve.run import ServerThread
+from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +45,10 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     prompts = load_prompts(b.prompts or DEFAULT_PROMPTS, b.num_prompts)
     if b.max_frames:
         prompts = [replace(p, frames=min(p.frames, b.max_frames)) for p in prompts]
-    talker = graph.stages["talker"]
+    ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
-    with ServerThread(graph, spec.server) as srv:
+    pipeline = build_pipeline(graph)
+    with ServerThread(pipeline, spec.server) as srv:
         for i in range(b.rounds):
             samples, wall = asyncio.run(
                 run(
@@ -66,12 +70,11 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 summary["ttfp_s"]["median"],
                 summary["audio_throughput"],
             )
-        service = srv.app.state.service
-        registry = service.metrics.registry
-        step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": "talker"})
+        registry = srv.app.state.service.metrics.registry
+        step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": ar.name})
         audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
-        frames = audio_s * graph.model.codec.sample_rate / 1920
-        windows = service.orch.talker.scheduler.window_stats.as_dict()
+        frames = audio_s * pipeline.info().sample_rate / 1920
+        windows = stage_windows(pipeline.stats(), ar.name)
     result = {
         "overrides": overrides,
         "config": {
@@ -79,8 +82,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "model": graph.model.name,
             "platform": graph.platform.name,
             "dtype": graph.platform.dtype,
-            "window_k": talker.window_k,
-            "async_scheduling": talker.scheduler.async_scheduling,
+            "window_k": ar.window_k,
+            "async_scheduling": ar.scheduler.async_scheduling,
             "concurrency": b.concurrency,
             "num_prompts": len(prompts),
             "frames_per_prompt": [p.frames for p in prompts],
@@ -88,7 +91,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "rounds": rounds,
         "summary": _across_rounds(rounds),
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
-        "windows": windows if talker.window_k else None,
+        "windows": windows,
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -96,6 +99,22 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def ar_stage(graph: StageGraph) -> ResolvedStage:
+    """The pipeline's autoregressive stage (the one that generates frames): its step time per
+    frame, window setting and window counters are what a job reports."""
+    return next(s for s in graph.stages.values() if s.kind == "ar")
+
+
+def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
+    """The stage's window counters as flat result fields; None when windows are off."""
+    w: WindowCounters | None = next(s.windows for s in stats.stages if s.name == stage)
+    if w is None:
+        return None
+    flat = {"planned_windows": w.planned, "executed_windows": w.executed, "executed_steps": w.steps}
+    flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
+    return flat
 
 
 def _across_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:

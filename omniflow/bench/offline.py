@@ -48,9 +48,9 @@ class Tracker:
 def submit(orch: Orchestrator, rid: str, seed: int, frames: int) -> Tracker:
     tracker = Tracker(time.perf_counter())
     orch.submit(
-        SpeechRequest(
-            rid,
+        SpeechRequest.create(
             "A benchmark sentence for the pipeline.",
+            request_id=rid,
             voice="vivian",
             seed=seed,
             max_new_tokens=frames,
@@ -72,6 +72,7 @@ def measure(
     base = [f"pipeline={pipeline}", f"platform={platform}", f"model={model}"]
     graph = build_graph(compose(base + list(overrides or [])))
     orch = build_pipeline(graph)
+    sr = orch.info().sample_rate
     orch.start()
     try:
         submit(orch, "warmup", 0, frames).done.wait(600)
@@ -82,7 +83,6 @@ def measure(
         wall = time.perf_counter() - t0
     finally:
         orch.stop()
-    sr = graph.model.codec.sample_rate
     return {
         "model": model,
         "pipeline": pipeline,

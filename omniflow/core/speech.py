@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class SpeechRequest:
-    """What to say, in which voice, and how to sample."""
+    """What to say, in which voice, and how to sample.
+
+    Build one with `SpeechRequest.create`: every front end (HTTP, `synth`, the benchmarks)
+    goes through it, so request ids and the normalisation of user-typed fields agree."""
 
     request_id: str
     text: str
@@ -26,3 +30,46 @@ class SpeechRequest:
     """Style instruction (CustomVoice 1.7B), e.g. "Speak slowly and warmly"."""
     initial_chunk_frames: int | None = None
     """Two-stage pipeline: frames in the first chunk to code2wav (None: the edge's)."""
+
+    @classmethod
+    def create(
+        cls,
+        text: str,
+        *,
+        request_id: str | None = None,
+        id_prefix: str = "speech",
+        voice: str | None = None,
+        language: str | None = "auto",
+        seed: int | None = None,
+        max_new_tokens: int | None = None,
+        ignore_eos: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        instructions: str | None = None,
+        initial_chunk_frames: int | None = None,
+    ) -> SpeechRequest:
+        """The one way front ends build a request from user-level fields.
+
+        A missing `request_id` becomes `<id_prefix>-<32 hex>` (unique, so a front end never
+        collides with another's ids). Voice and language names are matched without regard to
+        case or surrounding spaces (the model's tables are lower case), a missing or blank
+        language means "auto", and blank instructions mean none (no empty style turn)."""
+        lang = (language or "").strip().lower() or "auto"
+        style = instructions if instructions and instructions.strip() else None
+        return cls(
+            request_id=request_id or f"{id_prefix}-{uuid.uuid4().hex}",
+            text=text,
+            voice=voice.strip().lower() if voice is not None else None,
+            language=lang,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+            instructions=style,
+            initial_chunk_frames=initial_chunk_frames,
+        )

@@ -1,22 +1,40 @@
-"""Prometheus metrics of the server, all prefixed `omniflow_`, in a registry of its own."""
+"""Prometheus metrics of the server, all prefixed `omniflow_`, in a registry of its own.
+
+Request counters and latencies are recorded by the responses; per-stage gauges and window
+counters are read from `pipeline.stats()` at scrape time (one consistent snapshot per
+scrape, nothing to keep in sync), and step times arrive through the pipeline's step observer.
+A series exists only for stages that have the quantity: a stage without a KV cache, decoder
+or windows exports nothing about it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from omniflow.sched.window import WindowStats
-from omniflow.stages.orchestrator import Orchestrator
+from omniflow.core.pipeline import PipelineStats, StageStats
+from omniflow.serve.pipeline import Pipeline
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
+STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = (
+    ("omniflow_kv_blocks_in_use", "KV-cache blocks in use", lambda s: s.kv_blocks_used),
+    (
+        "omniflow_decoder_slots_in_use",
+        "Streaming codec decoder slots in use",
+        lambda s: s.decoder_slots_used,
+    ),
+    ("omniflow_requests_running", "Requests being computed by the stage", lambda s: s.running),
+    ("omniflow_requests_waiting", "Requests queued at the stage", lambda s: s.waiting),
+)
+
 
 class Metrics:
-    def __init__(self, orchestrator: Orchestrator) -> None:
+    def __init__(self, pipeline: Pipeline) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "omniflow_requests", "Speech requests by outcome", ["outcome"], registry=r
@@ -42,42 +60,55 @@ class Metrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
-        kv = Gauge("omniflow_kv_blocks_in_use", "KV-cache blocks in use", ["stage"], registry=r)
         for outcome in ("ok", "error", "abort", "rejected"):
             self.requests.labels(outcome)
-        talker = orchestrator.talker
-        kv.labels(talker.name).set_function(lambda: talker.scheduler.kv.num_used_blocks)
-        for engine in orchestrator.engines:
-            histogram = self.step.labels(engine.name)
-            engine.step_observer = histogram.observe
-        if talker.scheduler.window_k:  # a stage without windows exports nothing about them
-            r.register(WindowCollector(talker.name, talker.scheduler.window_stats))
+        for stage in pipeline.info().stages:
+            self.step.labels(stage)
+        pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))
+        r.register(StageCollector(pipeline.stats))
 
 
-class WindowCollector(Collector):
-    """Multi-step window counters of one stage (DESIGN §7), read at scrape time."""
+class StageCollector(Collector):
+    """Per-stage gauges and window counters, from one `stats()` snapshot per scrape."""
 
-    def __init__(self, stage: str, stats: WindowStats) -> None:
-        self.stage = stage
+    def __init__(self, stats: Callable[[], PipelineStats]) -> None:
         self.stats = stats
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        s = self.stats
-        for name, doc, value in (
-            ("omniflow_window_planned", "Windows planned", s.planned_windows),
-            (
-                "omniflow_window_executed",
-                "Windows executed with more than one step",
-                s.executed_windows,
-            ),
-            ("omniflow_window_steps", "Forward steps executed inside windows", s.executed_steps),
-        ):
-            family = CounterMetricFamily(name, doc, labels=["stage"])
-            family.add_metric([self.stage], value)
-            yield family
-        refusals = CounterMetricFamily(
-            "omniflow_window_refusals", "Windows refused, by reason", labels=["stage", "reason"]
-        )
-        for reason, count in sorted(s.refusals.items()):
-            refusals.add_metric([self.stage, reason], count)
-        yield refusals
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stages = self.stats().stages
+        for name, doc, read in STAGE_GAUGES:
+            values = [(s.name, read(s)) for s in stages]
+            present = [(stage, v) for stage, v in values if v is not None]
+            if present:
+                family = GaugeMetricFamily(name, doc, labels=["stage"])
+                for stage, value in present:
+                    family.add_metric([stage], value)
+                yield family
+        yield from window_families(stages)
+
+
+def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
+    """Multi-step window counters (DESIGN §7) of the stages that have windows on."""
+    windowed = [(s.name, s.windows) for s in stages if s.windows is not None]
+    if not windowed:
+        return
+    for name, doc, read in (
+        ("omniflow_window_planned", "Windows planned", lambda w: w.planned),
+        (
+            "omniflow_window_executed",
+            "Windows executed with more than one step",
+            lambda w: w.executed,
+        ),
+        ("omniflow_window_steps", "Forward steps executed inside windows", lambda w: w.steps),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["stage"])
+        for stage, w in windowed:
+            family.add_metric([stage], read(w))
+        yield family
+    refusals = CounterMetricFamily(
+        "omniflow_window_refusals", "Windows refused, by reason", labels=["stage", "reason"]
+    )
+    for stage, w in windowed:
+        for reason, count in sorted(w.refusals.items()):
+            refusals.add_metric([stage, reason], count)
+    yield refusals

@@ -21,36 +21,39 @@ from fastapi import FastAPI
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ServerConfig
-from omniflow.graph import StageGraph
-from omniflow.serve.app import build_app
+from omniflow.serve.pipeline import Pipeline
+from omniflow.serve.routes import build_app
 from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger("omniflow.serve")
 GRACE_S = 10
 
 
-def make_app(graph: StageGraph, server: ServerConfig) -> FastAPI:
-    orch = build_pipeline(graph)
-    app = build_app(orch, server)
+def make_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
+    """The app serving `pipeline`, which starts with the server and stops with it."""
+    app = build_app(pipeline, server)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        orch.start()
+        pipeline.start()
         try:
             yield
         finally:
             log.info("stopping engines")
-            orch.stop()
+            pipeline.stop()
 
     app.router.lifespan_context = lifespan
     return app
 
 
 class ServerThread:
-    """The server on a free loopback port in a background thread (benchmarks, tests)."""
+    """The server on a free loopback port in a background thread (benchmarks, tests).
 
-    def __init__(self, graph: StageGraph, server: ServerConfig) -> None:
-        self.app = make_app(graph, server)
+    It takes a built, not yet started pipeline (`build_pipeline(graph)`), so that a test can
+    serve a pipeline it controls."""
+
+    def __init__(self, pipeline: Pipeline, server: ServerConfig) -> None:
+        self.app = make_app(pipeline, server)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -85,7 +88,7 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
             "(DIR in the published Qwen3-TTS layout)",
             graph.model.name,
         )
-    app = make_app(graph, server)
+    app = make_app(build_pipeline(graph), server)
     sock = socket.socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((server.host, server.port))

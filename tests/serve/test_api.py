@@ -13,6 +13,8 @@ import pytest
 import soundfile
 from openai import OpenAI
 
+from tests.serve.conftest import assert_released
+
 MODEL = "qwen3-tts-tiny"
 N = 20
 PCM_BYTES = N * 1920 * 2
@@ -160,9 +162,7 @@ def test_sixteen_concurrent_streams_and_one_disconnect(live):
     assert not errors, errors
     assert results == {i: (12 + i) * 1920 * 2 for i in range(16)}
     live.wait_idle()
-    assert live.service.orch.talker.scheduler.kv.num_used_blocks == 0
-    dec = live.service.orch.talker.runner.stream_decoder
-    assert dec.num_free == dec.num_slots
+    assert_released(live.pipeline.stats())
     metrics = httpx.get(live.url + "/metrics").text
     assert 'omniflow_requests_total{outcome="abort"} 1.0' in metrics
 
@@ -232,20 +232,24 @@ def test_info_endpoints_and_metrics(live):
         "omniflow_e2e_seconds_bucket",
         'omniflow_stage_step_seconds_bucket{le="0.01",stage="talker"}',
         'omniflow_kv_blocks_in_use{stage="talker"}',
+        'omniflow_decoder_slots_in_use{stage="talker"}',
+        'omniflow_requests_running{stage="talker"}',
+        'omniflow_requests_waiting{stage="talker"}',
     ):
         assert series in text, series
 
 
 def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
-    from tests.serve.conftest import LiveServer
+    from omniflow.config.compose import compose
+    from omniflow.serve.run import ServerThread
+    from tests.serve.fake_pipeline import FakePipeline
 
-    # code2wav's whole budget is 4 frames; a first chunk of 10 can never run: the request
-    # fails before any audio exists.
-    with LiveServer(
-        "pipeline=qwen3_tts",
-        "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=64",
-    ) as server:
+    # A stage ends the request with an error before any audio exists (the real pipeline
+    # now refuses the chunk sizes that used to do this at submit, see the next test).
+    pipeline = FakePipeline()
+    with ServerThread(pipeline, compose(["platform=cpu"]).server) as server:
         for stream in (False, True):
+            pipeline.fail_next("chunk of 160 tokens exceeds the stage's whole per-step budget")
             r = httpx.post(
                 server.url + "/v1/audio/speech",
                 timeout=60,
@@ -255,7 +259,6 @@ def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
                     "input": "x",
                     "response_format": "pcm",
                     "stream": stream,
-                    "initial_chunk_frames": 10,
                     "max_new_tokens": 30,
                     "ignore_eos": True,
                 },
@@ -270,15 +273,55 @@ def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
                 "voice": "vivian",
                 "input": "x",
                 "response_format": "pcm",
-                "initial_chunk_frames": 2,
                 "max_new_tokens": 3,
                 "ignore_eos": True,
             },
         )
         assert ok.status_code == 200 and len(ok.content) == 3 * 1920 * 2
-        server.wait_idle()
         metrics = httpx.get(server.url + "/metrics").text
         assert 'omniflow_requests_total{outcome="error"} 2.0' in metrics
+
+
+def test_two_stage_pipeline_refuses_an_oversized_first_chunk_and_reports_its_gauges():
+    from tests.serve.conftest import LiveServer
+
+    # code2wav's whole budget is 4 frames; a first chunk of 10 can never run: refused
+    # before anything is queued, and the server keeps serving.
+    with LiveServer(
+        "pipeline=qwen3_tts",
+        "pipeline.stages.code2wav.scheduler.max_num_batched_tokens=64",
+        "pipeline.stages.code2wav.upstream.chunk_frames=4",
+    ) as server:
+        body = {
+            "model": MODEL,
+            "voice": "vivian",
+            "input": "x",
+            "response_format": "pcm",
+            "max_new_tokens": 30,
+            "ignore_eos": True,
+        }
+        for stream in (False, True):
+            r = httpx.post(
+                server.url + "/v1/audio/speech",
+                timeout=60,
+                json={**body, "stream": stream, "initial_chunk_frames": 10},
+            )
+            assert r.status_code == 400
+            assert "initial_chunk_frames" in r.json()["error"]["message"]
+        ok = httpx.post(
+            server.url + "/v1/audio/speech",
+            timeout=60,
+            json={**body, "initial_chunk_frames": 2, "max_new_tokens": 3},
+        )
+        assert ok.status_code == 200 and len(ok.content) == 3 * 1920 * 2
+        server.wait_idle()
+        metrics = httpx.get(server.url + "/metrics").text
+        assert 'omniflow_requests_total{outcome="rejected"} 2.0' in metrics
+        # code2wav has a decoder but no KV cache: only the series it has
+        assert 'omniflow_decoder_slots_in_use{stage="code2wav"} 0.0' in metrics
+        assert 'omniflow_kv_blocks_in_use{stage="talker"} 0.0' in metrics
+        assert 'omniflow_kv_blocks_in_use{stage="code2wav"}' not in metrics
+        assert 'omniflow_decoder_slots_in_use{stage="talker"}' not in metrics
 
 
 def _abort_count(live) -> float:
@@ -305,7 +348,7 @@ def test_client_gone_during_a_whole_response_aborts_the_request(live):
         )
     live.wait_idle()
     assert _abort_count(live) == before + 1
-    assert live.service.orch.talker.scheduler.kv.num_used_blocks == 0
+    assert_released(live.pipeline.stats())
 
 
 def test_window_counters_on_metrics_only_when_windows_are_on(live):

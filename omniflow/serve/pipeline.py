@@ -1,0 +1,38 @@
+"""The part of a running pipeline the server depends on, as a Protocol.
+
+The server reads only `info()` and `stats()`, observes step times, and submits and aborts
+requests. Typing against this (rather than the orchestrator class) keeps the server off the
+orchestrator's internals and lets tests serve a small fake with the same behaviour, e.g. a
+pipeline whose stage has died.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from omniflow.core.pipeline import PipelineInfo, PipelineStats
+from omniflow.core.speech import SpeechRequest
+from omniflow.stages.orchestrator import AudioEvent
+
+Sink = Callable[[AudioEvent], None]
+
+
+class Pipeline(Protocol):
+    """What `Orchestrator` offers the server (see omniflow/core/pipeline.py)."""
+
+    def info(self) -> PipelineInfo: ...
+
+    def stats(self) -> PipelineStats: ...
+
+    def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
+
+    def submit(self, speech: SpeechRequest, sink: Sink) -> None:
+        """ValueError: bad input; PipelineUnavailable: a stage has stopped."""
+        ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...

@@ -1,0 +1,201 @@
+"""One speech request's response, from the pipeline's events to HTTP bytes.
+
+The engines run on their own threads; their events cross into the HTTP event loop through
+`call_soon_threadsafe` onto a per-request asyncio queue, so the loop never runs a model step.
+The response waits for the first audio before choosing a status, so a request that fails
+before any audio is a proper JSON error, never an empty 200; after that it is sent whole,
+streamed as raw bytes, or streamed as server-sent events. A client that goes away aborts its
+request, which frees its KV blocks and decoder slot in every stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from omniflow.serve.encoders import encode_whole, pcm16, sse_event, wav_header
+from omniflow.serve.errors import ApiError
+from omniflow.serve.metrics import Metrics
+from omniflow.serve.pipeline import Pipeline, Sink
+from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+from omniflow.stages.orchestrator import AudioEvent
+
+DISCONNECT_POLL_S = 0.25
+
+
+def event_channel() -> tuple[asyncio.Queue[AudioEvent], Sink]:
+    """A queue on the running loop and a sink any thread may call to feed it."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[AudioEvent] = asyncio.Queue()
+
+    def sink(ev: AudioEvent) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, ev)
+
+    return events, sink
+
+
+class ClientGone(Exception):
+    """The client disconnected before the response started."""
+
+
+class DisconnectWatch:
+    """Yields a request's events while checking, at most every DISCONNECT_POLL_S, whether
+    the client is still there (events may arrive faster than that; a timeout alone would
+    never notice a client that left)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.next_check = 0.0
+
+    async def next(self, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
+        while True:
+            now = time.monotonic()
+            if now >= self.next_check:
+                self.next_check = now + DISCONNECT_POLL_S
+                if await self.request.is_disconnected():
+                    raise ClientGone
+            try:
+                return await asyncio.wait_for(events.get(), self.next_check - now)
+            except TimeoutError:
+                continue
+
+
+class SpeechResponse:
+    """The response state of one admitted request: counts its outcome exactly once, and
+    aborts it in the pipeline whenever the response ends before the request did."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        metrics: Metrics,
+        sample_rate: int,
+        rid: str,
+        events: asyncio.Queue[AudioEvent],
+        request: Request,
+        t0: float,
+    ) -> None:
+        self.pipeline, self.metrics, self.sample_rate = pipeline, metrics, sample_rate
+        self.rid, self.events, self.t0 = rid, events, t0
+        self.watch = DisconnectWatch(request)
+        self.finished = False
+        metrics.in_flight.inc()
+
+    def account(self, ev: AudioEvent) -> None:
+        if ev.finished and not self.finished:
+            self.finished = True
+            outcome = {"abort": "abort", "error": "error"}.get(ev.finish_reason or "", "ok")
+            m = self.metrics
+            m.requests.labels(outcome).inc()
+            m.in_flight.dec()
+            if outcome == "ok":
+                m.e2e.observe(time.perf_counter() - self.t0)
+
+    def abort(self) -> None:
+        self.pipeline.abort(self.rid)
+        self.account(AudioEvent(self.rid, finished=True, finish_reason="abort"))
+
+    async def respond(self, body: SpeechBody) -> Response:
+        """Wait for the first audio (so errors before any audio are proper 4xx/5xx JSON),
+        then answer whole or streamed."""
+        try:
+            first = await self.watch.next(self.events)
+        except ClientGone:
+            self.abort()
+            return Response(status_code=499)
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+        if first.pcm is None:  # ended before any audio: an error, never an empty 200
+            self.account(AudioEvent(self.rid, finished=True, finish_reason="error"))
+            message = f"generation failed: {first.error}" if first.error else "no audio produced"
+            raise ApiError(500, message, None, "server_error")
+        self.account(first)
+        self.metrics.first_audio.observe(time.perf_counter() - self.t0)
+        fmt, sr = body.response_format, self.sample_rate
+        if body.stream_format == "sse":
+            return StreamingResponse(
+                sse(self.audio_events(first, False), fmt, sr), media_type="text/event-stream"
+            )
+        if body.streaming:
+            return StreamingResponse(
+                raw_stream(self.audio_events(first, False), fmt, sr), media_type=MEDIA_TYPES[fmt]
+            )
+        return await self.whole(first, fmt)
+
+    async def audio_events(self, first: AudioEvent, poll: bool) -> AsyncIterator[AudioEvent]:
+        """The request's events from `first` to its end; `poll` watches for a client that
+        left (a streamed response notices that itself, when a write fails)."""
+        ev = first
+        try:
+            while True:
+                if ev.pcm is not None:
+                    self.metrics.audio_seconds.inc(ev.pcm.size / self.sample_rate)
+                yield ev
+                if ev.finished:
+                    return
+                ev = await (self.watch.next(self.events) if poll else self.events.get())
+                self.account(ev)
+        finally:
+            if not self.finished:  # client went away (or the server is stopping)
+                self.abort()
+
+    async def whole(self, first: AudioEvent, fmt: str) -> Response:
+        parts: list[np.ndarray] = []
+        last = first
+        try:
+            async for ev in self.audio_events(first, True):
+                last = ev
+                if ev.pcm is not None:
+                    parts.append(ev.pcm)
+        except ClientGone:
+            return Response(status_code=499)
+        if last.error:
+            raise ApiError(500, f"generation failed: {last.error}", None, "server_error")
+        audio = np.concatenate(parts)
+        return Response(encode_whole(audio, fmt, self.sample_rate), media_type=MEDIA_TYPES[fmt])
+
+
+async def raw_stream(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
+    """Streamed pcm or wav: a WAV header with unknown sizes, then PCM16 as it comes."""
+    if fmt == "wav":
+        yield wav_header(sr)
+    async for ev in events:
+        if ev.pcm is not None:
+            yield pcm16(ev.pcm)
+        if ev.error:
+            raise RuntimeError(f"generation failed mid-stream: {ev.error}")
+
+
+async def sse(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
+    """`speech.audio.delta` (base64 PCM16, or WAV bytes after a header for wav),
+    `speech.audio.done` with usage, or `speech.audio.error`."""
+    samples = 0
+    frames = 0
+    header_sent = fmt != "wav"
+    async for ev in events:
+        frames = ev.frames or frames
+        if ev.pcm is not None:
+            chunk = pcm16(ev.pcm)
+            if not header_sent:
+                chunk = wav_header(sr) + chunk
+                header_sent = True
+            samples += ev.pcm.size
+            yield sse_event(
+                {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()}
+            )
+        if ev.finished:
+            if ev.error:
+                yield sse_event({"type": "speech.audio.error", "error": {"message": ev.error}})
+            else:
+                usage = {
+                    "audio_seconds": samples / sr,
+                    "output_frames": frames,
+                    "finish_reason": ev.finish_reason,
+                }
+                yield sse_event({"type": "speech.audio.done", "usage": usage})

@@ -1,0 +1,100 @@
+"""Checks a speech request body against the served model and the server's limits.
+
+Everything here is known before anything is queued, so a bad request is a 4xx naming the
+field and never reaches a stage; admission then refuses work the pipeline cannot take now
+(a stopped stage: 503, too many in flight: 429).
+"""
+
+from __future__ import annotations
+
+from omniflow.config.schema import ServerConfig
+from omniflow.core.pipeline import PipelineInfo, PipelineStats
+from omniflow.serve.errors import ApiError, unavailable
+from omniflow.serve.protocol import STREAMABLE, SpeechBody
+
+
+def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
+    """Model-dependent checks the request schema cannot make (the schema made the rest)."""
+    if body.model != info.model:
+        raise ApiError(
+            404,
+            f"model {body.model!r} is not served; this server serves {info.model!r}",
+            "model",
+            "not_found_error",
+        )
+    if not body.input.strip():
+        raise ApiError(400, "input is empty", "input")
+    if len(body.input) > server.max_input_chars:
+        raise ApiError(
+            400,
+            f"input is {len(body.input)} characters; the limit is {server.max_input_chars}",
+            "input",
+        )
+    voices, languages = list(info.voices), list(info.languages)
+    if body.voice.lower() not in voices:
+        raise ApiError(400, f"unknown voice {body.voice!r}; available: {voices}", "voice")
+    if body.language.lower() not in languages:
+        raise ApiError(
+            400, f"unknown language {body.language!r}; available: {languages}", "language"
+        )
+    if body.speed != 1.0:
+        raise ApiError(
+            400,
+            "speed other than 1.0 is not supported (no time-stretch is "
+            "applied, rather than a silent change)",
+            "speed",
+        )
+    _check_instructions(body, info, server)
+    if body.task_type not in info.task_types:
+        raise ApiError(
+            400,
+            f"task_type {body.task_type!r} is not served by {info.model}; it serves "
+            f"{list(info.task_types)}",
+            "task_type",
+        )
+    if body.max_new_tokens is not None and body.max_new_tokens > info.max_new_tokens:
+        raise ApiError(400, f"max_new_tokens must be <= {info.max_new_tokens}", "max_new_tokens")
+    _check_format(body)
+
+
+def _check_instructions(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
+    if body.instructions and not info.supports_instructions:
+        raise ApiError(400, f"instructions are not supported by {info.model}", "instructions")
+    if body.instructions and len(body.instructions) > server.max_input_chars:
+        raise ApiError(
+            400,
+            f"instructions are longer than {server.max_input_chars} characters",
+            "instructions",
+        )
+
+
+def _check_format(body: SpeechBody) -> None:
+    if body.response_format == "aac":
+        raise ApiError(
+            400,
+            "response_format 'aac' is not supported; use wav, pcm, flac, mp3 or opus",
+            "response_format",
+        )
+    if body.streaming and body.stream_format != "sse" and body.response_format not in STREAMABLE:
+        raise ApiError(
+            400,
+            f"streaming supports pcm and wav (or stream_format=sse), not {body.response_format!r}",
+            "response_format",
+        )
+
+
+def admit(stats: PipelineStats, server: ServerConfig) -> None:
+    """Refuse new work the pipeline cannot take now: a stopped stage, or a full server."""
+    if not stats.healthy:
+        raise unavailable(down_message(stats))
+    if stats.in_flight >= server.max_concurrent_requests:
+        raise ApiError(429, "too many requests in flight; retry later", None, "rate_limit_error")
+
+
+def down_stages(stats: PipelineStats) -> list[str]:
+    return [s.name for s in stats.stages if not s.alive]
+
+
+def down_message(stats: PipelineStats) -> str:
+    down = ", ".join(repr(name) for name in down_stages(stats))
+    return f"stage {down} has stopped; the pipeline takes no new requests"
