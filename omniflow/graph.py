@@ -26,7 +26,7 @@ def receives_chunks(stage: StageConfig) -> bool:
     """The one predicate for "this stage receives chunks from an upstream stage".
 
     Chunk intake and the scheduler's atomic-chunk rule both use the resolved
-    `atomic_chunks` field, which is set from this predicate alone (DESIGN §4.2, §8).
+    `atomic_chunks` field, which is set from this predicate alone.
     """
     return stage.upstream is not None
 

@@ -1,4 +1,4 @@
-"""HTTP load generator for `/v1/audio/speech` (DESIGN §12), fixed-length mode.
+"""HTTP load generator for `/v1/audio/speech` (docs/benchmarks.md), fixed-length mode.
 
     python -m omniflow.bench.client --url http://127.0.0.1:8000 --prompts PROMPTS.jsonl \
         --concurrency 1 --num-prompts 8 --warmup 1

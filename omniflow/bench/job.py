@@ -1,5 +1,5 @@
 """One benchmark job: serve the configured pipeline on loopback, load it over HTTP with the
-shipped prompts in fixed-length mode, and write one result JSON (DESIGN §12)."""
+shipped prompts in fixed-length mode, and write one result JSON (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Configuration: Hydra composition, pydantic schema, build-time rules (DESIGN §4)."""
+"""Configuration: Hydra composition, pydantic schema, build-time rules."""

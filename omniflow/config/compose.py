@@ -1,4 +1,4 @@
-"""Hydra composition -> validated `OmniflowSpec` (DESIGN §4.1).
+"""Hydra composition -> validated `OmniflowSpec` (docs/architecture.md: configuration).
 
 Hydra builds the config from `conf/` and the overrides; `OmegaConf.to_container` turns it
 into plain data; pydantic validates it. After this point only frozen pydantic objects travel:

@@ -1,4 +1,4 @@
-"""Build-time rules: validated spec -> resolved, immutable stage graph (DESIGN §4.2, §4.3).
+"""Build-time rules: validated spec -> resolved, immutable stage graph.
 
 Every rule that involves more than one field (the model's declared capabilities, the platform,
 other stages) is applied here, once. Each violation becomes a `ConfigError` naming the key

@@ -60,7 +60,7 @@ class StepPlan:
     model-side state that recompute cannot rebuild (a stream decoder's) is parked for them."""
     total_num_tokens: int = 0
     window: Mapping[str, int] = field(default_factory=dict)
-    """Multi-step window per request (DESIGN §7); empty when no window is open."""
+    """Multi-step window per request; empty when no window is open."""
     chunks: Mapping[str, Any] = field(default_factory=dict)
     """Chunk-receiving stages: the received chunk each scheduled request consumes."""
 

@@ -27,9 +27,9 @@ class ModelCapabilities:
     accepts: Payload | None
     """What it receives from an upstream stage (None: it takes the request prompt)."""
     supports_window: bool
-    """Whether the runner may replay K decode steps inside one execute (DESIGN §7)."""
+    """Whether the runner may replay K decode steps inside one execute."""
     supports_stream_decode: bool
-    """Whether it can own the streaming codec decoder and emit PCM (DESIGN §10)."""
+    """Whether it can own the streaming codec decoder and emit PCM."""
     decodes_audio: bool
     """Whether it runs a codec decoder (so `ref_context_frames` may apply to it)."""
     accepts_reference: bool

@@ -1,4 +1,4 @@
-"""The autoregressive scheduler: continuous batching over a paged KV cache (DESIGN §6).
+"""The autoregressive scheduler: continuous batching over a paged KV cache.
 
 Each `schedule()` builds one `StepPlan` under a token budget and a sequence cap: running
 requests first (oldest first), then waiting ones; prompts longer than the budget are

@@ -1,4 +1,4 @@
-"""The scheduler of a chunk-receiving generation stage (code2wav) (DESIGN §8).
+"""The scheduler of a chunk-receiving generation stage (code2wav).
 
 Each request receives chunks of codec frames from its upstream stage. A ready chunk is the
 request's input for one step and is scheduled **whole or not at all**: if it does not fit

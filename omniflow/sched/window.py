@@ -1,5 +1,5 @@
 """Multi-step merged decode windows: plan-time gate, K clamping, KV for the extra steps,
-and the counters (DESIGN §7).
+and the counters (docs/architecture.md: multi-step windows).
 
 A window merges up to K decode steps of every scheduled request into one scheduling round;
 the runner replays them inside one execute, feeding each sampled token into the next. It is

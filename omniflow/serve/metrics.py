@@ -88,7 +88,7 @@ class StageCollector(Collector):
 
 
 def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
-    """Multi-step window counters (DESIGN §7) of the stages that have windows on."""
+    """Multi-step window counters of the stages that have windows on."""
     windowed = [(s.name, s.windows) for s in stages if s.windows is not None]
     if not windowed:
         return

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible speech API (DESIGN §11): the FastAPI app and its routes.
+"""The OpenAI-compatible speech API (README, Serve): the FastAPI app and its routes.
 
 Everything the routes know about the pipeline comes from `info()` (read once: the served
 model, voices, limits) and `stats()` (live: health, requests in flight). A stage that has

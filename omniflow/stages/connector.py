@@ -1,5 +1,5 @@
-"""Chunk intake of a stage that receives frames from an upstream stage (DESIGN §8 notes in
-docs/architecture.md).
+"""Chunk intake of a stage that receives frames from an upstream stage (docs/architecture.md:
+chunk-receiving stages).
 
 The intake belongs to the receiving stage's engine and is touched only on that engine's
 thread: frames arrive as `ReceiveFrames` messages, opening and closing come with `Add` and
@@ -18,8 +18,7 @@ from typing import Protocol
 class ChunkReceiver(Protocol):
     """A scheduler that takes received chunks as its requests' inputs."""
 
-    def receive(self, request_id: str, frames: tuple[tuple[int, ...], ...], last: bool) -> None:
-        ...
+    def receive(self, request_id: str, frames: tuple[tuple[int, ...], ...], last: bool) -> None: ...
 
 
 @dataclass

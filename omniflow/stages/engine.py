@@ -1,4 +1,4 @@
-"""The per-stage engine loop: schedule -> execute -> update (DESIGN §5).
+"""The per-stage engine loop: schedule -> execute -> update.
 
 `StageEngine` owns one scheduler and one runner (AR or generation: both meet at
 `StepPlan`/`StepResult`) and, on a stage that receives chunks, the chunk intake. `step()`

@@ -1,4 +1,4 @@
-"""Composition: typos, overlays and merge behaviour (DESIGN §4.1)."""
+"""Composition: typos, overlays and merge behaviour (docs/architecture.md: configuration)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each build-time rule of DESIGN §4.2 has an accepted and a refused case."""
+"""Each build-time rule (docs/architecture.md) has an accepted and a refused case."""
 
 from __future__ import annotations
 

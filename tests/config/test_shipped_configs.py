@@ -1,4 +1,4 @@
-"""Every shipped config composes and validates (DESIGN §2: one test covers them all)."""
+"""Every shipped config composes and validates (one test covers them all)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scheduler rules (DESIGN §6) on the real ARScheduler; results come from a tiny helper that
+"""Scheduler rules on the real ARScheduler; results come from a tiny helper that
 answers each plan the way a runner would (one token per request that reached its end)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chunk scheduling rules of a receiving stage (DESIGN §8) with a controllable clock."""
+"""Chunk scheduling rules of a receiving stage with a controllable clock."""
 
 from __future__ import annotations
 

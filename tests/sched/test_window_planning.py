@@ -1,4 +1,4 @@
-"""Window planning, the fence and reconcile on the real ARScheduler (DESIGN §7)."""
+"""Window planning, the fence and reconcile on the real ARScheduler."""
 
 from __future__ import annotations
 

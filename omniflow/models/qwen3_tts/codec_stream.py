@@ -1,4 +1,4 @@
-"""The one frame-exact streaming codec decoder (DESIGN §9), used by code2wav and the fused talker.
+"""The one frame-exact streaming codec decoder, used by code2wav and the fused talker.
 
 Each request owns a slot in a pool of carried state (conv histories, transposed-conv
 carries, a 72-frame KV window per transformer layer, and its frame position). `decode`

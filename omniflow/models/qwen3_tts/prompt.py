@@ -1,4 +1,4 @@
-"""The CustomVoice prompt layout (DESIGN §9), as (text id, codec id) pairs per position.
+"""The CustomVoice prompt layout, as (text id, codec id) pairs per position.
 
     [instruction]         optional user turn <|im_start|>user\\n{instruct}<|im_end|>\\n, text only
     next 3 positions      role tokens (<|im_start|> assistant \\n), text only
