@@ -3,6 +3,12 @@
 Per frame it prefills `[h, emb0(code0)]`, then runs 14 single-token steps, each feeding the
 code it just sampled, over a fresh 16-position dense cache. All rows of a batch move in
 lock-step, so the cache is a plain [B, 16, Hkv, D] tensor per layer.
+
+`predict` is capture-safe (a CUDA graph can record it, `predictor_graph.py`): every shape
+and position is a Python int fixed by the batch size, the RoPE tables for positions
+0..15 are built once per device and dtype and sliced, and the caller may hand in
+preallocated caches. Nothing in it reads a tensor value back to the host; the sampling
+callable must keep that promise too.
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ from omniflow.models.qwen3_tts.modules import CodePredictorModule
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits [B, V], codebook index g in 1..15) -> codes [B]."""
 
+KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
+"""One (K, V) pair per layer, each [B, num_code_groups, Hkv, D]."""
+
+_CosSin = tuple[torch.Tensor, torch.Tensor]
+
 
 class CodePredictor:
     """Runs a `CodePredictorModule` for a batch of frames."""
@@ -28,30 +39,56 @@ class CodePredictor:
         self.module = module
         self.shape = shape
         self.rotary = Rotary(shape.head_dim, shape.rope_theta)
+        self._tables: dict[tuple[torch.device, torch.dtype], _CosSin] = {}
 
-    @torch.no_grad()
-    def predict(
-        self, hidden: torch.Tensor, code0_embed: torch.Tensor, sample: SampleFn
-    ) -> torch.Tensor:
-        """hidden, code0_embed: [B, talker hidden]. Returns codes 1..15 as [B, 15]."""
-        m = self.module
+    def rope_tables(self, device: torch.device, dtype: torch.dtype) -> _CosSin:
+        """cos, sin [num_code_groups, head_dim] for positions 0..15, built on first use.
+
+        Building reads the largest position back to the host (`Rotary.cos_sin`), so a graph
+        capture must be preceded by one call here (an eager `predict` does it). The values
+        are those `Rotary.cos_sin` gives position by position, so slicing them is exact."""
+        key = (device, dtype)
+        if key not in self._tables:
+            positions = torch.arange(self.shape.num_code_groups, device=device)
+            self._tables[key] = self.rotary.cos_sin(positions, dtype)
+        return self._tables[key]
+
+    def new_caches(self, batch: int, device: torch.device, dtype: torch.dtype) -> KVCaches:
+        """Dense per-frame caches for `batch` rows. Positions are always written before they
+        are read, so the zero fill is for tidiness, not correctness."""
         s = self.shape
-        groups = s.num_code_groups
-        b = hidden.shape[0]
-        caches = [
+        size = (batch, s.num_code_groups, s.num_kv_heads, s.head_dim)
+        return [
             (
-                hidden.new_zeros(b, groups, s.num_kv_heads, s.head_dim),
-                hidden.new_zeros(b, groups, s.num_kv_heads, s.head_dim),
+                torch.zeros(size, device=device, dtype=dtype),
+                torch.zeros(size, device=device, dtype=dtype),
             )
             for _ in range(s.num_layers)
         ]
+
+    @torch.no_grad()
+    def predict(
+        self,
+        hidden: torch.Tensor,
+        code0_embed: torch.Tensor,
+        sample: SampleFn,
+        caches: KVCaches | None = None,
+    ) -> torch.Tensor:
+        """hidden, code0_embed: [B, talker hidden]. Returns codes 1..15 as [B, 15].
+
+        `caches` (from `new_caches`, B rows) are overwritten; None allocates fresh ones."""
+        m = self.module
+        groups = self.shape.num_code_groups
+        if caches is None:
+            caches = self.new_caches(hidden.shape[0], hidden.device, hidden.dtype)
         x = m.small_to_mtp_projection(torch.stack([hidden, code0_embed], dim=1))
+        cos_all, sin_all = self.rope_tables(x.device, x.dtype)
         codes: list[torch.Tensor] = []
         start = 0
         for g in range(1, groups):
             length = x.shape[1]
-            positions = torch.arange(start, start + length, device=x.device)
-            cos, sin = self.rotary.cos_sin(positions, x.dtype)
+            cos = cos_all[start : start + length]
+            sin = sin_all[start : start + length]
 
             def attend(layer, q, k, v, start=start, length=length):
                 kc, vc = caches[layer]
