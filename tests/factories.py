@@ -11,6 +11,7 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ModelConfig, SchedulerConfig
 from omniflow.core.speech import SpeechRequest
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
@@ -48,7 +49,7 @@ def talker_engine(
         async_scheduling=async_scheduling,
     )
     bundle = tiny_bundle()
-    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine(
         "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling
     )
@@ -135,8 +136,7 @@ def wait_idle(orch, timeout: float = 20.0) -> None:
             e.send(Wake())
         stats = orch.stats()
         held = any(
-            s.running or s.waiting or s.kv_blocks_used or s.decoder_slots_used
-            for s in stats.stages
+            s.running or s.waiting or s.kv_blocks_used or s.decoder_slots_used for s in stats.stages
         )
         if not stats.in_flight and not held and not any(e.has_work for e in orch.engines):
             return

@@ -27,6 +27,7 @@ import torch
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.platforms.base import PLATFORMS, prepare_device
@@ -70,7 +71,7 @@ def run_batch(model: str, platform: str, batch: int, frames: int) -> dict[str, A
     bundle = build_talker(graph.model, device)
     build_s = time.perf_counter() - t0
     runner = ARModelRunner(
-        bundle.talker,
+        build_ar_model(bundle),
         stage.scheduler,
         device,
         DTYPES[graph.platform.dtype],

@@ -15,6 +15,7 @@ import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.graph import ResolvedStage
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
@@ -53,11 +54,10 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     assert isinstance(cfg, SchedulerConfig)  # an AR stage's scheduler has the KV cache
     decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
     runner = ARModelRunner(
-        bundle.talker,
+        build_ar_model(bundle, decoder),
         cfg,
         ctx.device,
         ctx.dtype,
-        stream_decoder=decoder,
         batched_decode=PLATFORMS[ctx.graph.platform.name].batched_decode_attention,
     )
     processor = TalkerProcessor(

@@ -9,13 +9,24 @@ no generator state to save and restore, and one batched kernel serves every row 
 
 Order of operations (as the Qwen3-TTS reference): repetition penalty, banned ids,
 temperature, top-k, top-p, then a Gumbel-max draw (exactly a categorical sample).
+
+`SamplingStaging.prepare` builds a step's `SamplingBatch` from persistent staging buffers;
+`BatchSampler` hands it to the model, which decides what to draw (the AR token, then the rest
+of its frame under a fixed policy: `SamplingBatch.with_fixed_policy`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import torch
+
+from omniflow.core.request import SamplingParams
+from omniflow.models.interface import TokenPolicy
+from omniflow.stages.staging import Staging
 
 _M32 = 0xFFFFFFFF
 _MUL = 0x45D9F3B  # < 2**27, so products of 32-bit values stay inside int64
@@ -75,6 +86,32 @@ class SamplingBatch:
     """Host-side hint: some row has top_p < 1 (False skips the nucleus cut)."""
     use_penalty: bool = True
     """Host-side hint: some row has a repetition penalty != 1."""
+    penalty_pairs: tuple[torch.Tensor, torch.Tensor] | None = field(default=None)
+    """(rows, ids) int64: every distinct id of each row's history, rows in order and ids
+    ascending (what `history` expands to); `prepare` builds them so `sample` needs no host
+    lists. None: derived from `history`."""
+
+    def with_fixed_policy(
+        self, rows: torch.Tensor | None, temperature: float, top_k: int
+    ) -> SamplingBatch:
+        """These rows (all, or the subset `rows`) with their seeds and counters under one
+        policy: `temperature` where the row samples (greedy rows stay greedy), `top_k`, no
+        top-p, no penalty, no bans."""
+        temp = self.temperature if rows is None else self.temperature[rows]
+        n, dev = temp.shape[0], temp.device
+        return SamplingBatch(
+            temperature=torch.where(
+                temp > 0, torch.full_like(temp, temperature), torch.zeros_like(temp)
+            ),
+            top_k=torch.full((n,), top_k, dtype=torch.int64, device=dev),
+            top_p=torch.ones(n, device=dev),
+            repetition_penalty=torch.ones(n, device=dev),
+            seeds=self.seeds if rows is None else self.seeds[rows],
+            counters=self.counters if rows is None else self.counters[rows],
+            top_k_max=top_k,
+            use_top_p=False,
+            use_penalty=False,
+        )
 
 
 FAST_TOP_K = 256
@@ -85,7 +122,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
     """Sample one id per row of `logits` [B, V]."""
     logits = logits.float()
     b, v = logits.shape
-    if batch.history and batch.use_penalty:
+    if batch.use_penalty and (batch.penalty_pairs is not None or batch.history):
         logits = _apply_penalty(logits, batch)
     if batch.banned is not None:
         logits = logits.masked_fill(batch.banned, float("-inf"))
@@ -115,20 +152,133 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
 
 def _apply_penalty(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied.
-    All rows at once: the (row, id) pairs are laid out on the host and applied in one gather
-    and one scatter (a penalty of 1 leaves its row unchanged)."""
-    rows: list[int] = []
-    ids: list[int] = []
-    for row, seen in enumerate(batch.history):
-        unique = sorted(set(seen))
-        rows.extend([row] * len(unique))
-        ids.extend(unique)
-    if not rows:
-        return logits
-    r = torch.tensor(rows, device=logits.device, dtype=torch.int64)
-    i = torch.tensor(ids, device=logits.device, dtype=torch.int64)
+    All rows at once: the (row, id) pairs (prepared by `SamplingStaging`, else laid out here
+    from `history`) are applied in one gather and one scatter (a penalty of 1 leaves its row
+    unchanged)."""
+    if batch.penalty_pairs is not None:
+        r, i = batch.penalty_pairs
+        if r.shape[0] == 0:
+            return logits
+    else:
+        rows: list[int] = []
+        ids: list[int] = []
+        for row, seen in enumerate(batch.history):
+            unique = sorted(set(seen))
+            rows.extend([row] * len(unique))
+            ids.extend(unique)
+        if not rows:
+            return logits
+        r = torch.tensor(rows, device=logits.device, dtype=torch.int64)
+        i = torch.tensor(ids, device=logits.device, dtype=torch.int64)
     vals = logits[r, i]
     p = batch.repetition_penalty.to(logits.dtype)[r]
     logits = logits.clone()
     logits[r, i] = torch.where(vals > 0, vals / p, vals * p)
     return logits
+
+
+class BatchSampler:
+    """A `SamplingBatch` as the model sees it (`models.interface.RowSampler`)."""
+
+    def __init__(self, batch: SamplingBatch) -> None:
+        self.batch = batch
+
+    def draw(self, logits: torch.Tensor, stream: int) -> torch.Tensor:
+        return sample(logits, self.batch, stream=stream)
+
+    def with_policy(
+        self, rows: torch.Tensor | None, temperature: float, top_k: int
+    ) -> BatchSampler:
+        return BatchSampler(self.batch.with_fixed_policy(rows, temperature, top_k))
+
+
+class SamplingRow(Protocol):
+    """What `prepare` reads of a runner request."""
+
+    sampling: SamplingParams
+    seed: int
+    tokens: list[int]
+    """Tokens sampled so far: the next one's counter, and the penalty's history."""
+
+
+class SamplingStaging:
+    """Builds the `SamplingBatch` of one sampling call from persistent staging buffers: one
+    in-place fill and one copy per field, no per-row tensors (see `stages/staging.py`)."""
+
+    def __init__(self, max_rows: int, policy: TokenPolicy, device: torch.device) -> None:
+        self.policy = policy
+        self.device = device
+        self.staging = st = Staging(device)
+        self.temperature = st.buffer((max_rows,), torch.float32)
+        self.top_k = st.buffer((max_rows,), torch.int64)
+        self.top_p = st.buffer((max_rows,), torch.float32)
+        self.penalty = st.buffer((max_rows,), torch.float32)
+        self.seeds = st.buffer((max_rows,), torch.int64)
+        self.counters = st.buffer((max_rows,), torch.int64)
+        self.bans = st.buffer((64, 2), torch.int64)
+        """(row, id) pairs banned on top of the suppressed ids."""
+        self.seen = st.buffer((1024, 2), torch.int64)
+        """(row, id) pairs of the repetition penalty."""
+        self.suppress = torch.zeros(policy.vocab_size, dtype=torch.bool, device=device)
+        self.suppress[list(policy.suppressed_ids)] = True
+
+    def prepare(self, rows: Sequence[SamplingRow]) -> SamplingBatch:
+        """The batch for these rows' next token: their settings, seeds and counters, the
+        model's suppressed ids plus each row's own bans (its suppressed ids; its stop ids,
+        or the model's fallback, while it may not stop), and the penalty's (row, id) pairs."""
+        b = len(rows)
+        if b > self.temperature.capacity:
+            raise ValueError(f"{b} rows to sample; staging holds {self.temperature.capacity}")
+        sp = [r.sampling for r in rows]
+        self.staging.begin()
+        ban_pairs: list[tuple[int, int]] = []
+        for i, (r, s) in enumerate(zip(rows, sp, strict=True)):
+            self.temperature.np[i] = s.temperature
+            self.top_k.np[i] = s.top_k
+            self.top_p.np[i] = s.top_p
+            self.penalty.np[i] = s.repetition_penalty
+            try:
+                self.seeds.np[i] = r.seed
+            except OverflowError as exc:  # as torch.tensor would: a ValueError, not a crash
+                raise ValueError(f"seed {r.seed} does not fit in int64") from exc
+            self.counters.np[i] = len(r.tokens)
+            extra = list(s.suppress_token_ids)
+            if s.ignore_eos or len(r.tokens) < s.min_new_tokens:
+                extra += list(s.stop_token_ids) or list(self.policy.fallback_stop_ids)
+            ban_pairs.extend((i, t) for t in extra)
+        use_penalty = any(s.repetition_penalty != 1.0 for s in sp)
+        banned = self.suppress.expand(b, -1).clone()
+        if ban_pairs:
+            self.bans = self.staging.grown(self.bans, len(ban_pairs))
+            self.bans.np[: len(ban_pairs)] = ban_pairs
+            pairs = self.bans.upload(len(ban_pairs))
+            banned[pairs[:, 0], pairs[:, 1]] = True
+        penalty_pairs = self._penalty_pairs(rows) if use_penalty else None
+        batch = SamplingBatch(
+            temperature=self.temperature.upload(b),
+            top_k=self.top_k.upload(b),
+            top_p=self.top_p.upload(b),
+            repetition_penalty=self.penalty.upload(b),
+            seeds=self.seeds.upload(b),
+            counters=self.counters.upload(b),
+            banned=banned,
+            top_k_max=max(s.top_k for s in sp) if all(s.top_k > 0 for s in sp) else 0,
+            use_top_p=any(s.top_p < 1.0 for s in sp),
+            use_penalty=use_penalty,
+            penalty_pairs=penalty_pairs,
+        )
+        self.staging.end()
+        return batch
+
+    def _penalty_pairs(self, rows: Sequence[SamplingRow]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's distinct history ids, ascending, laid out as (row, id) pairs."""
+        unique = [np.unique(np.asarray(r.tokens, dtype=np.int64)) for r in rows]
+        n = sum(len(u) for u in unique)
+        self.seen = self.staging.grown(self.seen, n)
+        at = 0
+        for i, u in enumerate(unique):
+            self.seen.np[at : at + len(u), 0] = i
+            self.seen.np[at : at + len(u), 1] = u
+            at += len(u)
+        pairs = self.seen.upload(n)
+        return pairs[:, 0], pairs[:, 1]

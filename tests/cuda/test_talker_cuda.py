@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.sched.ar import ARScheduler
@@ -24,7 +25,7 @@ def run(async_scheduling: bool, dtype: str) -> dict[str, list]:
         max_model_len=256, block_size=16, num_kv_blocks=128, async_scheduling=async_scheduling
     )
     runner = ARModelRunner(
-        bundle.talker, sc, dev, bundle.talker.weights.talker.codec_head.weight.dtype
+        build_ar_model(bundle), sc, dev, bundle.talker.weights.talker.codec_head.weight.dtype
     )
     engine = StageEngine("talker", ARScheduler(sc), runner, async_scheduling=async_scheduling)
     proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
@@ -56,7 +57,7 @@ def test_cuda_windows_give_the_single_step_codes():
         dev = _torch.device("cuda")
         bundle = build_talker(cfg, dev)
         sc = SchedulerConfig(max_model_len=256, block_size=16, num_kv_blocks=128)
-        runner = ARModelRunner(bundle.talker, sc, dev, _torch.bfloat16)
+        runner = ARModelRunner(build_ar_model(bundle), sc, dev, _torch.bfloat16)
         engine = _Engine("talker", ARScheduler(sc, window_k=window_k), runner)
         proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
         for i in range(3):

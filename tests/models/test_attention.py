@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from omniflow.models.layers.attention import (
+    DecodeAttentionMetadata,
     PagedAttentionMetadata,
     paged_attention,
     paged_decode_attention,
@@ -19,17 +20,13 @@ def test_batched_decode_attention_matches_the_per_request_path():
     lens = [5, 17, 1, 30]
     perm = torch.randperm(slots // bs, generator=g)
     ctx, offset = [], 0
-    for n in lens:
+    tables = torch.zeros(len(lens), -(-max(lens) // bs), dtype=torch.int32)
+    for i, n in enumerate(lens):
         blocks = perm[offset : offset + -(-n // bs)]
         offset += len(blocks)
         ctx.append((blocks[:, None] * bs + torch.arange(bs)).flatten()[:n])
+        tables[i, : len(blocks)] = blocks
     q = torch.randn(len(lens), hq, d, generator=g)
-    longest = max(lens)
-    padded = torch.zeros(len(lens), longest, dtype=torch.int64)
-    mask = torch.zeros(len(lens), longest, dtype=torch.bool)
-    for i, c in enumerate(ctx):
-        padded[i, : len(c)] = c
-        mask[i, : len(c)] = True
     common = dict(
         slot_mapping=torch.tensor([c[-1] for c in ctx]),
         query_starts=tuple(range(len(lens) + 1)),
@@ -42,13 +39,21 @@ def test_batched_decode_attention_matches_the_per_request_path():
         q,
         k_cache,
         v_cache,
-        PagedAttentionMetadata(context_slots=(), padded_slots=padded, padded_mask=mask, **common),
+        DecodeAttentionMetadata.from_tables(
+            common["slot_mapping"],
+            tables,
+            torch.tensor(lens, dtype=torch.int32),
+            bs,
+            tuple(lens),
+            batched=True,
+        ),
     )
     assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
 
 
 def test_engine_with_batched_decode_runs_to_the_right_lengths():
     from omniflow.config.schema import SchedulerConfig
+    from omniflow.models.qwen3_tts.ar_model import build_ar_model
     from omniflow.sched.ar import ARScheduler
     from omniflow.stages.engine import StageEngine
     from omniflow.stages.runner import ARModelRunner
@@ -59,7 +64,7 @@ def test_engine_with_batched_decode_runs_to_the_right_lengths():
         max_num_batched_tokens=256, max_model_len=512, block_size=4, num_kv_blocks=512
     )
     runner = ARModelRunner(
-        tiny_bundle().talker, cfg, torch.device("cpu"), torch.float32, batched_decode=True
+        build_ar_model(tiny_bundle()), cfg, torch.device("cpu"), torch.float32, batched_decode=True
     )
     fast_engine = StageEngine("talker", ARScheduler(cfg), runner)
     for i in range(3):

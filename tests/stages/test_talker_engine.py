@@ -8,6 +8,7 @@ from collections import defaultdict
 import torch
 
 from omniflow.core.output import StageOutput
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
@@ -127,7 +128,7 @@ def eos_engine(async_scheduling: bool = False) -> tuple[StageEngine, TalkerProce
     cfg = SchedulerConfig(
         max_num_batched_tokens=256, max_model_len=256, block_size=4, num_kv_blocks=256
     )
-    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine("talker", ARScheduler(cfg), runner, async_scheduling=async_scheduling)
     return engine, TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
 
@@ -168,7 +169,7 @@ def test_suppressed_ids_are_never_sampled():
     from omniflow.config.schema import SchedulerConfig
 
     cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
-    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine("talker", ARScheduler(cfg), runner)
     proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
     for i in range(4):

@@ -50,6 +50,7 @@ def test_eos_inside_a_window_stops_and_frees():
     import torch
 
     from omniflow.config.schema import SchedulerConfig
+    from omniflow.models.qwen3_tts.ar_model import build_ar_model
     from omniflow.models.qwen3_tts.processor import TalkerProcessor
     from omniflow.sched.ar import ARScheduler
     from omniflow.stages.engine import StageEngine
@@ -57,7 +58,7 @@ def test_eos_inside_a_window_stops_and_frees():
 
     bundle = eos_bundle()
     cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
-    runner = ARModelRunner(bundle.talker, cfg, torch.device("cpu"), torch.float32)
+    runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine("talker", ARScheduler(cfg, window_k=8), runner)
     engine.add_request(
         TalkerProcessor(bundle.tokenizer, bundle.vocab, 256).make_request(

@@ -3,6 +3,11 @@
 These are the clear torch reference implementations (one request at a time, so a row's
 result never depends on what else is in the batch). Triton kernels, when they come, are
 tested against them.
+
+Two metadata types, one per input path: `PagedAttentionMetadata` for mixed steps (prefill
+chunks, recompute: several tokens per request, per-request context slots built on the host)
+and `DecodeAttentionMetadata` for decode steps (one token per request), which carries what a
+paged decode kernel reads: block tables [B, max_blocks] and context lengths [B].
 """
 
 from __future__ import annotations
@@ -25,10 +30,60 @@ class PagedAttentionMetadata:
     """Context length of each request after this step."""
     context_slots: tuple[torch.Tensor, ...]
     """Per request, the cache slots of its whole context, in position order."""
-    padded_slots: torch.Tensor | None = None
-    """Batched decode (every request computes one token): [B, L] context slots padded to the
-    longest context, with `padded_mask` [B, L] marking the real ones. None: per request."""
-    padded_mask: torch.Tensor | None = None
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        return paged_attention(q, k_cache, v_cache, self)
+
+
+@dataclass(frozen=True)
+class DecodeAttentionMetadata:
+    """Every request computes one token. Build with `from_tables`, which derives the torch
+    path's gather index and mask from the block tables on the device (once per step, not
+    per layer)."""
+
+    slot_mapping: torch.Tensor
+    """[B] int64 cache slot of each new token."""
+    block_tables: torch.Tensor
+    """[B, max_blocks] int32 block ids per request (entries past a request's blocks: 0)."""
+    context_lens: torch.Tensor
+    """[B] int32 context length of each request after this step."""
+    block_size: int
+    seq_lens: tuple[int, ...]
+    """Host copy of `context_lens`: the torch paths size their gathers from it (a
+    graph-captured kernel reads only the tensors)."""
+    batched: bool
+    """One padded SDPA for the whole batch; False: one request at a time, so a row never
+    depends on its neighbours (bitwise batch-invariant, the CPU reference)."""
+    gather_slots: torch.Tensor
+    """[B, L] int64 context slots per request, L = the longest context (derived)."""
+    gather_mask: torch.Tensor
+    """[B, L] bool: which of `gather_slots` are real (derived)."""
+
+    @classmethod
+    def from_tables(
+        cls,
+        slot_mapping: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        block_size: int,
+        seq_lens: tuple[int, ...],
+        batched: bool,
+    ) -> DecodeAttentionMetadata:
+        longest = max(seq_lens)
+        dev = block_tables.device
+        blocks = block_tables[:, : -(-longest // block_size)].to(torch.int64)
+        offsets = torch.arange(block_size, device=dev, dtype=torch.int64)
+        slots = (blocks[:, :, None] * block_size + offsets).flatten(1)[:, :longest]
+        mask = torch.arange(longest, device=dev)[None, :] < context_lens[:, None]
+        return cls(
+            slot_mapping, block_tables, context_lens, block_size, seq_lens, batched, slots, mask
+        )
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        return paged_decode_attention(q, k_cache, v_cache, self)
+
+
+AttentionMetadata = PagedAttentionMetadata | DecodeAttentionMetadata
 
 
 def write_kv(
@@ -42,6 +97,22 @@ def write_kv(
     v_cache.index_copy_(0, slots, v)
 
 
+def _attend_request(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+) -> torch.Tensor:
+    """One request's n queries [n, Hq, D] (its last n positions) over its context `slots`."""
+    n, ctx = q.shape[0], slots.shape[0]
+    qb = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
+    kb = k_cache[slots].transpose(0, 1).unsqueeze(0)  # [1, Hkv, ctx, D]
+    vb = v_cache[slots].transpose(0, 1).unsqueeze(0)
+    mask = None
+    if n > 1:
+        qpos = torch.arange(ctx - n, ctx, device=q.device)
+        mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]
+    ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, enable_gqa=True)
+    return ob.squeeze(0).transpose(0, 1)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -51,19 +122,9 @@ def paged_attention(
     """q: [T, Hq, D]; caches: [slots, Hkv, D] (this step's K/V already written)."""
     out = torch.empty_like(q)
     starts = meta.query_starts
-    for b, ctx in enumerate(meta.seq_lens):
+    for b in range(len(meta.seq_lens)):
         s, e = starts[b], starts[b + 1]
-        n = e - s
-        slots = meta.context_slots[b]
-        qb = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
-        kb = k_cache[slots].transpose(0, 1).unsqueeze(0)  # [1, Hkv, ctx, D]
-        vb = v_cache[slots].transpose(0, 1).unsqueeze(0)
-        mask = None
-        if n > 1:
-            qpos = torch.arange(ctx - n, ctx, device=q.device)
-            mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]
-        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, enable_gqa=True)
-        out[s:e] = ob.squeeze(0).transpose(0, 1)
+        out[s:e] = _attend_request(q[s:e], k_cache, v_cache, meta.context_slots[b])
     return out
 
 
@@ -92,20 +153,27 @@ def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    meta: PagedAttentionMetadata,
+    meta: DecodeAttentionMetadata,
 ) -> torch.Tensor:
-    """Every request decodes one token: one gather and one SDPA for the whole batch (the
-    per-request loop costs a few launches per request per layer). q: [B, Hq, D]. Padded keys
-    are masked out; the result equals `paged_attention` up to summation order."""
-    assert meta.padded_slots is not None and meta.padded_mask is not None
+    """q: [B, Hq, D], one token per request. Batched: one gather and one SDPA for the whole
+    batch (the per-request loop costs a few launches per request per layer); padded keys are
+    masked out and the result equals `paged_attention` up to summation order. Not batched:
+    exactly `paged_attention`'s per-request computation."""
+    if not meta.batched:
+        out = torch.empty_like(q)
+        for b, ctx in enumerate(meta.seq_lens):
+            out[b : b + 1] = _attend_request(
+                q[b : b + 1], k_cache, v_cache, meta.gather_slots[b, :ctx]
+            )
+        return out
     b, hq, d = q.shape
-    k = k_cache[meta.padded_slots].transpose(1, 2)  # [B, Hkv, L, D]
-    v = v_cache[meta.padded_slots].transpose(1, 2)
+    k = k_cache[meta.gather_slots].transpose(1, 2)  # [B, Hkv, L, D]
+    v = v_cache[meta.gather_slots].transpose(1, 2)
     out = F.scaled_dot_product_attention(
         q.view(b, 1, hq, d).transpose(1, 2),
         k,
         v,
-        attn_mask=meta.padded_mask[:, None, None, :],
+        attn_mask=meta.gather_mask[:, None, None, :],
         enable_gqa=True,
     )
     return out.transpose(1, 2).reshape(b, hq, d)

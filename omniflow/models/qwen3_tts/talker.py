@@ -13,12 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from omniflow.config.schema import ModelConfig
-from omniflow.models.layers.attention import (
-    PagedAttentionMetadata,
-    paged_attention,
-    paged_decode_attention,
-    write_kv,
-)
+from omniflow.models.layers.attention import AttentionMetadata, write_kv
 from omniflow.models.layers.qwen3 import run_layers
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -74,20 +69,17 @@ class Talker:
         self,
         embeds: torch.Tensor,
         positions: torch.Tensor,
-        meta: PagedAttentionMetadata,
+        meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
-        """Run the decoder over the flattened batch; returns final-norm hidden states [T, H]."""
+        """Run the decoder over the flattened batch; returns final-norm hidden states [T, H].
+        The metadata's type picks the attention (mixed steps, or one token per request)."""
         cos, sin = self.rotary.cos_sin(positions, embeds.dtype)
-
-        batched = meta.padded_slots is not None
 
         def attend(layer: int, q, k, v):
             kc, vc = kv_caches[layer]
             write_kv(kc, vc, k, v, meta.slot_mapping)
-            if batched:
-                return paged_decode_attention(q, kc, vc, meta)
-            return paged_attention(q, kc, vc, meta)
+            return meta.attend(q, kc, vc)
 
         t = self.weights.talker
         return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))

@@ -1,0 +1,199 @@
+"""What a generic AR runner needs from a model (`stages/runner.py` drives any `ARModel`).
+
+The runner owns scheduling state, the paged KV cache, input staging and sampling; the model
+owns everything that depends on what its tokens mean: how a prompt payload becomes
+per-position inputs, how a previous output feeds the next position, which ids may never be
+sampled, how a full output frame is completed from the token that drives the AR loop, and any
+per-request state of its own (a streaming audio decoder's slots).
+
+Inputs come in two layouts. The prefill path (variable length, prompt positions and
+recomputed outputs mixed) is built by the model from `PositionSpan`s. The decode path (every
+scheduled request computes exactly one token) uses fixed-shape `DecodeInputs` the runner
+fills from its own buffers, so a later CUDA graph can capture embed + forward over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from omniflow.models.layers.attention import AttentionMetadata
+
+Frame = tuple[int, ...]
+"""One output step's codes (G codebooks); element 0 is the token that drives the AR loop."""
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """The paged KV cache the runner allocates: one (K, V) pair per layer."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class TokenPolicy:
+    """Which ids the runner bans while sampling the AR-loop token."""
+
+    vocab_size: int
+    suppressed_ids: tuple[int, ...]
+    """Never sampled (ids reserved for control, not output)."""
+    fallback_stop_ids: tuple[int, ...]
+    """Banned while a request may not stop yet (min_new_tokens, ignore_eos) when it names no
+    stop ids of its own."""
+
+
+@dataclass(frozen=True)
+class PositionSpan:
+    """One request's positions [start, end) in a prefill-path step, with what the model needs
+    to build their inputs: prompt positions come from the payload, later positions from the
+    request's previous outputs."""
+
+    payload: Any
+    prompt_len: int
+    start: int
+    end: int
+    frames: Sequence[Frame]
+    """Input frame per output so far (`ARModel.input_frame`); output i feeds position
+    prompt_len + i."""
+
+
+@dataclass(frozen=True)
+class PrefillInputs:
+    """Flattened per-position inputs of a prefill-path step (T positions)."""
+
+    side_ids: torch.Tensor
+    """[T] int64: the side stream's id per position (a text id)."""
+    codes: torch.Tensor
+    """[T, G] int64 codes; entries where `code_mask` is False are ignored."""
+    code_mask: torch.Tensor
+    """[T, G] bool: which codes contribute at each position."""
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """Fixed-shape inputs of a decode-path step: row b computes one position."""
+
+    tokens: torch.Tensor
+    """[B] int64: the previous token (the AR-loop token of the previous output)."""
+    frames: torch.Tensor
+    """[B, G] int64: the previous output's input frame (`ARModel.input_frame`)."""
+    side_ids: torch.Tensor
+    """[B] int64: the side stream's id for this step (`ARModel.side_id`)."""
+    positions: torch.Tensor
+    """[B] int64."""
+
+
+@dataclass(frozen=True)
+class FrameSample:
+    """What one sampling call produced for B rows."""
+
+    tokens: tuple[int, ...]
+    """Per row, the AR-loop token."""
+    outputs: tuple[Frame | None, ...]
+    """Per row, the model's per-token output (the full frame), None where the token ends
+    the sequence (it carries no output)."""
+    next_tokens: torch.Tensor
+    """[B] int64 on the device: `tokens`, to feed the next decode step without the host."""
+    next_frames: torch.Tensor
+    """[B, G] int64 on the device: each row's input frame for its next position."""
+
+
+class RowSampler(Protocol):
+    """Draws one id per row with each row's own settings and seeded noise (the runner's
+    sampler). The model decides what to sample; how the noise is drawn stays the runner's."""
+
+    def draw(self, logits: torch.Tensor, stream: int) -> torch.Tensor:
+        """[B, V] logits -> [B] ids, from noise stream `stream` (0: the AR-loop token)."""
+        ...
+
+    def with_policy(self, rows: torch.Tensor | None, temperature: float, top_k: int) -> RowSampler:
+        """The same rows' seeds and counters (or a subset: `rows`) under one fixed policy:
+        `temperature` where the request samples (greedy requests stay greedy), `top_k`, no
+        top-p, no penalty, no bans."""
+        ...
+
+
+class ARModel(Protocol):
+    """A model a generic AR runner can serve."""
+
+    name: str
+    """What logs and error messages call it ("talker")."""
+    kv_spec: KVCacheSpec
+    frame_width: int
+    """G: codes per output frame."""
+    token_policy: TokenPolicy
+
+    # ---------------------------------------------------------------- inputs
+
+    def input_frame(self, token: int, output: Frame | None) -> Frame:
+        """The frame a stored output feeds into the next position (an ending token has no
+        output but still has an input frame)."""
+        ...
+
+    def side_id(self, payload: Any, step: int) -> int:
+        """The side stream's id at decode step `step` (position prompt_len + step)."""
+        ...
+
+    def prefill_inputs(
+        self, spans: Sequence[PositionSpan], device: torch.device
+    ) -> PrefillInputs: ...
+
+    # ---------------------------------------------------------------- compute
+
+    def embed_prefill(self, inputs: PrefillInputs) -> torch.Tensor:
+        """[T, H] input embeddings."""
+        ...
+
+    def embed_decode(self, inputs: DecodeInputs) -> torch.Tensor:
+        """[B, H] input embeddings; no host synchronisation (graph-capturable)."""
+        ...
+
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """Hidden states [T, H] after the paged decoder (this step's K/V written)."""
+        ...
+
+    def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
+        """Sample each row's AR-loop token from its hidden state, then complete its frame."""
+        ...
+
+    # ---------------------------------------------------------------- per-request state
+
+    def admit(self, request_id: str) -> None:
+        """A request joins (new, or resumed after preemption: parked state is restored)."""
+        ...
+
+    def finish(self, request_id: str) -> None:
+        """A request ended for good: release its state, parked or not."""
+        ...
+
+    def preempt(self, request_id: str) -> None:
+        """A request is preempted and will be recomputed: park the state recompute cannot
+        rebuild, release the rest."""
+        ...
+
+    def decode_audio(
+        self, request_ids: Sequence[str], outputs: Sequence[Frame | None]
+    ) -> dict[str, np.ndarray]:
+        """After each sampled frame: PCM per request (empty when the model does not
+        stream-decode; rows whose output is None produce none)."""
+        ...
+
+    def decoder_slots(self) -> tuple[int, int] | None:
+        """(in use, total) streaming-decoder slots; None without stream decode."""
+        ...
+
+    def parked_ids(self) -> frozenset[str]:
+        """Preempted requests whose state waits to be restored."""
+        ...

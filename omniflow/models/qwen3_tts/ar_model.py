@@ -1,0 +1,147 @@
+"""The Qwen3-TTS talker as an `ARModel` (`models/interface.py`) for the generic AR runner.
+
+What is Qwen3-TTS-specific and lives here rather than in the runner: the prompt layout
+(`inputs.py`), the EOS frame `(eos, 0, ..., 0)` that a stop token feeds forward, the
+suppressed codec ids, the code predictor's ("subtalker") sampling policy, and the streaming
+codec decoder's per-request slots (`stream_slots.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from omniflow.models.interface import (
+    DecodeInputs,
+    Frame,
+    FrameSample,
+    KVCacheSpec,
+    PositionSpan,
+    PrefillInputs,
+    RowSampler,
+    TokenPolicy,
+)
+from omniflow.models.layers.attention import AttentionMetadata
+from omniflow.models.qwen3_tts import inputs
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.factory import TalkerBundle
+from omniflow.models.qwen3_tts.prompt import TalkerPrompt
+from omniflow.models.qwen3_tts.stream_slots import StreamSlots
+from omniflow.models.qwen3_tts.talker import Talker
+
+SUBTALKER_TEMPERATURE = 0.9
+"""The code predictor samples codebooks 1..15 at this temperature (the reference's), or
+greedily when the request samples codebook 0 greedily."""
+SUBTALKER_TOP_K = 50
+
+
+class TalkerARModel:
+    """`Talker` (+ an optional `StreamingDecoder`) behind the `ARModel` interface."""
+
+    def __init__(self, talker: Talker, stream_decoder: StreamingDecoder | None = None) -> None:
+        self.talker = talker
+        self.name = "talker"
+        shape = talker.shape
+        self.kv_spec = KVCacheSpec(shape.num_layers, shape.num_kv_heads, shape.head_dim)
+        self.frame_width = talker.num_groups
+        self.eos = talker.vocab.eos
+        self.eos_frame: Frame = (self.eos,) + (0,) * (self.frame_width - 1)
+        self.token_policy = TokenPolicy(
+            vocab_size=shape.vocab_size,
+            suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
+            fallback_stop_ids=(self.eos,),
+        )
+        self.slots = StreamSlots(stream_decoder)
+
+    # ---------------------------------------------------------------- inputs
+
+    def input_frame(self, token: int, output: Frame | None) -> Frame:
+        return self.eos_frame if output is None else tuple(output)
+
+    def side_id(self, payload: Any, step: int) -> int:
+        prompt: TalkerPrompt = payload
+        return prompt.trailing_at(step)
+
+    def prefill_inputs(self, spans: Sequence[PositionSpan], device: torch.device) -> PrefillInputs:
+        return inputs.prefill_inputs(spans, self.frame_width, device)
+
+    # ---------------------------------------------------------------- compute
+
+    def embed_prefill(self, x: PrefillInputs) -> torch.Tensor:
+        return inputs.embed_prefill(self.talker, x)
+
+    def embed_decode(self, x: DecodeInputs) -> torch.Tensor:
+        return inputs.embed_decode(self.talker, x)
+
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        return self.talker.forward(embeds, positions, meta, kv_caches)
+
+    @torch.no_grad()
+    def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
+        """Codebook 0 with each request's own settings; then, for the rows that did not
+        sample EOS, codebooks 1..15 by the code predictor under the subtalker policy."""
+        code0 = sampler.draw(self.talker.logits(hidden), 0)
+        tokens = code0.tolist()
+        acoustic = [i for i, c in enumerate(tokens) if c != self.eos]
+        outputs: list[Frame | None] = [None] * len(tokens)
+        if len(acoustic) == len(tokens):  # the steady state: every row is a frame
+            full = self._complete(hidden, code0, sampler.with_policy(None, *_SUBTALKER))
+            next_frames = full
+        else:
+            next_frames = torch.zeros(
+                len(tokens), self.frame_width, dtype=torch.int64, device=code0.device
+            )
+            next_frames[:, 0] = code0
+            full = next_frames[:0]
+            if acoustic:
+                idx = torch.tensor(acoustic, device=code0.device)
+                sub = sampler.with_policy(idx, *_SUBTALKER)
+                full = self._complete(hidden.index_select(0, idx), code0.index_select(0, idx), sub)
+                next_frames.index_copy_(0, idx, full)
+        for i, frame in zip(acoustic, full.tolist(), strict=True):
+            outputs[i] = tuple(frame)
+        return FrameSample(tuple(tokens), tuple(outputs), code0, next_frames)
+
+    def _complete(self, hidden: torch.Tensor, code0: torch.Tensor, sub: RowSampler):
+        return self.talker.complete_frames(hidden, code0, sub.draw)
+
+    # ---------------------------------------------------------------- per-request state
+
+    def admit(self, request_id: str) -> None:
+        self.slots.admit(request_id)
+
+    def finish(self, request_id: str) -> None:
+        self.slots.finish(request_id)
+
+    def preempt(self, request_id: str) -> None:
+        self.slots.preempt(request_id)
+
+    def decode_audio(
+        self, request_ids: Sequence[str], outputs: Sequence[Frame | None]
+    ) -> dict[str, np.ndarray]:
+        return self.slots.decode(request_ids, outputs)
+
+    def decoder_slots(self) -> tuple[int, int] | None:
+        return self.slots.slots_in_use()
+
+    def parked_ids(self) -> frozenset[str]:
+        return self.slots.parked_ids()
+
+
+_SUBTALKER = (SUBTALKER_TEMPERATURE, SUBTALKER_TOP_K)
+
+
+def build_ar_model(
+    bundle: TalkerBundle, stream_decoder: StreamingDecoder | None = None
+) -> TalkerARModel:
+    """The runner's model for a built talker; with `stream_decoder` it also emits PCM."""
+    return TalkerARModel(bundle.talker, stream_decoder)
