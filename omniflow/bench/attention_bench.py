@@ -16,8 +16,7 @@ import torch
 import triton.testing
 
 from omniflow.kernels.paged_decode import paged_decode_attention
-from omniflow.models.layers.attention import PagedAttentionMetadata
-from omniflow.models.layers.attention import paged_decode_attention as torch_decode
+from omniflow.models.layers.attention import DecodeAttentionMetadata
 
 HQ, HKV, D, BS = 16, 8, 128, 16
 
@@ -32,22 +31,21 @@ def case(batch: int, context: int) -> dict[str, float | int]:
     perm = torch.randperm(num_blocks - 1, device=dev)[: batch * blocks_per_row] + 1
     tables = perm.view(batch, blocks_per_row).to(torch.int32)
     lens = torch.full((batch,), context, device=dev, dtype=torch.int32)
-    slots = (tables.long()[:, :, None] * BS + torch.arange(BS, device=dev)).flatten(1)
-    meta = PagedAttentionMetadata(
-        slot_mapping=torch.zeros(batch, dtype=torch.int64, device=dev),
-        query_starts=tuple(range(batch + 1)),
-        seq_lens=(context,) * batch,
-        context_slots=(),
-        padded_slots=slots[:, :context].contiguous(),
-        padded_mask=torch.ones(batch, context, dtype=torch.bool, device=dev),
+    meta = DecodeAttentionMetadata.from_tables(
+        torch.zeros(batch, dtype=torch.int64, device=dev),
+        tables,
+        lens,
+        BS,
+        (context,) * batch,
+        batched=True,
     )
     ours = paged_decode_attention(q, k, v, tables, lens, BS)
-    ref = torch_decode(q, k, v, meta)
+    ref = meta.attend(q, k, v)
     err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
     t_triton = triton.testing.do_bench(
         lambda: paged_decode_attention(q, k, v, tables, lens, BS), return_mode="median"
     )
-    t_torch = triton.testing.do_bench(lambda: torch_decode(q, k, v, meta), return_mode="median")
+    t_torch = triton.testing.do_bench(lambda: meta.attend(q, k, v), return_mode="median")
     return {
         "batch": batch,
         "context": context,

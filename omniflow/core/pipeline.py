@@ -8,7 +8,9 @@ in another process later answers the same two values.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 class PipelineUnavailable(RuntimeError):
@@ -83,3 +85,18 @@ class PipelineStats:
     @property
     def healthy(self) -> bool:
         return all(s.alive for s in self.stages)
+
+
+class PhaseTimer(Protocol):
+    """Times named phases of a stage's step (benchmarks): `with timer.phase(stage, name):`.
+    Phases: `decode_step` / `mixed_step` (a whole execute; decode: every request computes its
+    next token), `forward`, `sample` (the frame, code predictor included), `audio`."""
+
+    def phase(self, stage: str, name: str) -> AbstractContextManager[object]: ...
+
+
+class NoTimer:
+    """The default: phases cost nothing."""
+
+    def phase(self, stage: str, name: str) -> AbstractContextManager[object]:
+        return nullcontext()

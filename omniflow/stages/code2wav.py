@@ -7,6 +7,7 @@ import logging
 
 import torch
 
+from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.sched.generation import Chunk
@@ -20,6 +21,12 @@ class Code2WavRunner:
     def __init__(self, decoder: StreamingDecoder) -> None:
         self.decoder = decoder
         self.slots: dict[str, int] = {}
+        self.timer: PhaseTimer = NoTimer()
+        self.stage_name = "decoder"
+
+    def set_timer(self, timer: PhaseTimer, stage: str) -> None:
+        """Time this runner's decode under the stage's name (benchmarks)."""
+        self.timer, self.stage_name = timer, stage
 
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) decoder slots."""
@@ -49,7 +56,8 @@ class Code2WavRunner:
                 else torch.zeros(0, 16, dtype=torch.int64)
                 for c in chunks
             ]
-            pcm = self.decoder.decode(slots, codes)
+            with self.timer.phase(self.stage_name, "audio"):
+                pcm = self.decoder.decode(slots, codes)
         except (RuntimeError, ValueError) as exc:  # a decoder failure ends each request once
             log.exception("code2wav step %d failed", plan.step_id)
             for rid in rids:

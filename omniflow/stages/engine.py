@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import StageStats
+from omniflow.core.pipeline import PhaseTimer, StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
@@ -73,6 +73,10 @@ class Runner(Protocol):
     def execute(self, plan: StepPlan) -> StepResult: ...
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) streaming-decoder slots; None when the runner owns none."""
+        ...
+
+    def set_timer(self, timer: PhaseTimer, stage: str) -> None:
+        """Time the runner's step phases (benchmarks)."""
         ...
 
 

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import PipelineInfo, PipelineStats, PipelineUnavailable
+from omniflow.core.pipeline import (
+    PhaseTimer,
+    PipelineInfo,
+    PipelineStats,
+    PipelineUnavailable,
+)
 from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
 from omniflow.graph import StageGraph
@@ -102,6 +107,11 @@ class Orchestrator:
         """Call `observer(stage name, seconds)` after each productive engine step."""
         for name, engine in self._engines.items():
             engine.step_observer = lambda seconds, name=name: observer(name, seconds)
+
+    def set_phase_timer(self, timer: PhaseTimer) -> None:
+        """Time each stage's step phases (forward, sample, audio; decode vs mixed steps)."""
+        for name, engine in self._engines.items():
+            engine.runner.set_timer(timer, name)
 
     @property
     def engines(self) -> list[StageEngine]:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.models.interface import ARModel, FrameSample
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
@@ -51,6 +52,13 @@ class ARModelRunner:
         self.decode_batch = DecodeBatch(model, scheduler, device, batched_decode)
         self.sampling = SamplingStaging(scheduler.max_num_seqs, model.token_policy, device)
         self._refusals_logged: set[str] = set()
+        self.timer: PhaseTimer = NoTimer()
+        """Benchmarks time the step's phases through this hook (no cost by default)."""
+        self.stage_name = model.name
+
+    def set_timer(self, timer: PhaseTimer, stage: str) -> None:
+        """Time this runner's phases under the stage's name."""
+        self.timer, self.stage_name = timer, stage
 
     @property
     def parked_ids(self) -> frozenset[str]:
@@ -103,10 +111,14 @@ class ARModelRunner:
         if plan.is_empty:
             return StepResult(plan.step_id, {})
         order = list(plan.num_scheduled_tokens.items())
+        decode = all(n == 1 or rid in plan.window for rid, n in order) and all(
+            self.requests[rid].in_decode for rid, _ in order
+        )
         try:
-            if plan.window:
-                return self._run_window(plan)
-            return StepResult(plan.step_id, self._run(order))
+            with self.timer.phase(self.stage_name, "decode_step" if decode else "mixed_step"):
+                if plan.window:
+                    return self._run_window(plan)
+                return StepResult(plan.step_id, self._run(order))
         except (RuntimeError, ValueError) as exc:  # a model failure ends each request once
             log.exception("%s step %d failed", self.model.name, plan.step_id)
             message = f"{self.model.name} step failed: {exc}"
@@ -148,8 +160,9 @@ class ARModelRunner:
         if all(n == 1 and r.in_decode for r, n in reqs):
             return self._decode({rid: 1 for rid, _ in order})[0]
         batch = build_prefill(self.model, reqs, self.block_size, self.device, self.batched_decode)
-        embeds = self.model.embed_prefill(batch.inputs)
-        hidden = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
+        with self.timer.phase(self.stage_name, "forward"):
+            embeds = self.model.embed_prefill(batch.inputs)
+            hidden = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
         for r, n in reqs:
             r.num_computed += n
         if not batch.sample_rows:
@@ -169,9 +182,10 @@ class ARModelRunner:
         steps = 0
         while reqs:
             x, meta = self.decode_batch.inputs()
-            hidden = self.model.forward(
-                self.model.embed_decode(x), x.positions, meta, self.kv_caches
-            )
+            with self.timer.phase(self.stage_name, "forward"):
+                hidden = self.model.forward(
+                    self.model.embed_decode(x), x.positions, meta, self.kv_caches
+                )
             steps += 1
             for r in reqs:
                 r.num_computed += 1
@@ -189,14 +203,16 @@ class ARModelRunner:
         return {rid: _concat(outs) for rid, outs in parts.items()}, steps
 
     def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
-        return self.model.sample_frames(hidden, BatchSampler(self.sampling.prepare(reqs)))
+        with self.timer.phase(self.stage_name, "sample"):
+            return self.model.sample_frames(hidden, BatchSampler(self.sampling.prepare(reqs)))
 
     def _record(
         self, reqs: list[RunnerRequest], sample: FrameSample
     ) -> dict[str, RequestStepOutput]:
         """Append each row's token and input frame to its request; one output per row, in
         row order (the model's post-frame hook adds the audio)."""
-        audio = self.model.decode_audio([r.request_id for r in reqs], sample.outputs)
+        with self.timer.phase(self.stage_name, "audio"):
+            audio = self.model.decode_audio([r.request_id for r in reqs], sample.outputs)
         outputs: dict[str, RequestStepOutput] = {}
         for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
             r.tokens.append(token)
