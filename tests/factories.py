@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from functools import partial
 
 import torch
 
@@ -11,13 +12,14 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ModelConfig, SchedulerConfig
 from omniflow.core.speech import SpeechRequest
-from omniflow.models.qwen3_tts.ar_model import build_ar_model
+from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
+from omniflow.stages.sampler import draw_fixed_policy
 
 
 @functools.cache
@@ -39,6 +41,7 @@ def talker_engine(
     block_size: int = 4,
     num_kv_blocks: int = 512,
     window_k: int = 0,
+    frame_graphs: bool = False,
 ) -> tuple[StageEngine, TalkerProcessor]:
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -49,7 +52,9 @@ def talker_engine(
         async_scheduling=async_scheduling,
     )
     bundle = tiny_bundle()
-    runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
+    frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
+    model = build_ar_model(bundle, None, frame_sample, max_batch=max_num_seqs)
+    runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine(
         "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling
     )

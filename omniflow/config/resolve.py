@@ -112,14 +112,6 @@ def _resolve_platform(
         errors.append(
             ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
         )
-    elif cfg.cuda_graphs:
-        errors.append(
-            ConfigError(
-                "platform.cuda_graphs",
-                "CUDA graph capture of the decode step is not built yet; set it to false "
-                "(the eager path runs)",
-            )
-        )
     dtype = model.dtype or cfg.dtype or info.default_dtype
     device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
     return ResolvedPlatform(

@@ -118,6 +118,11 @@ class RowSampler(Protocol):
         top-p, no penalty, no bans."""
         ...
 
+    def noise_keys(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(seeds [B], counters [B], temperature [B]) of these rows: what a captured frame
+        (a CUDA graph with its own sampling) needs to draw exactly the noise `draw` would."""
+        ...
+
 
 class ARModel(Protocol):
     """A model a generic AR runner can serve."""

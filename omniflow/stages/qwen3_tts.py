@@ -9,13 +9,14 @@ through the build context.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.graph import ResolvedStage
-from omniflow.models.qwen3_tts.ar_model import build_ar_model
+from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
@@ -27,6 +28,7 @@ from omniflow.stages.builders import BuildContext, StageParts
 from omniflow.stages.code2wav import Code2WavRunner
 from omniflow.stages.connector import ChunkConnector, ChunkIntake
 from omniflow.stages.runner import ARModelRunner
+from omniflow.stages.sampler import draw_fixed_policy
 
 
 def _bundle(ctx: BuildContext) -> TalkerBundle:
@@ -53,8 +55,14 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     cfg = stage.scheduler
     assert isinstance(cfg, SchedulerConfig)  # an AR stage's scheduler has the KV cache
     decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
+    # platform.cuda_graphs: the code predictor's 15 steps replay as CUDA graphs per bucket.
+    frame_sample = (
+        partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K)
+        if ctx.graph.platform.cuda_graphs
+        else None
+    )
     runner = ARModelRunner(
-        build_ar_model(bundle, decoder),
+        build_ar_model(bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs),
         cfg,
         ctx.device,
         ctx.dtype,

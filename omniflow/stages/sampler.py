@@ -191,6 +191,35 @@ class BatchSampler:
     ) -> BatchSampler:
         return BatchSampler(self.batch.with_fixed_policy(rows, temperature, top_k))
 
+    def noise_keys(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.batch.seeds, self.batch.counters, self.batch.temperature
+
+
+def draw_fixed_policy(
+    logits: torch.Tensor,
+    stream: int,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    temperature: torch.Tensor,
+    *,
+    top_k: int,
+) -> torch.Tensor:
+    """`sample` under one fixed policy (what `with_fixed_policy` builds), from tensors alone:
+    device ops only, so a CUDA graph can hold it (the code predictor's frame graph)."""
+    n, dev = seeds.shape[0], seeds.device
+    batch = SamplingBatch(
+        temperature=temperature,
+        top_k=torch.full((n,), top_k, dtype=torch.int64, device=dev),
+        top_p=torch.ones(n, device=dev),
+        repetition_penalty=torch.ones(n, device=dev),
+        seeds=seeds,
+        counters=counters,
+        top_k_max=top_k,
+        use_top_p=False,
+        use_penalty=False,
+    )
+    return sample(logits, batch, stream=stream)
+
 
 class SamplingRow(Protocol):
     """What `prepare` reads of a runner request."""

@@ -42,6 +42,7 @@ READ: dict[str, tuple[str, str]] = {
     f"{S}.scheduler.block_size": ("sched/ar.py", "block_size"),
     f"{S}.scheduler.num_kv_blocks": ("sched/ar.py", "num_kv_blocks"),
     "platform.name": ("stages/qwen3_tts.py", "name"),
+    "platform.cuda_graphs": ("stages/qwen3_tts.py", "cuda_graphs"),
     "platform.device": ("stages/build.py", "device"),
     "platform.dtype": ("stages/build.py", "dtype"),
     "model.name": ("stages/orchestrator.py", "name"),
@@ -81,7 +82,6 @@ for part, fields, where in (
 # key -> an override that would not act, which must be refused
 REFUSED: dict[str, str] = {
     "runtime": "pipeline.runtime=process_per_stage",
-    "platform.cuda_graphs": "+platform.cuda_graphs=true",
     f"{S}.ref_context_frames": "pipeline.stages.talker.ref_context_frames=0",
     f"{S}.kind": "pipeline.stages.code2wav.kind=ar",  # the arch runs in a generation stage
     "model.family": "model.family=other",

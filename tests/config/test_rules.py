@@ -219,12 +219,9 @@ def test_cuda_graphs_refused_on_cpu():
     assert err.key == "platform.cuda_graphs"
 
 
-def test_cuda_graphs_refused_on_cuda_until_built():
-    """Accepted and ignored would be a lie: the key is refused until graph capture exists."""
-    assert graph("platform=cuda").platform.cuda_graphs is False
-    err = refused("platform=cuda", "platform.cuda_graphs=true")
-    assert err.key == "platform.cuda_graphs"
-    assert "not built yet" in err.reason
+def test_cuda_graphs_on_by_default_on_cuda_and_can_be_turned_off():
+    assert graph("platform=cuda").platform.cuda_graphs is True
+    assert graph("platform=cuda", "platform.cuda_graphs=false").platform.cuda_graphs is False
 
 
 def test_checkpoint_load_needs_a_path():

@@ -28,6 +28,7 @@ from omniflow.models.layers.attention import AttentionMetadata
 from omniflow.models.qwen3_tts import inputs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle
+from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGraphs
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
@@ -41,8 +42,15 @@ SUBTALKER_TOP_K = 50
 class TalkerARModel:
     """`Talker` (+ an optional `StreamingDecoder`) behind the `ARModel` interface."""
 
-    def __init__(self, talker: Talker, stream_decoder: StreamingDecoder | None = None) -> None:
+    def __init__(
+        self,
+        talker: Talker,
+        stream_decoder: StreamingDecoder | None = None,
+        frame_graphs: PredictorGraphs | None = None,
+    ) -> None:
         self.talker = talker
+        self.frame_graphs = frame_graphs
+        """CUDA graphs of the code predictor's 15 steps per batch bucket (None: eager)."""
         self.name = "talker"
         shape = talker.shape
         self.kv_spec = KVCacheSpec(shape.num_layers, shape.num_kv_heads, shape.head_dim)
@@ -112,7 +120,11 @@ class TalkerARModel:
         return FrameSample(tuple(tokens), tuple(outputs), code0, next_frames)
 
     def _complete(self, hidden: torch.Tensor, code0: torch.Tensor, sub: RowSampler):
-        return self.talker.complete_frames(hidden, code0, sub.draw)
+        if self.frame_graphs is None:
+            return self.talker.complete_frames(hidden, code0, sub.draw)
+        seeds, counters, temperature = sub.noise_keys()
+        rest = self.frame_graphs.run(hidden, code0, seeds, counters, temperature)
+        return torch.cat([code0[:, None], rest], dim=1)
 
     # ---------------------------------------------------------------- per-request state
 
@@ -141,7 +153,22 @@ _SUBTALKER = (SUBTALKER_TEMPERATURE, SUBTALKER_TOP_K)
 
 
 def build_ar_model(
-    bundle: TalkerBundle, stream_decoder: StreamingDecoder | None = None
+    bundle: TalkerBundle,
+    stream_decoder: StreamingDecoder | None = None,
+    frame_sample: FrameSampleFn | None = None,
+    max_batch: int = 0,
 ) -> TalkerARModel:
-    """The runner's model for a built talker; with `stream_decoder` it also emits PCM."""
-    return TalkerARModel(bundle.talker, stream_decoder)
+    """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
+    `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
+    per batch bucket up to `max_batch`, captured now (eager on a device without graphs)."""
+    graphs = None
+    if frame_sample is not None:
+        talker = bundle.talker
+        graphs = PredictorGraphs(
+            talker.predictor,
+            talker.weights.talker.model.codec_embedding,
+            frame_sample,
+            max_batch=max_batch,
+        )
+        graphs.capture_all()
+    return TalkerARModel(bundle.talker, stream_decoder, graphs)
