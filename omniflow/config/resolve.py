@@ -112,6 +112,13 @@ def _resolve_platform(
         errors.append(
             ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
         )
+    if cfg.gpu_memory_utilization is not None and name != "cuda":
+        errors.append(
+            ConfigError(
+                "platform.gpu_memory_utilization",
+                f"sizes KV pools from CUDA memory; platform {name!r} uses num_kv_blocks",
+            )
+        )
     dtype = model.dtype or cfg.dtype or info.default_dtype
     device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
     return ResolvedPlatform(
@@ -119,6 +126,7 @@ def _resolve_platform(
         device=device,
         dtype=dtype,
         cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
+        gpu_memory_utilization=cfg.gpu_memory_utilization if name == "cuda" else None,
     )
 
 

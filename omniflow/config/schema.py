@@ -203,6 +203,13 @@ class PlatformConfig(Frozen):
     name: Literal["auto", "cpu", "cuda", "npu"] = Field(description="Platform name.")
     dtype: Dtype | None = Field(None, description="Default dtype; unset: the platform's own.")
     cuda_graphs: bool = Field(False, description="Capture CUDA graphs for bucketed batch sizes.")
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="CUDA: fraction of the GPU memory to use; each AR stage's KV pool takes "
+        "what is left of it after weights and graphs (its num_kv_blocks is then a cap).",
+    )
     device_index: int = Field(0, ge=0, description="Accelerator index.")
 
 

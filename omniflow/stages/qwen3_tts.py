@@ -27,6 +27,7 @@ from omniflow.sched.generation import GenerationScheduler, GenRequest
 from omniflow.stages.builders import BuildContext, StageParts
 from omniflow.stages.code2wav import Code2WavRunner
 from omniflow.stages.connector import ChunkConnector, ChunkIntake
+from omniflow.stages.kv_sizing import sized_scheduler
 from omniflow.stages.runner import ARModelRunner
 from omniflow.stages.sampler import draw_fixed_policy
 
@@ -61,8 +62,13 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         if ctx.graph.platform.cuda_graphs
         else None
     )
+    model = build_ar_model(bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs)
+    platform = ctx.graph.platform
+    cfg = sized_scheduler(
+        cfg, model.kv_spec, ctx.dtype, ctx.device, platform.gpu_memory_utilization, stage.name
+    )
     runner = ARModelRunner(
-        build_ar_model(bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs),
+        model,
         cfg,
         ctx.device,
         ctx.dtype,

@@ -1,0 +1,301 @@
+"""The talker's decode step (embedding, 28 layers over the paged KV cache, final norm) as one
+CUDA graph per batch bucket.
+
+Eagerly a decode step is a few hundred small kernels, so at small batches it is bound by
+launch overhead; replaying a captured graph launches them all at once. A graph records fixed
+shapes and addresses, so each bucket reads its inputs from static buffers: `run` copies B rows
+into the first B rows of the smallest bucket >= B, pads the rest with inert rows, replays,
+and returns a copy of the first B rows of the static output.
+
+What makes the step capturable (`decode_hidden`, the one function both paths run):
+- the embedding is `embed_decode` (no host read; same op order as the eager path);
+- RoPE comes from a `RopeTable` built up front for `max_positions` positions, indexed by the
+  positions tensor (`Rotary.cos_sin` reads the host to grow its table);
+- attention reads block tables and context lengths from device tensors of fixed shape
+  ([bucket, max_blocks]), never sized by their values. On CUDA that is the Triton kernel
+  `kernels.paged_decode.paged_decode_attention`; on the CPU (nothing is captured there) it is
+  its torch reference `kernels.paged_decode_ref.paged_decode_attention_ref`, which equals
+  `Talker.forward` with the batched torch decode attention to ~1e-6 in fp32.
+
+A padding row is inert: context length 0 (the kernel writes zeros and reads no cache), position
+0, its K/V written to `dummy_slot` (a slot the runner reserves and nothing reads), ids 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
+from omniflow.models.interface import DecodeInputs
+from omniflow.models.layers.attention import write_kv
+from omniflow.models.layers.qwen3 import run_layers
+from omniflow.models.layers.rope_table import RopeTable
+from omniflow.models.qwen3_tts.inputs import embed_decode
+from omniflow.models.qwen3_tts.predictor_graph import BATCH_BUCKETS, bucket_sizes
+from omniflow.models.qwen3_tts.talker import Talker
+
+KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
+
+DecodeAttentionFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor
+]
+"""(q [B, Hq, D], k_cache, v_cache [slots, Hkv, D] with this step's K/V written,
+block_tables [B, max_blocks] int32, context_lens [B] int32, block_size) -> [B, Hq, D];
+a row of context length 0 gives zeros."""
+
+
+def decode_attention_for(device: torch.device) -> DecodeAttentionFn:
+    """The Triton kernel on CUDA (graph-safe), its torch reference elsewhere."""
+    if device.type == "cuda":
+        # Imported here: triton comes with CUDA builds of torch, a CPU install may lack it.
+        from omniflow.kernels.paged_decode import paged_decode_attention
+
+        return paged_decode_attention
+    return paged_decode_attention_ref
+
+
+@torch.no_grad()
+def decode_hidden(
+    talker: Talker,
+    rope: RopeTable,
+    x: DecodeInputs,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_caches: KVCaches,
+    block_size: int,
+    attention: DecodeAttentionFn,
+) -> torch.Tensor:
+    """Final-norm hidden states [B, H] of one decode step, this step's K/V written at
+    `slot_mapping`: what a bucket's graph records, and the eager path. `Talker.forward` over
+    `embed_decode`, with RoPE from the table and attention from block tables."""
+    embeds = embed_decode(talker, x)
+    cos, sin = rope.lookup(x.positions)
+
+    def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        kc, vc = kv_caches[layer]
+        write_kv(kc, vc, k, v, slot_mapping)
+        return attention(q, kc, vc, block_tables, context_lens, block_size)
+
+    t = talker.weights.talker
+    return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))
+
+
+class TalkerDecodeGraphs:
+    """Bucketed CUDA graphs of `decode_hidden`, captured lazily on a bucket's first use (or
+    all at once with `capture_all`) into one memory pool shared by the buckets.
+
+    The buckets share one set of static buffers of `max_batch` rows (bucket k reads and writes
+    rows [:k]): replays run one at a time on one stream. The KV caches are the runner's; a
+    graph records their addresses, so they must live as long as this object. Without CUDA, or
+    with `capture=False`, the same buffers, padding and function run eagerly (the CPU tests
+    and a kill switch exercise everything but the capture). Above the largest bucket the
+    function runs eagerly on the caller's tensors."""
+
+    def __init__(
+        self,
+        talker: Talker,
+        kv_caches: KVCaches,
+        block_size: int,
+        max_batch: int,
+        max_blocks: int,
+        max_positions: int,
+        dummy_slot: int,
+        capture: bool = True,
+        buckets: Sequence[int] = BATCH_BUCKETS,
+        attention: DecodeAttentionFn | None = None,
+        warmup_iters: int = 2,
+    ) -> None:
+        if len(kv_caches) != talker.num_layers:
+            raise ValueError(f"{len(kv_caches)} KV caches for {talker.num_layers} layers")
+        k_cache = kv_caches[0][0]
+        if not 0 <= dummy_slot < k_cache.shape[0]:
+            raise ValueError(f"dummy_slot {dummy_slot} outside the {k_cache.shape[0]} KV slots")
+        self.talker = talker
+        self.kv_caches = kv_caches
+        self.block_size = block_size
+        self.max_batch = max_batch
+        self.max_blocks = max_blocks
+        self.dummy_slot = dummy_slot
+        self.buckets = bucket_sizes(max_batch, buckets)
+        self.device = dev = k_cache.device
+        self.dtype = k_cache.dtype
+        self.graphed = capture and dev.type == "cuda"
+        self.attention = attention if attention is not None else decode_attention_for(dev)
+        self.warmup_iters = warmup_iters
+        # Built now, eagerly: building reads the largest position back to the host.
+        self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
+        n, i64, i32 = max_batch, torch.int64, torch.int32
+        self.tokens = torch.zeros(n, device=dev, dtype=i64)
+        self.frames = torch.zeros(n, talker.num_groups, device=dev, dtype=i64)
+        self.side_ids = torch.zeros(n, device=dev, dtype=i64)
+        self.positions = torch.zeros(n, device=dev, dtype=i64)
+        self.block_tables = torch.zeros(n, max_blocks, device=dev, dtype=i32)
+        self.context_lens = torch.zeros(n, device=dev, dtype=i32)
+        self.slot_mapping = torch.full((n,), dummy_slot, device=dev, dtype=i64)
+        self.out = torch.zeros(n, talker.shape.hidden_size, device=dev, dtype=self.dtype)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool: tuple[int, int] | None = None
+
+    def bucket_for(self, batch: int) -> int | None:
+        """The smallest bucket holding `batch` rows; None above the largest (eager)."""
+        return next((k for k in self.buckets if k >= batch), None)
+
+    @torch.no_grad()
+    def run(
+        self,
+        x: DecodeInputs,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        """Hidden states [B, H] (final norm) of B decode rows, as a new tensor (a clone of the
+        static output: the next replay overwrites it). block_tables [B, <= max_blocks] int32;
+        context_lens [B] int32, this step's token included; slot_mapping [B] int64, where this
+        step's K/V go. Every position must be below `max_positions`."""
+        b = x.tokens.shape[0]
+        self._check(b, x, block_tables, context_lens, slot_mapping)
+        k = self.bucket_for(b)
+        if k is None:
+            return decode_hidden(
+                self.talker,
+                self.rope,
+                x,
+                block_tables,
+                context_lens,
+                slot_mapping,
+                self.kv_caches,
+                self.block_size,
+                self.attention,
+            )
+        self._load(b, k, x, block_tables, context_lens, slot_mapping)
+        if not self.graphed:
+            self._step(k)
+        else:
+            if k not in self.graphs:
+                self._capture(k)
+            self.graphs[k].replay()
+        return self.out[:b].clone()
+
+    @torch.no_grad()
+    def capture_all(self) -> None:
+        """Capture every bucket now (largest first, so the smaller ones reuse its pool
+        memory) instead of on first use; a no-op when not graphed. Every row is reset to
+        padding first, so the warm-ups write only `dummy_slot`: rows left from an earlier
+        step could name blocks since given to another request."""
+        if not self.graphed:
+            return
+        self._pad(0, self.max_batch)
+        for k in sorted(self.buckets, reverse=True):
+            if k not in self.graphs:
+                self._capture(k)
+
+    def _check(
+        self,
+        b: int,
+        x: DecodeInputs,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Shapes only (reading values would synchronise with the device)."""
+        rows = {
+            "frames": (x.frames.shape[0],),
+            "side_ids": tuple(x.side_ids.shape),
+            "positions": tuple(x.positions.shape),
+            "block_tables": (block_tables.shape[0],),
+            "context_lens": tuple(context_lens.shape),
+            "slot_mapping": tuple(slot_mapping.shape),
+        }
+        for name, shape in rows.items():
+            if shape != (b,):
+                raise ValueError(f"{name} has {shape} rows, expected ({b},)")
+        if block_tables.shape[1] > self.max_blocks:
+            raise ValueError(f"{block_tables.shape[1]} block table columns > {self.max_blocks}")
+
+    def _load(
+        self,
+        b: int,
+        k: int,
+        x: DecodeInputs,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Rows [:b] from the inputs (block table columns past the input's zeroed), rows
+        [b:k] padding."""
+        pairs = (
+            (self.tokens, x.tokens),
+            (self.frames, x.frames),
+            (self.side_ids, x.side_ids),
+            (self.positions, x.positions),
+            (self.context_lens, context_lens),
+            (self.slot_mapping, slot_mapping),
+        )
+        for buf, src in pairs:
+            buf[:b].copy_(src)
+        width = block_tables.shape[1]
+        self.block_tables[:b, :width].copy_(block_tables)
+        if width < self.max_blocks:
+            self.block_tables[:b, width:].zero_()
+        if b < k:
+            self._pad(b, k)
+
+    def _pad(self, start: int, end: int) -> None:
+        """Rows [start:end] inert: no context (zeros out, no cache read), K/V to the dummy
+        slot, position and ids 0."""
+        for buf in (
+            self.tokens,
+            self.frames,
+            self.side_ids,
+            self.positions,
+            self.block_tables,
+            self.context_lens,
+        ):
+            buf[start:end].zero_()
+        self.slot_mapping[start:end].fill_(self.dummy_slot)
+
+    def _inputs(self, k: int) -> DecodeInputs:
+        return DecodeInputs(
+            tokens=self.tokens[:k],
+            frames=self.frames[:k],
+            side_ids=self.side_ids[:k],
+            positions=self.positions[:k],
+        )
+
+    def _step(self, k: int) -> None:
+        """Bucket k's computation over the static buffers (what its graph records)."""
+        hidden = decode_hidden(
+            self.talker,
+            self.rope,
+            self._inputs(k),
+            self.block_tables[:k],
+            self.context_lens[:k],
+            self.slot_mapping[:k],
+            self.kv_caches,
+            self.block_size,
+            self.attention,
+        )
+        self.out[:k].copy_(hidden)
+
+    def _capture(self, k: int) -> None:
+        """Warm up on a side stream (Triton compiles and cuBLAS initialises there, not inside
+        the capture), then record bucket k. The warm-ups run the real step on the rows just
+        loaded: they write each row's K/V to its own slot, and running the step again writes
+        the same values to the same slots (padding rows only touch `dummy_slot`), so the
+        replay that follows finds the cache as if only it had run. `thread_local` capture:
+        other engine threads may keep using the GPU; only this thread may not sync."""
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup_iters):
+                self._step(k)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            self._step(k)
+        self.graphs[k] = graph
