@@ -42,6 +42,7 @@ def talker_engine(
     num_kv_blocks: int = 512,
     window_k: int = 0,
     frame_graphs: bool = False,
+    decode_graphs: bool = False,
 ) -> tuple[StageEngine, TalkerProcessor]:
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -53,7 +54,9 @@ def talker_engine(
     )
     bundle = tiny_bundle()
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
-    model = build_ar_model(bundle, None, frame_sample, max_batch=max_num_seqs)
+    model = build_ar_model(
+        bundle, None, frame_sample, max_batch=max_num_seqs, decode_graphs=decode_graphs
+    )
     runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine(
         "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling

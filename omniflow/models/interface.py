@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from omniflow.models.layers.attention import AttentionMetadata
+from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
 
 Frame = tuple[int, ...]
 """One output step's codes (G codebooks); element 0 is the token that drives the AR loop."""
@@ -34,6 +34,20 @@ class KVCacheSpec:
     num_layers: int
     num_kv_heads: int
     head_dim: int
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The KV cache as the runner allocated it (handed to the model once, so a model can
+    capture graphs over it: their tensor addresses are fixed from then on)."""
+
+    caches: list[tuple[torch.Tensor, torch.Tensor]]
+    block_size: int
+    max_blocks: int
+    """Block-table width: blocks of one request of max_model_len."""
+    dummy_slot: int
+    """A slot past the pool that nothing reads: padded rows of a graph bucket write there."""
+    max_batch: int
 
 
 @dataclass(frozen=True)
@@ -167,6 +181,15 @@ class ARModel(Protocol):
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
         """Hidden states [T, H] after the paged decoder (this step's K/V written)."""
+        ...
+
+    def attach_kv(self, layout: KVLayout) -> None:
+        """Called once by the runner after allocating the KV cache."""
+        ...
+
+    def decode_hidden(self, x: DecodeInputs, meta: DecodeAttentionMetadata) -> torch.Tensor:
+        """The decode path's hidden states [B, H] (embed + forward over the attached cache,
+        this step's K/V written); a model may replay a captured graph here."""
         ...
 
     def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:

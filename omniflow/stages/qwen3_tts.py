@@ -56,13 +56,13 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     cfg = stage.scheduler
     assert isinstance(cfg, SchedulerConfig)  # an AR stage's scheduler has the KV cache
     decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
-    # platform.cuda_graphs: the code predictor's 15 steps replay as CUDA graphs per bucket.
-    frame_sample = (
-        partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K)
-        if ctx.graph.platform.cuda_graphs
-        else None
+    # platform.cuda_graphs: the talker's decode step and the code predictor's 15 steps
+    # replay as CUDA graphs per batch bucket.
+    graphs = ctx.graph.platform.cuda_graphs
+    frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if graphs else None
+    model = build_ar_model(
+        bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs, decode_graphs=graphs
     )
-    model = build_ar_model(bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs)
     platform = ctx.graph.platform
     cfg = sized_scheduler(
         cfg, model.kv_spec, ctx.dtype, ctx.device, platform.gpu_memory_utilization, stage.name

@@ -20,7 +20,7 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
-from omniflow.models.interface import ARModel, FrameSample
+from omniflow.models.interface import ARModel, FrameSample, KVLayout
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.stages.sampler import BatchSampler, SamplingStaging
 
@@ -45,11 +45,22 @@ class ARModelRunner:
         self.block_size = scheduler.block_size
         spec = model.kv_spec
         slots = scheduler.num_kv_blocks * scheduler.block_size
-        shape = (slots, spec.num_kv_heads, spec.head_dim)
+        # One slot past the pool: padded rows of a captured decode bucket write their K/V
+        # there, and no block table points at it.
+        shape = (slots + 1, spec.num_kv_heads, spec.head_dim)
         kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(2 * spec.num_layers)]
         self.kv_caches = list(zip(kv[::2], kv[1::2], strict=True))
         self.requests: dict[str, RunnerRequest] = {}
         self.decode_batch = DecodeBatch(model, scheduler, device, batched_decode)
+        model.attach_kv(
+            KVLayout(
+                self.kv_caches,
+                scheduler.block_size,
+                self.decode_batch.max_blocks,
+                dummy_slot=slots,
+                max_batch=scheduler.max_num_seqs,
+            )
+        )
         self.sampling = SamplingStaging(scheduler.max_num_seqs, model.token_policy, device)
         self._refusals_logged: set[str] = set()
         self.timer: PhaseTimer = NoTimer()
@@ -183,9 +194,7 @@ class ARModelRunner:
         while reqs:
             x, meta = self.decode_batch.inputs()
             with self.timer.phase(self.stage_name, "forward"):
-                hidden = self.model.forward(
-                    self.model.embed_decode(x), x.positions, meta, self.kv_caches
-                )
+                hidden = self.model.decode_hidden(x, meta)
             steps += 1
             for r in reqs:
                 r.num_computed += 1

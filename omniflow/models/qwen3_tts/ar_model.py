@@ -19,14 +19,16 @@ from omniflow.models.interface import (
     Frame,
     FrameSample,
     KVCacheSpec,
+    KVLayout,
     PositionSpan,
     PrefillInputs,
     RowSampler,
     TokenPolicy,
 )
-from omniflow.models.layers.attention import AttentionMetadata
+from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
 from omniflow.models.qwen3_tts import inputs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.decode_graph import TalkerDecodeGraphs
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGraphs
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
@@ -47,10 +49,15 @@ class TalkerARModel:
         talker: Talker,
         stream_decoder: StreamingDecoder | None = None,
         frame_graphs: PredictorGraphs | None = None,
+        decode_graphs: bool = False,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
         """CUDA graphs of the code predictor's 15 steps per batch bucket (None: eager)."""
+        self.use_decode_graphs = decode_graphs
+        self.decode_graphs: TalkerDecodeGraphs | None = None
+        """CUDA graphs of the talker's decode step per batch bucket, built in `attach_kv`."""
+        self.kv: KVLayout | None = None
         self.name = "talker"
         shape = talker.shape
         self.kv_spec = KVCacheSpec(shape.num_layers, shape.num_kv_heads, shape.head_dim)
@@ -92,6 +99,30 @@ class TalkerARModel:
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
         return self.talker.forward(embeds, positions, meta, kv_caches)
+
+    def attach_kv(self, layout: KVLayout) -> None:
+        self.kv = layout
+        if not self.use_decode_graphs:
+            return
+        self.decode_graphs = TalkerDecodeGraphs(
+            self.talker,
+            layout.caches,
+            layout.block_size,
+            max_batch=layout.max_batch,
+            max_blocks=layout.max_blocks,
+            max_positions=layout.max_blocks * layout.block_size,
+            dummy_slot=layout.dummy_slot,
+        )
+        self.decode_graphs.capture_all()
+
+    @torch.no_grad()
+    def decode_hidden(self, x: DecodeInputs, meta: DecodeAttentionMetadata) -> torch.Tensor:
+        assert self.kv is not None, "attach_kv first"
+        if self.decode_graphs is not None:
+            return self.decode_graphs.run(
+                x, meta.block_tables, meta.context_lens, meta.slot_mapping
+            )
+        return self.forward(self.embed_decode(x), x.positions, meta, self.kv.caches)
 
     @torch.no_grad()
     def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
@@ -157,10 +188,13 @@ def build_ar_model(
     stream_decoder: StreamingDecoder | None = None,
     frame_sample: FrameSampleFn | None = None,
     max_batch: int = 0,
+    decode_graphs: bool = False,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
-    per batch bucket up to `max_batch`, captured now (eager on a device without graphs)."""
+    per batch bucket up to `max_batch`, captured now (eager on a device without graphs); with
+    `decode_graphs` the talker's decode step does too, captured when the runner attaches
+    its KV cache."""
     graphs = None
     if frame_sample is not None:
         talker = bundle.talker
@@ -171,4 +205,4 @@ def build_ar_model(
             max_batch=max_batch,
         )
         graphs.capture_all()
-    return TalkerARModel(bundle.talker, stream_decoder, graphs)
+    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs)

@@ -6,11 +6,16 @@ Every stateful module has two paths:
 - `stream(x, state)`: continue from carried state (conv input history, transposed-conv
   overlap carry, KV window), which is what `codec_stream.StreamingDecoder` runs.
 Everything is causal, so streaming with carried state reproduces the full decode exactly.
+
+The streaming path is also what a CUDA graph records (`codec_graph.DecoderStepGraphs`): it
+reads no value back to the host once its RoPE comes from a `CosSin` source passed in as `rope`
+(`Rotary.cos_sin`, the default, reads the largest position to grow its table).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -22,6 +27,15 @@ from omniflow.models.layers.rotary import Rotary, apply_rotary
 
 State = dict[str, torch.Tensor]
 """Per-module carried tensors of a batch of requests, keyed by module path."""
+
+
+class CosSin(Protocol):
+    """Where the streaming transformer takes its RoPE from: `Rotary`, or a capture-safe
+    source with the same signature and the same values."""
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class CausalConv(nn.Module):
@@ -317,10 +331,15 @@ class PreTransformer(nn.Module):
             h = layer(h, cos[None], sin[None])
         return self.output_proj(self.norm(h))
 
-    def stream(self, x: torch.Tensor, pos: torch.Tensor, state: State) -> torch.Tensor:
+    def stream(
+        self, x: torch.Tensor, pos: torch.Tensor, state: State, rope: CosSin | None = None
+    ) -> torch.Tensor:
+        """x [B, n, latent] at positions pos[b] .. pos[b]+n-1; RoPE from `rope` when given
+        (a capture-safe source), else from this transformer's `rotary`."""
         h = self.input_proj(x)
         positions = pos[:, None] + torch.arange(x.shape[1], device=x.device)[None, :]
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)
+        source: CosSin = self.rotary if rope is None else rope
+        cos, sin = source.cos_sin(positions, h.dtype)
         for layer in self.layers:
             h = layer.stream(h, cos, sin, pos, state)
         return self.output_proj(self.norm(h))
@@ -370,10 +389,13 @@ class CodecDecoder(nn.Module):
             h = m(h)
         return h.clamp(-1.0, 1.0).squeeze(1)
 
-    def stream(self, codes: torch.Tensor, pos: torch.Tensor, state: State) -> torch.Tensor:
-        """Decode n new frames per row, continuing each row's state; codes [B, n, 16]."""
+    def stream(
+        self, codes: torch.Tensor, pos: torch.Tensor, state: State, rope: CosSin | None = None
+    ) -> torch.Tensor:
+        """Decode n new frames per row, continuing each row's state; codes [B, n, 16].
+        `rope`: see `PreTransformer.stream` (pass a capture-safe source to capture this)."""
         h = self.pre_conv.stream(self.quantizer.decode(codes), state)
-        h = self.pre_transformer.stream(h.transpose(1, 2), pos, state).transpose(1, 2)
+        h = self.pre_transformer.stream(h.transpose(1, 2), pos, state, rope).transpose(1, 2)
         for trans, block in self.upsample:
             h = block.stream(trans.stream(h, state), state)
         for m in self.decoder:

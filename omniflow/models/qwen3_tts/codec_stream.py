@@ -5,36 +5,91 @@ carries, a 72-frame KV window per transformer layer, and its frame position). `d
 takes any number of new frames for any set of slots, continues each from where it left
 off, and returns exactly 1,920 samples per frame. Rows with the same number of new frames
 run as one batch; a ragged batch runs as one batch per distinct length.
+
+`decode_step` is the fused talker's per-step case (one frame per row) from device tensors only,
+so that `codec_graph.DecoderStepGraphs` can record it as a CUDA graph: it gathers the rows'
+state by a slot-id tensor, reads no value back to the host, and scatters the state back. A
+graph has a fixed batch, so the pool keeps one more slot than it hands out, `padding_slot`,
+which a bucket's padding rows read and write and nothing else ever reads.
 """
 
 from __future__ import annotations
 
 import torch
 
+from omniflow.models.layers.rope_table import RopeTable
+from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.codec_modules import CodecDecoder
+
+ROPE_FRAMES = 4096
+"""Frame positions `decode_step` takes from a precomputed RoPE table (327 s of audio; the
+fused talker's max_model_len bounds a request's frames below that by default)."""
 
 
 class SlotsExhausted(RuntimeError):
     """No free decoder slot: the caller must wait or refuse the request."""
 
 
+class StepRope:
+    """RoPE for `decode_step` with no host read.
+
+    Positions below `frames` are rows of a `RopeTable` built from the transformer's own
+    `Rotary` in float32 (its table dtype) and cast per lookup as `Rotary.cos_sin` casts them:
+    bitwise what `decode` uses. A stream can outlive any fixed table, and an index past a table
+    is a device assert on CUDA (fatal to the process), so later positions are computed on the
+    device with `Rotary`'s formula (float64 angles, float32 cos/sin) rather than clamped: the
+    audio stays right, equal to `decode`'s to within the last float32 bit.
+    """
+
+    def __init__(self, rotary: Rotary, frames: int, device: torch.device) -> None:
+        self.table = RopeTable(rotary, frames, device, torch.float32)
+        self.inv_freq = rotary.inv_freq.to(device)
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        last = self.table.max_positions - 1
+        cos, sin = self.table.lookup(positions.clamp(max=last))
+        freqs = positions.double()[..., None] * self.inv_freq
+        angles = torch.cat([freqs, freqs], dim=-1)
+        inside = (positions <= last)[..., None]
+        cos = torch.where(inside, cos, angles.cos().float())
+        sin = torch.where(inside, sin, angles.sin().float())
+        return cos.to(dtype), sin.to(dtype)
+
+
 class StreamingDecoder:
-    """A pool of per-request decoder slots over one `CodecDecoder`."""
+    """A pool of per-request decoder slots over one `CodecDecoder`.
+
+    The pool holds `num_slots + 1` rows: slots 0..num_slots-1 are handed out by `allocate`;
+    row `padding_slot` (= num_slots) is never handed out and only `decode_step`'s padding rows
+    use it. `rope_frames`: positions `decode_step` looks up in a table (see `StepRope`)."""
 
     def __init__(
-        self, decoder: CodecDecoder, num_slots: int, device: torch.device, dtype: torch.dtype
+        self,
+        decoder: CodecDecoder,
+        num_slots: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        rope_frames: int = ROPE_FRAMES,
     ) -> None:
         self.decoder = decoder
         self.num_slots = num_slots
+        self.padding_slot = num_slots
         self.samples_per_frame = decoder.samples_per_frame
+        self.num_codebooks = decoder.shape.num_quantizers
         self._shapes = decoder.state_shapes()
+        rows = num_slots + 1
         self._pool = {
-            name: torch.zeros((num_slots, *shape), device=device, dtype=dtype)
+            name: torch.zeros((rows, *shape), device=device, dtype=dtype)
             for name, shape in self._shapes.items()
         }
-        self._pos = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self._pos = torch.zeros(rows, dtype=torch.int64, device=device)
         self._free = list(range(num_slots - 1, -1, -1))
         self.device = device
+        self.dtype = dtype
+        # Built now: building reads the largest position back to the host.
+        self._rope = StepRope(decoder.pre_transformer.rotary, rope_frames, device)
 
     @property
     def num_free(self) -> int:
@@ -99,3 +154,21 @@ class StreamingDecoder:
             for j, i in enumerate(rows):
                 out[i] = pcm[j]
         return [o for o in out if o is not None]
+
+    @torch.no_grad()
+    def decode_step(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """One new frame per row: codes [B, 16] int64 of slots `slot_ids` [B] int64, both on
+        the decoder's device -> PCM [B, 1920]. Exactly what `decode` computes for the same
+        rows (and the same state left behind), from device ops only: no host read and no
+        shape that depends on a value, so a CUDA graph can record it.
+
+        Nothing is checked (a check would read the host): `slot_ids` must be distinct
+        allocated slots, except `padding_slot`, which may repeat (its rows' results and
+        state are garbage that nothing reads)."""
+        state = {name: t.index_select(0, slot_ids) for name, t in self._pool.items()}
+        pos = self._pos.index_select(0, slot_ids)
+        pcm = self.decoder.stream(codes.unsqueeze(1), pos, state, self._rope)
+        for name, t in self._pool.items():
+            t.index_copy_(0, slot_ids, state[name].to(t.dtype))
+        self._pos.index_copy_(0, slot_ids, pos + 1)
+        return pcm

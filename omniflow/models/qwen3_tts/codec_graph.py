@@ -1,0 +1,142 @@
+"""The fused pipeline's per-step codec decode (one new frame per request -> 1,920 samples) as
+one CUDA graph per batch bucket.
+
+Eagerly a step is several hundred small kernels (codebook lookups, 8 transformer layers,
+dozens of convs), about 15-18 ms on an H200 at any batch up to 32: bound by launch overhead.
+Replaying a captured graph launches them all at once. A graph records fixed shapes and
+addresses, so each bucket reads slot ids and codes from static buffers and writes PCM to a
+static output: `run` copies B rows into the first B rows of the smallest bucket >= B, pads
+the rest with the decoder's `padding_slot` and zero codes, replays, and returns a copy of
+the first B rows. The recorded step is `StreamingDecoder.decode_step`, which gathers each
+row's carried state from the slot pool by id and scatters it back: the pool tensors are
+updated in place, so their addresses stay what the graph recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.predictor_graph import BATCH_BUCKETS, bucket_sizes
+
+
+class DecoderStepGraphs:
+    """Bucketed CUDA graphs of `decoder.decode_step`, captured lazily (or all at once with
+    `capture_all`) into one memory pool shared by the buckets.
+
+    The buckets share one set of static buffers of `max_batch` rows (a bucket of size k reads
+    and writes rows [:k]), which is safe because replays run one at a time on one stream.
+    Without CUDA, or with `capture=False`, the same buffers, padding and step run eagerly (the
+    CPU tests and a kill switch exercise everything but the capture)."""
+
+    def __init__(
+        self,
+        decoder: StreamingDecoder,
+        max_batch: int,
+        buckets: Sequence[int] = BATCH_BUCKETS,
+        capture: bool = True,
+        warmup_iters: int = 2,
+    ) -> None:
+        self.decoder = decoder
+        self.buckets = bucket_sizes(max_batch, buckets)
+        self.max_batch = max_batch
+        self.device = decoder.device
+        self.graphed = capture and self.device.type == "cuda"
+        self.warmup_iters = warmup_iters
+        dev = self.device
+        pad = decoder.padding_slot
+        self.slot_ids = torch.full((max_batch,), pad, device=dev, dtype=torch.int64)
+        self.codes = torch.zeros(max_batch, decoder.num_codebooks, device=dev, dtype=torch.int64)
+        self.pcm = torch.zeros(
+            max_batch, decoder.samples_per_frame, device=dev, dtype=decoder.dtype
+        )
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool: tuple[int, int] | None = None
+
+    def bucket_for(self, batch: int) -> int | None:
+        """The smallest bucket holding `batch` rows; None above the largest (eager)."""
+        return next((k for k in self.buckets if k >= batch), None)
+
+    @torch.no_grad()
+    def run(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """PCM [B, 1920] of one new frame per row, as a new tensor (a clone of the static
+        output: the next replay overwrites it). slot_ids [B] int64: distinct allocated slots
+        of the decoder; codes [B, 16] int64. Each slot's state advances by one frame."""
+        b = slot_ids.shape[0]
+        if slot_ids.shape != (b,) or codes.shape != (b, self.codes.shape[1]):
+            raise ValueError(
+                f"slot_ids {tuple(slot_ids.shape)} and codes {tuple(codes.shape)} do not "
+                f"describe {b} rows of {self.codes.shape[1]} codes"
+            )
+        if b == 0:
+            return self.pcm[:0].clone()
+        k = self.bucket_for(b)
+        if k is None:
+            ids = slot_ids.to(device=self.device, dtype=torch.int64)
+            return self.decoder.decode_step(ids, codes.to(device=self.device, dtype=torch.int64))
+        if self.graphed and k not in self.graphs:
+            self._capture(k)  # before loading: the warm-up overwrites the buffers
+        self._load(b, k, slot_ids, codes)
+        if self.graphed:
+            self.graphs[k].replay()
+        else:
+            self._step(k)
+        return self.pcm[:b].clone()
+
+    @torch.no_grad()
+    def capture_all(self) -> None:
+        """Capture every bucket now (largest first, so the smaller ones reuse its pool
+        memory) instead of on first use; a no-op when not graphed."""
+        if not self.graphed:
+            return
+        for k in sorted(self.buckets, reverse=True):
+            if k not in self.graphs:
+                self._capture(k)
+
+    @torch.no_grad()
+    def warm_up(self, k: int) -> None:
+        """Run bucket k's step eagerly `warmup_iters` times with every row the padding slot.
+
+        A capture needs real runs of the same step first (cuBLAS/cuDNN set up lazily, and
+        nothing may be set up inside a capture). Unlike a KV-cache write, a streaming step
+        advances the state it reads (positions, KV rings, conv histories), so a warm-up over
+        whatever slot ids the buffers hold (the previous batch's real requests) would push
+        those requests a frame ahead and garble their audio. Snapshot and restore would work
+        too, but cost a copy of every live slot's state (~5 MB per slot at the 1.7B shapes) per
+        capture. Padding rows cost nothing: the padding slot is the one row nothing reads, and
+        the same kernels run at the same shapes whatever the slot ids are."""
+        self.slot_ids[:k].fill_(self.decoder.padding_slot)
+        self.codes[:k].zero_()
+        for _ in range(self.warmup_iters):
+            self._step(k)
+
+    def _load(self, b: int, k: int, slot_ids: torch.Tensor, codes: torch.Tensor) -> None:
+        """Rows [:b] from the inputs, rows [b:k] the padding slot with zero codes."""
+        self.slot_ids[:b].copy_(slot_ids)
+        self.codes[:b].copy_(codes)
+        if b < k:
+            self.slot_ids[b:k].fill_(self.decoder.padding_slot)
+            self.codes[b:k].zero_()
+
+    def _step(self, k: int) -> None:
+        """Bucket k's computation over the static buffers (what its graph records)."""
+        self.pcm[:k].copy_(self.decoder.decode_step(self.slot_ids[:k], self.codes[:k]))
+
+    def _capture(self, k: int) -> None:
+        """Warm up on a side stream (lazy library init must not happen inside a capture),
+        then record bucket k. `thread_local` capture: other engine threads may keep using
+        the GPU meanwhile; only this thread is barred from syncing calls. Recording runs no
+        kernel, so the capture itself touches no slot's state."""
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self.warm_up(k)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            self._step(k)
+        self.graphs[k] = graph
