@@ -3,13 +3,17 @@
 Replaying a bucket's graph must give exactly the hidden states, and write exactly the K/V,
 of the same function run eagerly over the same buffers (same kernels: Triton attention,
 same bucket), at the tiny shapes and at the 1.7B talker's shapes with dummy bf16 weights.
-Against the runner's eager step today (`Talker.forward`, torch batched attention) it agrees
-within bf16 tolerance: the attention kernels sum in different orders. Each batch size runs
+Against the runner's eager step today (`Talker.forward`, torch batched attention) it differs by
+bf16 rounding (the attention kernels sum in different orders): at the tiny shapes within 2e-2;
+over the 1.7B's 28 layers of random weights the two bf16 paths drift apart by a few percent
+(3.5e-2 to 4.4e-2 measured on the H200, 2026-12-01), so there the check is that the graph path
+is as close to an fp32 run of the same step as the runner's bf16 step is. Each batch size runs
 two successive input sets: new values in the same buffers, longer contexts, other blocks.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -48,6 +52,8 @@ class Setup(NamedTuple):
     kv: KV
     graphed: TalkerDecodeGraphs
     eager: TalkerDecodeGraphs
+    reference: tuple[Talker, KV]
+    """The same talker and caches in fp32 (the accuracy yardstick)."""
 
 
 class Case(NamedTuple):
@@ -96,7 +102,29 @@ def setup(request) -> Setup:
         return torch.randn(shape, generator=gen, device=DEV, dtype=torch.bfloat16)
 
     kv = [(cache(), cache()) for _ in range(s.num_layers)]
-    return Setup(request.param, talker, kv, wrapper(talker, kv, True), wrapper(talker, kv, False))
+    weights32 = copy.deepcopy(talker.weights).float()
+    talker32 = Talker(weights32, talker.config, talker.vocab)
+    kv32 = [(k.float(), v.float()) for k, v in kv]
+    return Setup(
+        request.param,
+        talker,
+        kv,
+        wrapper(talker, kv, True),
+        wrapper(talker, kv, False),
+        (talker32, kv32),
+    )
+
+
+def close_to_fp32(setup: Setup, got: torch.Tensor, case: Case) -> tuple[float, float]:
+    """(graph path's, runner's bf16 step's) relative error against the fp32 step; asserts
+    the graph path is no further from fp32 than the runner's step (plus rounding slack)."""
+    talker32, kv32 = setup.reference
+    ref = runner_today(talker32, kv32, case)
+    ours, today = rel_err(got, ref), rel_err(runner_today(setup.talker, setup.kv, case), ref)
+    if setup.name == "tiny":
+        assert rel_err(got, runner_today(setup.talker, setup.kv, case)) < REL_TOL
+    assert ours <= 1.25 * today + 5e-3, (ours, today)
+    return ours, today
 
 
 def decode_case(talker: Talker, lens: torch.Tensor, width: int, seed: int) -> Case:
@@ -157,7 +185,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("b", [1, 3, 32])
 def test_replay_equals_eager_and_the_runner_step(setup, b):
-    name, talker, kv, graphed, eager = setup
+    name, talker, kv, graphed, eager, _ = setup
     assert graphed.graphed and not eager.graphed
     results = []
     for case in two_steps(talker, b, seed=b):
@@ -167,28 +195,28 @@ def test_replay_equals_eager_and_the_runner_step(setup, b):
         assert torch.equal(got, again)
         rewritten = kv_at(kv, case.slot_mapping)
         assert all(torch.equal(w, a) for w, a in zip(written, rewritten, strict=True))
-        err = rel_err(got, runner_today(talker, kv, case))
-        print(f"\n[{name}] B={b} (bucket {graphed.bucket_for(b)}): rel err vs runner {err:.2e}")
-        assert err < REL_TOL
+        ours, today = close_to_fp32(setup, got, case)
+        print(f"\n[{name}] B={b} (bucket {graphed.bucket_for(b)}): rel err vs fp32 {ours:.2e}")
+        print(f"  (the runner's bf16 step today: {today:.2e})")
         results.append(got)
     assert graphed.bucket_for(b) in graphed.graphs
     assert not torch.equal(results[0], results[1])
 
 
 def test_batch_above_the_largest_bucket_runs_eager(setup):
-    name, talker, kv, graphed, _ = setup
+    name, talker, kv, graphed, _, _ = setup
     b = MAX_BATCH + 3
     lens = torch.randint(1, 600, (b,), generator=torch.Generator().manual_seed(5))
     case = decode_case(talker, lens, width=40, seed=6)
     captured = set(graphed.graphs)
     got = graphed.run(*case.args)
     assert set(graphed.graphs) == captured
-    assert rel_err(got, runner_today(talker, kv, case)) < REL_TOL
+    close_to_fp32(setup, got, case)
 
 
 def test_capture_all_writes_only_the_dummy_slot(setup):
     """Its warm-ups run padding rows only, whatever rows the buffers held before."""
-    name, talker, kv, graphed, _ = setup
+    name, talker, kv, graphed, _, _ = setup
     if name != "tiny":
         pytest.skip("the tiny model shows it; capturing every 1.7B bucket costs time")
     fresh = wrapper(talker, kv, True)
@@ -216,7 +244,7 @@ def test_timing_eager_vs_replay(setup):
     """Not an assertion: the per-step cost, printed for the record (run with -s). The runner
     today is `Talker.forward` with the torch batched attention; eager is this function with
     the Triton kernel, unpadded buffers and all, without the graph."""
-    name, talker, kv, graphed, eager = setup
+    name, talker, kv, graphed, eager, _ = setup
     for b in (1, 32):
         case = two_steps(talker, b, seed=11)[1]
         eager_ms = ms_per_call(lambda case=case: eager.run(*case.args), iters=10)
