@@ -32,6 +32,16 @@ def tiny_bundle() -> TalkerBundle:
     return build_talker(tiny_model_config(), torch.device("cpu"))
 
 
+def tiny_decoder(slots: int):
+    """A streaming codec decoder of the tiny preset (fp32 on the CPU, as the pipeline has it)."""
+    from omniflow.models.qwen3_tts.codec_loader import load_codec
+    from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+
+    model = tiny_model_config()
+    weights = load_codec(model.codec, None, model.seed + 1).eval()
+    return StreamingDecoder(weights.decoder, slots, torch.device("cpu"), torch.float32)
+
+
 def talker_engine(
     *,
     async_scheduling: bool = False,
@@ -43,6 +53,7 @@ def talker_engine(
     window_k: int = 0,
     frame_graphs: bool = False,
     decode_graphs: bool = False,
+    stream_decode: bool = False,
 ) -> tuple[StageEngine, TalkerProcessor]:
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -54,8 +65,9 @@ def talker_engine(
     )
     bundle = tiny_bundle()
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
+    decoder = tiny_decoder(max_num_seqs) if stream_decode else None
     model = build_ar_model(
-        bundle, None, frame_sample, max_batch=max_num_seqs, decode_graphs=decode_graphs
+        bundle, decoder, frame_sample, max_batch=max_num_seqs, decode_graphs=decode_graphs
     )
     runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine(

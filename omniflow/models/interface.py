@@ -212,10 +212,11 @@ class ARModel(Protocol):
         ...
 
     def decode_audio(
-        self, request_ids: Sequence[str], outputs: Sequence[Frame | None]
+        self, request_ids: Sequence[str], sample: FrameSample
     ) -> dict[str, np.ndarray]:
         """After each sampled frame: PCM per request (empty when the model does not
-        stream-decode; rows whose output is None produce none)."""
+        stream-decode; rows whose output is None produce none). `sample.next_frames` holds
+        the frames on the device, for a decoder step that stays there."""
         ...
 
     def decoder_slots(self) -> tuple[int, int] | None:

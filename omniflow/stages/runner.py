@@ -221,7 +221,7 @@ class ARModelRunner:
         """Append each row's token and input frame to its request; one output per row, in
         row order (the model's post-frame hook adds the audio)."""
         with self.timer.phase(self.stage_name, "audio"):
-            audio = self.model.decode_audio([r.request_id for r in reqs], sample.outputs)
+            audio = self.model.decode_audio([r.request_id for r in reqs], sample)
         outputs: dict[str, RequestStepOutput] = {}
         for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
             r.tokens.append(token)

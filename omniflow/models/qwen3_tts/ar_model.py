@@ -27,6 +27,7 @@ from omniflow.models.interface import (
 )
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
 from omniflow.models.qwen3_tts import inputs
+from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.decode_graph import TalkerDecodeGraphs
 from omniflow.models.qwen3_tts.factory import TalkerBundle
@@ -50,6 +51,7 @@ class TalkerARModel:
         stream_decoder: StreamingDecoder | None = None,
         frame_graphs: PredictorGraphs | None = None,
         decode_graphs: bool = False,
+        step_graphs: DecoderStepGraphs | None = None,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
@@ -69,7 +71,7 @@ class TalkerARModel:
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
         )
-        self.slots = StreamSlots(stream_decoder)
+        self.slots = StreamSlots(stream_decoder, step_graphs)
 
     # ---------------------------------------------------------------- inputs
 
@@ -169,9 +171,9 @@ class TalkerARModel:
         self.slots.preempt(request_id)
 
     def decode_audio(
-        self, request_ids: Sequence[str], outputs: Sequence[Frame | None]
+        self, request_ids: Sequence[str], sample: FrameSample
     ) -> dict[str, np.ndarray]:
-        return self.slots.decode(request_ids, outputs)
+        return self.slots.decode(request_ids, sample.outputs, sample.next_frames)
 
     def decoder_slots(self) -> tuple[int, int] | None:
         return self.slots.slots_in_use()
@@ -194,8 +196,12 @@ def build_ar_model(
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
     per batch bucket up to `max_batch`, captured now (eager on a device without graphs); with
     `decode_graphs` the talker's decode step does too, captured when the runner attaches
-    its KV cache."""
+    its KV cache, and so does the streaming decoder's per-frame step (captured now)."""
     graphs = None
+    step_graphs = None
+    if decode_graphs and stream_decoder is not None:
+        step_graphs = DecoderStepGraphs(stream_decoder, max_batch)
+        step_graphs.capture_all()
     if frame_sample is not None:
         talker = bundle.talker
         graphs = PredictorGraphs(
@@ -205,4 +211,4 @@ def build_ar_model(
             max_batch=max_batch,
         )
         graphs.capture_all()
-    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs)
+    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs)

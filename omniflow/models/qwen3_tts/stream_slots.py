@@ -15,14 +15,19 @@ import numpy as np
 import torch
 
 from omniflow.models.interface import Frame
+from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 
 
 class StreamSlots:
     """Which request holds which decoder slot, and the parked state of preempted ones."""
 
-    def __init__(self, decoder: StreamingDecoder | None) -> None:
+    def __init__(
+        self, decoder: StreamingDecoder | None, graphs: DecoderStepGraphs | None = None
+    ) -> None:
         self.decoder = decoder
+        self.graphs = graphs
+        """The decoder's per-frame step as CUDA graphs per batch bucket (None: eager)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
 
@@ -47,10 +52,14 @@ class StreamSlots:
             self.decoder.release(slot)
 
     def decode(
-        self, request_ids: Sequence[str], frames: Sequence[Frame | None]
+        self,
+        request_ids: Sequence[str],
+        frames: Sequence[Frame | None],
+        device_frames: torch.Tensor | None = None,
     ) -> dict[str, np.ndarray]:
         """Each new frame's samples from its request's slot (taken at its first frame);
-        rows without a frame (EOS) produce none."""
+        rows without a frame (EOS) produce none. With step graphs, the frames are read from
+        `device_frames` [B, 16] (the sampler's output, already on the device)."""
         dec = self.decoder
         if dec is None:
             return {}
@@ -60,6 +69,14 @@ class StreamSlots:
         for rid, _ in rows:
             if rid not in self._slots:
                 self._slots[rid] = dec.allocate()
+        if self.graphs is not None and device_frames is not None:
+            keep = [i for i, f in enumerate(frames) if f is not None]
+            ids = torch.tensor([self._slots[rid] for rid, _ in rows], device=dec.device)
+            codes = device_frames
+            if len(keep) != len(frames):
+                codes = codes.index_select(0, torch.tensor(keep, device=codes.device))
+            out = self.graphs.run(ids, codes).float().cpu().numpy()  # one copy for all rows
+            return {rid: out[j] for j, (rid, _) in enumerate(rows)}
         codes = [torch.tensor([f], dtype=torch.int64) for _, f in rows]
         pcm = dec.decode([self._slots[rid] for rid, _ in rows], codes)
         return {rid: p.float().cpu().numpy() for (rid, _), p in zip(rows, pcm, strict=True)}
