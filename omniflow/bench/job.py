@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import platform
+import shlex
 import statistics
 import subprocess
 from dataclasses import replace
@@ -28,6 +31,10 @@ VOICE = "vivian"
 
 
 def commit() -> str:
+    """The commit under test: OMNIFLOW_COMMIT when set (a GPU machine's copy of the tree may
+    carry no repository, or a stale one), else git's HEAD."""
+    if os.environ.get("OMNIFLOW_COMMIT"):
+        return os.environ["OMNIFLOW_COMMIT"]
     out = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -36,6 +43,15 @@ def commit() -> str:
         cwd=Path(__file__).parent,
     )
     return out.stdout.strip()
+
+
+def device_name(device: str) -> str:
+    """What ran the job (the GPU's name on CUDA)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
 
 
 def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> dict[str, Any]:
@@ -94,6 +110,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "windows": windows,
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
+        "device": device_name(graph.platform.device),
     }
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

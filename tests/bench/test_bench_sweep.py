@@ -53,6 +53,8 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         assert res["summary"]["rtf"]["median"] > 0
         assert len(res["rounds"]) == 1 and res["rounds"][0]["requests"] == 2
         assert abs(res["rounds"][0]["audio_seconds"] - 2 * 4 * 1920 / 24000) < 1e-9
+        assert res["command"].startswith("python -m omniflow bench ") and res["device"]
+    assert "pipeline.stages.talker.window_k=4" in results[1]["command"]
     assert results[0]["windows"] is None and results[1]["windows"]["planned_windows"] >= 0
     summary = (out / "summary.md").read_text()
     assert summary.count("\n| 0 |") == 1 and summary.count("\n| 4 |") == 1
@@ -85,3 +87,14 @@ def test_invalid_sweep_job_fails_before_anything_runs(tmp_path):
 def test_summarize_needs_a_sweep_directory(tmp_path):
     r = omniflow("sweep", "summarize", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and "result.json" in r.stderr
+
+
+def test_a_job_records_the_commit_under_test_and_its_command(monkeypatch):
+    """A GPU machine's copy of the tree may carry no repository (or a stale one): the
+    commit comes from OMNIFLOW_COMMIT when set."""
+    from omniflow.bench.job import commit
+
+    monkeypatch.setenv("OMNIFLOW_COMMIT", "abc1234")
+    assert commit() == "abc1234"
+    monkeypatch.delenv("OMNIFLOW_COMMIT")
+    assert commit() != "abc1234"
