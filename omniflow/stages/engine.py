@@ -191,10 +191,12 @@ class StageEngine:
         submitted: Future[StepResult] | None = None
         if runs:
             submitted = self._executor.submit(self.runner.execute, plan)
+        # Terminal outputs produced while planning (a refused chunk, a receive deadline) come
+        # with the in-flight step's results, never instead of them.
         outputs: list[StageOutput] = early
         if self._inflight is not None:
             prev_plan, prev = self._inflight
-            outputs = self.scheduler.update(prev_plan, prev.result())
+            outputs = early + self.scheduler.update(prev_plan, prev.result())
         self._inflight = (plan, submitted) if submitted is not None else None
         return outputs
 
