@@ -123,7 +123,7 @@ class ARModelRunner:
             return StepResult(plan.step_id, {})
         order = list(plan.num_scheduled_tokens.items())
         decode = all(n == 1 or rid in plan.window for rid, n in order) and all(
-            self.requests[rid].in_decode for rid, _ in order
+            rid in self.requests and self.requests[rid].in_decode for rid, _ in order
         )
         try:
             with self.timer.phase(self.stage_name, "decode_step" if decode else "mixed_step"):
@@ -159,7 +159,11 @@ class ARModelRunner:
             if reason not in self._refusals_logged:
                 self._refusals_logged.add(reason)
                 log.info("window refused at run time (%s): running a single step", reason)
-            single = self._run([(rid, 1) for rid in plan.num_scheduled_tokens])
+            known = [rid for rid in plan.num_scheduled_tokens if rid in self.requests]
+            single = self._run([(rid, 1) for rid in known])
+            for rid in plan.num_scheduled_tokens:  # a plan naming a request the runner lacks
+                if rid not in self.requests:
+                    single[rid] = RequestStepOutput(error=f"{rid}: not held by the runner")
             return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
         outputs, steps = self._decode(dict(plan.window))
         return StepResult(plan.step_id, outputs, window_steps=steps)

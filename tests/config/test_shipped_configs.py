@@ -76,3 +76,24 @@ def test_defaults_are_the_embedded_default():
     assert graph.pipeline == "qwen3_tts_fused"
     assert graph.model.name == "qwen3-tts-tiny"
     assert list(graph.stages) == ["talker"]
+
+
+def test_high_concurrency_raises_every_stage_of_the_two_stage_pipeline():
+    graph = build_graph(
+        compose(["pipeline=qwen3_tts", "platform=cpu", "experiment=high_concurrency"])
+    )
+    seqs = {name: stage.scheduler.max_num_seqs for name, stage in graph.stages.items()}
+    assert seqs == {"talker": 128, "code2wav": 128}
+    receiver = graph.stages["code2wav"].scheduler
+    assert receiver.max_num_batched_tokens == 8192  # 4x the shipped 2048, as the talker's
+    assert receiver.async_scheduling
+
+
+def test_high_concurrency_still_composes_with_the_fused_pipeline():
+    graph = build_graph(
+        compose(["pipeline=qwen3_tts_fused", "platform=cpu", "experiment=high_concurrency"])
+    )
+    assert list(graph.stages) == ["talker"]
+    talker = graph.stages["talker"]
+    assert talker.stream_decode and talker.scheduler.max_num_seqs == 128
+    assert talker.scheduler.async_scheduling

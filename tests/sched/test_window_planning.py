@@ -55,10 +55,12 @@ def test_a_window_opens_only_for_decode_with_nothing_waiting():
     assert not p.window
     p, _ = step(s, r)  # a decodes, but b is waiting (max_num_seqs=1)
     assert not p.window
-    assert s.window_stats.refusals["waiting"] >= 1
+    assert dict(s.window_stats.refusals) == {"waiting": 2}  # one per step that b waited
+    assert s.window_stats.planned_windows == 0
     s.finish("b", "abort")
     p, _ = step(s, r)
     assert dict(p.window) == {"a": 4} and dict(p.num_scheduled_tokens) == {"a": 4}
+    assert s.window_stats.planned_windows == 1
 
 
 def test_the_last_prefill_token_never_opens_a_window():
@@ -81,10 +83,14 @@ def test_k_is_clamped_to_the_remaining_budget_per_request():
     s.add_request(req("long", prompt_len=4, max_new=50))
     r = WindowRunner()
     step(s, r)  # prefill both, first token each
-    p, _ = step(s, r)
+    p, outs = step(s, r)
     # short: 3 - 1 generated = 2; long: max_model_len 12 - 5 tokens = 7
     assert dict(p.window) == {"short": 2, "long": 7}
-    assert not s.has_unfinished or all(len(x.output_tokens) <= 8 for x in s.requests.values())
+    # each ran exactly its clamped k and ended at its own limit, inside this one window
+    ends = {o.request_id: (len(o.tokens), o.finish_reason) for o in outs}
+    assert ends == {"short": (2, "length"), "long": (7, "length")}
+    assert not s.requests and s.kv.num_used_blocks == 0
+    assert s.window_stats.executed_steps == 7
 
 
 def test_kv_shortage_falls_back_to_one_step_with_consistent_tables():

@@ -48,7 +48,8 @@ def test_each_step_yields_a_16_code_frame():
         assert all(0 <= c < 2048 for c in f)
     assert outputs[-1].finished and outputs[-1].finish_reason == "length"
     assert engine.scheduler.kv.num_used_blocks == 0
-    assert engine.runner.requests == {} or set(engine.runner.requests) <= {"a"}
+    engine.step()  # the next plan tells the runner to drop the finished request
+    assert engine.runner.requests == {}
 
 
 def test_same_seed_same_codes_and_different_seed_differs():

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 
-from tests.factories import Collector, build, eos_bundle, speech, stage_stats
+from omniflow.config.schema import SchedulerConfig
+from omniflow.core.step import StepPlan, StepResult
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
+from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.sched.ar import ARScheduler
+from omniflow.stages.engine import StageEngine
+from omniflow.stages.runner import ARModelRunner
+from tests.factories import EOS, Collector, build, eos_bundle, speech, stage_stats, talker_engine
 from tests.stages.test_talker_engine import fixed, generate
 
 
@@ -32,8 +42,13 @@ def test_window_codes_equal_single_step_for_same_length_requests():
 
 def test_windows_respect_max_new_tokens_exactly():
     for n in (1, 2, 5, 9):
-        frames, outputs, _ = generate([fixed("a", n)], window_k=8)
+        frames, outputs, engine = generate([fixed("a", n)], window_k=8)
         assert len(frames["a"]) == n and outputs[-1].finish_reason == "length"
+        w = engine.stats().windows
+        if n > 2:  # the prefill samples token 1; one window (k clamped to n - 1) does the rest
+            assert (w.planned, w.executed, w.steps) == (1, 1, n - 1)
+        else:  # at most one token left after the prefill: never a window
+            assert (w.planned, w.executed, w.steps) == (0, 0, 0)
 
 
 def test_windows_with_preemption_keep_the_codes():
@@ -43,34 +58,55 @@ def test_windows_with_preemption_keep_the_codes():
         reqs, num_kv_blocks=12, block_size=4, max_model_len=48, window_k=4
     )
     assert engine.scheduler.num_preemptions > 0
+    assert engine.stats().windows.executed > 0
     assert squeezed == calm
 
 
-def test_eos_inside_a_window_stops_and_frees():
-    import torch
-
-    from omniflow.config.schema import SchedulerConfig
-    from omniflow.models.qwen3_tts.ar_model import build_ar_model
-    from omniflow.models.qwen3_tts.processor import TalkerProcessor
-    from omniflow.sched.ar import ARScheduler
-    from omniflow.stages.engine import StageEngine
-    from omniflow.stages.runner import ARModelRunner
-
+def eos_window_run(window_k: int, min_new_tokens: int = 4):
+    """One request on the EOS-biased model: EOS wins the first draw it is allowed in, i.e.
+    its (min_new_tokens + 1)-th token. Returns (tokens, the runner's StepResults, engine)."""
     bundle = eos_bundle()
     cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
     runner = ARModelRunner(build_ar_model(bundle), cfg, torch.device("cpu"), torch.float32)
-    engine = StageEngine("talker", ARScheduler(cfg, window_k=8), runner)
-    engine.add_request(
-        TalkerProcessor(bundle.tokenizer, bundle.vocab, 256).make_request(
-            speech("a", max_new_tokens=50)
-        )
+    results: list[StepResult] = []
+    execute = runner.execute
+
+    def spy(plan: StepPlan) -> StepResult:
+        result = execute(plan)
+        results.append(result)
+        return result
+
+    runner.execute = spy  # type: ignore[method-assign]
+    engine = StageEngine("talker", ARScheduler(cfg, window_k=window_k), runner)
+    request = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256).make_request(
+        speech("a", max_new_tokens=50)
     )
+    request.sampling = dataclasses.replace(request.sampling, min_new_tokens=min_new_tokens)
+    engine.add_request(request)
     outputs = engine.run_until_idle()
-    tokens = [t for o in outputs for t in o.tokens]
-    assert len(tokens) == 3 and tokens[-1] == 2150
-    assert outputs[-1].finish_reason == "stop"
-    engine.step()
-    assert engine.scheduler.kv.num_used_blocks == 0 and not runner.requests
+    assert outputs[-1].finished and outputs[-1].finish_reason == "stop"
+    return [t for o in outputs for t in o.tokens], results, engine
+
+
+def test_eos_inside_a_window_stops_and_frees():
+    """min_new_tokens=4: the prefill samples token 1, an 8-step window opens, and EOS is
+    token 5, the 4th step of the window. The runner leaves the window at the EOS (nothing
+    follows it, in the StepResult or the outputs) and the tokens are the K=0 ones."""
+    single, _, _ = eos_window_run(0)
+    tokens, results, engine = eos_window_run(8)
+    assert single == tokens
+    assert len(tokens) == 5 and tokens[-1] == EOS and EOS not in tokens[:-1]
+    windows = [r for r in results if r.window_steps > 1]
+    assert len(windows) == 1
+    window = windows[0].outputs["a"]
+    # the window really ran, stopped at the EOS step, and produced nothing after it
+    assert windows[0].window_steps == len(window.tokens) == 4
+    assert window.tokens[-1] == EOS and EOS not in window.tokens[:-1]
+    assert window.frames[-1] is None
+    stats = engine.stats().windows
+    assert (stats.planned, stats.executed, stats.steps) == (1, 1, 4)
+    engine.step()  # delivers the drop to the runner
+    assert engine.scheduler.kv.num_used_blocks == 0 and not engine.runner.requests
 
 
 def test_fused_pipeline_audio_is_identical_with_windows():
@@ -95,3 +131,89 @@ def test_stats_mention_windows_only_when_enabled():
     _, _, win = generate([fixed("a", 4)], window_k=4)
     assert not any("window" in k for k in plain.scheduler.stats())
     assert "planned_windows" in win.scheduler.stats()
+
+
+# ------------------------------------------------ the runner's run-time gate (_window_refusal)
+
+
+def decoding_engine():
+    """A talker engine whose runner holds r0 and r1 in decode, their next block allocated."""
+    engine, proc = talker_engine(block_size=64)
+    for i, text in enumerate(["Hello there.", "A longer sentence, to differ."]):
+        engine.add_request(proc.make_request(fixed(f"r{i}", 20, seed=i, text=text)))
+    for _ in range(3):
+        engine.step()
+    runner = engine.runner
+    assert all(runner.requests[rid].in_decode for rid in ("r0", "r1"))
+    return engine, runner
+
+
+def single_step_tokens(rids) -> dict[str, tuple[int, ...]]:
+    """What a plain (no window) single step gives each request on an identical engine."""
+    _, runner = decoding_engine()
+    result = runner.execute(StepPlan(step_id=99, num_scheduled_tokens={r: 1 for r in rids}))
+    assert result.window_steps == 0 and result.window_refusal is None
+    return {rid: out.tokens for rid, out in result.outputs.items()}
+
+
+def assert_refused_as_one_step(result: StepResult, reason: str, rids) -> None:
+    assert result.window_refusal == reason
+    assert result.window_steps == 1
+    assert set(result.outputs) == set(rids)
+    assert all(len(result.outputs[rid].tokens) == 1 for rid in rids)
+
+
+@pytest.mark.parametrize(
+    ("reason", "scheduled", "window"),
+    [
+        ("partial_window", {"r0": 1, "r1": 1}, {"r0": 4}),
+        ("plan_mismatch", {"r0": 3, "r1": 3}, {"r0": 3, "r1": 2}),
+        ("plan_mismatch", {"r0": 0, "r1": 0}, {"r0": 0, "r1": 0}),
+    ],
+)
+def test_runner_refuses_an_inconsistent_window_and_runs_one_exact_step(reason, scheduled, window):
+    _, runner = decoding_engine()
+    before = {rid: runner.requests[rid].num_computed for rid in ("r0", "r1")}
+    result = runner.execute(StepPlan(step_id=99, num_scheduled_tokens=scheduled, window=window))
+    assert_refused_as_one_step(result, reason, ("r0", "r1"))
+    assert {rid: runner.requests[rid].num_computed - n for rid, n in before.items()} == {
+        "r0": 1,
+        "r1": 1,
+    }
+    tokens = {rid: out.tokens for rid, out in result.outputs.items()}
+    assert tokens == single_step_tokens(("r0", "r1"))
+
+
+def test_runner_refuses_a_window_for_a_request_still_in_prefill():
+    """'p' has one prompt token left (a first chunk of prompt_len - 1 tokens ran): a window
+    plan for it is refused, and the single step finishes its prefill and samples a token."""
+    _, proc = talker_engine()
+    request = proc.make_request(fixed("p", 20))
+    engine, _ = talker_engine(block_size=64, max_num_batched_tokens=request.prompt_len - 1)
+    engine.add_request(request)
+    engine.step()
+    runner = engine.runner
+    held = runner.requests["p"]
+    assert held.num_computed == request.prompt_len - 1 and not held.in_decode
+    plan = StepPlan(step_id=99, num_scheduled_tokens={"p": 1}, window={"p": 1})
+    assert_refused_as_one_step(runner.execute(plan), "not_in_decode", ("p",))
+    assert held.num_computed == request.prompt_len and held.in_decode
+
+
+def test_runner_gate_names_a_request_it_does_not_hold():
+    _, runner = decoding_engine()
+    plan = StepPlan(
+        step_id=99, num_scheduled_tokens={"ghost": 2, "r0": 2}, window={"ghost": 2, "r0": 2}
+    )
+    assert runner._window_refusal(plan) == "unknown_request"
+
+
+def test_runner_refuses_a_window_naming_an_unknown_request():
+    _, runner = decoding_engine()
+    plan = StepPlan(
+        step_id=99, num_scheduled_tokens={"ghost": 2, "r0": 2}, window={"ghost": 2, "r0": 2}
+    )
+    result = runner.execute(plan)
+    assert result.window_refusal == "unknown_request" and result.window_steps == 1
+    assert len(result.outputs["r0"].tokens) == 1
+    assert result.outputs["ghost"].error is not None
