@@ -1,13 +1,19 @@
 """Errors answered as OpenAI-style JSON: `{"error": {"message", "type", "param", "code"}}`.
 
 One exception type carries status, message, offending field and error type from wherever the
-problem is found (parsing, validation, admission, generation) to the one handler that writes
-the body, so every failure a client sees has the same shape.
+problem is found (parsing, validation, admission, generation, routing) to the one handler that
+writes the body, so every failure a client sees has the same shape. `code` is the HTTP status
+as a string: OpenAI's clients read `code` as a string (or null), and one scheme everywhere is
+easier to match on than a mix of numbers and names.
 """
 
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
+
+ECHO_LIMIT = 100
+"""Most characters of a client's own input an error message repeats back: enough to recognise
+the value, not enough to turn a 1 MB field into a 1 MB error (or a log line)."""
 
 
 class ApiError(Exception):
@@ -19,9 +25,23 @@ class ApiError(Exception):
         message: str,
         param: str | None = None,
         kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.headers = headers
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` as an error may quote it: at most `limit` characters (then an ellipsis), and
+    lone surrogates escaped, since they cannot be encoded as the UTF-8 of a JSON body."""
+    return encodable(text if len(text) <= limit else text[:limit] + "…")
+
+
+def encodable(text: str) -> str:
+    """`text` with lone surrogates (valid in a Python str and in a JSON `\\ud800` escape,
+    not in UTF-8) written as backslash escapes, so that writing the body cannot fail."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def unavailable(message: str) -> ApiError:
@@ -30,7 +50,13 @@ def unavailable(message: str) -> ApiError:
 
 
 def error_response(err: ApiError) -> JSONResponse:
+    param = None if err.param is None else clip(err.param)
     body = {
-        "error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}
+        "error": {
+            "message": encodable(err.message),
+            "type": err.kind,
+            "param": param,
+            "code": str(err.status),
+        }
     }
-    return JSONResponse(body, status_code=err.status)
+    return JSONResponse(body, status_code=err.status, headers=err.headers)

@@ -3,6 +3,11 @@
 Validation here is per field (types, ranges, choices known without the model); what depends
 on the model (voices, languages, input length in tokens) is checked by the app and the
 prompt builder. Unknown fields are refused, so a typo is an error naming the field.
+
+Numbers and flags are strict: `"7"`, `true` or `"yes"` where an integer or a boolean belongs
+is a 400 rather than a guess (pydantic's lax mode reads `true` as seed 1 and `"yes"` as
+true, so a client's bug would go unnoticed). Fields other frameworks' clients send are
+declared with the values that mean "nothing asked" (see compat.py, which refuses the rest).
 """
 
 from __future__ import annotations
@@ -33,23 +38,39 @@ class SpeechBody(BaseModel):
     input: str = Field(description="Text to speak.")
     voice: str = Field(description="A speaker of the model (GET /v1/audio/voices).")
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="Only 1.0 is supported.")
+    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Only 1.0 is supported.")
     instructions: str | None = Field(
         None, description="Style instruction (models that declare support; not the 0.6B)."
     )
     stream_format: Literal["audio", "sse"] | None = Field(
         None, description="audio: raw bytes as they are produced; sse: server-sent events."
     )
-    stream: bool = Field(False, description="Stream the audio as it is produced.")
+    stream: bool = Field(False, strict=True, description="Stream the audio as it is produced.")
     language: str = Field("auto", description="Language name, or auto.")
     task_type: Literal["CustomVoice", "Base", "VoiceDesign"] = Field(
         "CustomVoice", description="Qwen3-TTS task; the CustomVoice presets serve CustomVoice."
     )
-    seed: int | None = Field(None, ge=0, lt=2**62, description="Sampling seed.")
-    max_new_tokens: int | None = Field(None, ge=1, description="Most codec frames to generate.")
-    ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
+    seed: int | None = Field(None, ge=0, lt=2**62, strict=True, description="Sampling seed.")
+    max_new_tokens: int | None = Field(
+        None, ge=1, strict=True, description="Most codec frames to generate."
+    )
+    ignore_eos: bool = Field(
+        False, strict=True, description="Generate exactly max_new_tokens frames."
+    )
     initial_chunk_frames: int | None = Field(
-        None, ge=1, le=250, description="Two-stage pipeline: frames in the first chunk."
+        None,
+        ge=1,
+        le=250,
+        strict=True,
+        description="Two-stage pipeline: frames in the first chunk.",
+    )
+    non_streaming_mode: bool | None = Field(
+        None, strict=True, description="false: the streaming-text prompt layout (the only one)."
+    )
+    ref_audio: None = Field(None, description="Voice clone: not built; only null is accepted.")
+    ref_text: None = Field(None, description="Voice clone: not built; only null is accepted.")
+    x_vector_only_mode: Literal[False] | None = Field(
+        None, description="Voice clone: not built; only false or null is accepted."
     )
 
     @property

@@ -4,24 +4,35 @@ Everything the routes know about the pipeline comes from `info()` (read once: th
 model, voices, limits) and `stats()` (live: health, requests in flight). A stage that has
 stopped makes `/health` answer 503 and new speech requests a 503 JSON error, instead of
 requests that hang or fail one by one.
+
+Every answer that is not audio is the API's JSON error, whatever produced it: a body the JSON
+parser refuses (bad UTF-8, nesting past the parser's recursion limit, an integer past Python's
+int-string limit), the schema, validation, admission, or the router (404, 405). GET routes
+also answer HEAD, which load balancers and uptime checks use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
-from omniflow.serve.errors import ApiError, error_response, unavailable
+from omniflow.serve.compat import refuse_unbuilt
+from omniflow.serve.errors import ApiError, clip, error_response, unavailable
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.protocol import SpeechBody
@@ -72,7 +83,7 @@ class SpeechService:
         except PipelineUnavailable as exc:
             raise unavailable(str(exc)) from None
         except ValueError as exc:
-            raise ApiError(400, str(exc), "input") from None
+            raise ApiError(400, clip(str(exc), 300), "input") from None
         return speech.request_id, events
 
     def health(self) -> JSONResponse:
@@ -87,16 +98,41 @@ class SpeechService:
 def parse_body(raw: bytes) -> SpeechBody:
     """The request body, parsed here (not by FastAPI) so that every parse error, malformed
     JSON included, gets the API's JSON error naming the field."""
-    try:
-        payload = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON body: {exc}") from None
+    payload = parse_json(raw)
+    if not isinstance(payload, dict):
+        raise ApiError(400, f"the body must be a JSON object, not {type(payload).__name__}")
+    refuse_unbuilt(payload)
     try:
         return SpeechBody.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
-        raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param) from None
+        message = f"{clip(param)}: {first['msg']}" if param else first["msg"]
+        raise ApiError(400, message, param) from None
+
+
+def parse_json(raw: bytes) -> Any:
+    """JSON as RFC 8259 has it (UTF-8, no NaN or Infinity), every refusal a 400. The
+    parser's own failures beyond syntax (RecursionError for deep nesting, ValueError for an
+    integer too long to convert) would otherwise escape as a 500."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply") from None
+    except ValueError:  # the only other one: int() past the int-string limit
+        limit = sys.get_int_max_str_digits()
+        raise ApiError(400, f"malformed JSON body: a number has over {limit} digits") from None
+
+
+def _refuse_constant(name: str) -> None:
+    """NaN, Infinity, -Infinity: Python's json reads them; JSON has no such numbers."""
+    raise ApiError(400, f"malformed JSON body: {name} is not a JSON value")
 
 
 def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
@@ -104,6 +140,44 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     app = FastAPI(title="omniflow", version="0.1.0")
     app.state.service = service
     info = service.info
+    install_error_handlers(app)
+
+    async def health() -> JSONResponse:
+        return service.health()
+
+    async def models() -> dict:
+        return {
+            "object": "list",
+            "data": [{"id": info.model, "object": "model", "owned_by": "omniflow", "created": 0}],
+        }
+
+    async def voices() -> dict:
+        return {"voices": list(info.voices), "languages": list(info.languages)}
+
+    async def metrics() -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def speech(request: Request) -> Response:
+        return await service.speech(request)
+
+    add_get(app, "/health", health)
+    add_get(app, "/v1/models", models)
+    add_get(app, "/v1/audio/voices", voices)
+    add_get(app, "/metrics", metrics)
+    app.add_api_route("/v1/audio/speech", speech, methods=["POST"])
+    return app
+
+
+def add_get(app: FastAPI, path: str, endpoint: Callable[..., Any]) -> None:
+    """A GET route that also answers HEAD (FastAPI's GET routes do not; uvicorn sends the
+    headers of the GET response without its body). HEAD stays out of the OpenAPI schema,
+    where a second operation with the same id would only add a duplicate-id warning."""
+    app.add_api_route(path, endpoint, methods=["GET"])
+    app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error the app answers, the router's included, in the API's JSON shape."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, err: ApiError) -> JSONResponse:
@@ -114,30 +188,31 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
         first = err.errors()[0]
         loc = [str(p) for p in first["loc"] if p != "body"]
         param = ".".join(loc) or None
-        message = first["msg"] if param is None else f"{param}: {first['msg']}"
+        message = first["msg"] if param is None else f"{clip(param)}: {first['msg']}"
         return error_response(ApiError(400, message, param))
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        return service.health()
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(router_error(app, request, exc))
 
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {
-            "object": "list",
-            "data": [{"id": info.model, "object": "model", "owned_by": "omniflow", "created": 0}],
-        }
 
-    @app.get("/v1/audio/voices")
-    async def voices() -> dict:
-        return {"voices": list(info.voices), "languages": list(info.languages)}
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.post("/v1/audio/speech")
-    async def speech(request: Request) -> Response:
-        return await service.speech(request)
-
-    return app
+def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError:
+    """404 and 405 (and any other HTTPException) as an ApiError. A 405's Allow header lists
+    every method the path answers: the router reports only the first route it matched."""
+    path = clip(request.url.path)
+    if exc.status_code == 404:
+        return ApiError(404, f"no route {path!r}", None, "not_found_error")
+    if exc.status_code == 405:
+        allowed = sorted(
+            method
+            for route in app.routes
+            if isinstance(route, APIRoute) and route.path == request.url.path
+            for method in route.methods
+        )
+        message = (
+            f"method {clip(request.method)} is not allowed on {path!r}; "
+            f"it answers {', '.join(allowed)}"
+        )
+        return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
+    kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
+    return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
-from omniflow.serve.errors import ApiError, unavailable
+from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
+from omniflow.serve.text import check_printable, check_speakable
 
 
 def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
@@ -18,24 +19,23 @@ def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None
     if body.model != info.model:
         raise ApiError(
             404,
-            f"model {body.model!r} is not served; this server serves {info.model!r}",
+            f"model {clip(body.model)!r} is not served; this server serves {info.model!r}",
             "model",
             "not_found_error",
         )
-    if not body.input.strip():
-        raise ApiError(400, "input is empty", "input")
     if len(body.input) > server.max_input_chars:
         raise ApiError(
             400,
             f"input is {len(body.input)} characters; the limit is {server.max_input_chars}",
             "input",
         )
+    check_speakable(body.input, "input")
     voices, languages = list(info.voices), list(info.languages)
     if body.voice.lower() not in voices:
-        raise ApiError(400, f"unknown voice {body.voice!r}; available: {voices}", "voice")
+        raise ApiError(400, f"unknown voice {clip(body.voice)!r}; available: {voices}", "voice")
     if body.language.lower() not in languages:
         raise ApiError(
-            400, f"unknown language {body.language!r}; available: {languages}", "language"
+            400, f"unknown language {clip(body.language)!r}; available: {languages}", "language"
         )
     if body.speed != 1.0:
         raise ApiError(
@@ -66,6 +66,8 @@ def _check_instructions(body: SpeechBody, info: PipelineInfo, server: ServerConf
             f"instructions are longer than {server.max_input_chars} characters",
             "instructions",
         )
+    if body.instructions:
+        check_printable(body.instructions, "instructions")
 
 
 def _check_format(body: SpeechBody) -> None:
@@ -75,10 +77,12 @@ def _check_format(body: SpeechBody) -> None:
             "response_format 'aac' is not supported; use wav, pcm, flac, mp3 or opus",
             "response_format",
         )
-    if body.streaming and body.stream_format != "sse" and body.response_format not in STREAMABLE:
+    if body.streaming and body.response_format not in STREAMABLE:
+        how = "stream_format 'sse' carries" if body.stream_format == "sse" else "streaming sends"
         raise ApiError(
             400,
-            f"streaming supports pcm and wav (or stream_format=sse), not {body.response_format!r}",
+            f"{how} pcm or wav audio, not {body.response_format!r} (compressed formats are "
+            "encoded whole: leave out stream and stream_format)",
             "response_format",
         )
 

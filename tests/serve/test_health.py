@@ -72,7 +72,7 @@ def test_dead_stage_makes_health_and_new_requests_503(served):
     r = speech(server.url)
     assert r.status_code == 503, r.text
     err = r.json()["error"]
-    assert err["type"] == "service_unavailable" and err["code"] == 503
+    assert err["type"] == "service_unavailable" and err["code"] == "503"
     assert "code2wav" in err["message"]
     assert p.submits == submits  # refused at admission: never handed to the pipeline
     assert rejected(server.url) == before + 1

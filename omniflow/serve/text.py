@@ -1,0 +1,47 @@
+"""What text a request may carry: printable characters, and something visible to speak.
+
+JSON lets a client send any code point, NUL and lone surrogates (`\\ud800`) included. None of
+those is speech, and each is a hazard further on (a C string cut short, a tokenizer or a log
+writer that cannot encode it), so they are refused here with a 400 naming the field instead of
+failing later as a 500 or producing audio for text nobody can see. Tab, newline and carriage
+return are ordinary text. Text made only of whitespace and invisible format characters
+(zero-width space and joiners, word joiner, BOM: Unicode category Cf) has nothing to speak.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from omniflow.serve.errors import ApiError
+
+ALLOWED_CONTROLS = frozenset("\t\n\r")
+
+
+def check_printable(text: str, field: str) -> None:
+    """400 naming `field` at the first control character or lone surrogate in `text`."""
+    for index, ch in enumerate(text):
+        category = unicodedata.category(ch)
+        if category == "Cc" and ch not in ALLOWED_CONTROLS:
+            what = "control character"
+        elif category == "Cs":
+            what = "lone surrogate"
+        else:
+            continue
+        raise ApiError(
+            400,
+            f"{field} contains {what} U+{ord(ch):04X} at index {index}; "
+            "only printable text, tab, newline and carriage return are accepted",
+            field,
+        )
+
+
+def check_speakable(text: str, field: str) -> None:
+    """`check_printable`, then a 400 when nothing visible is left to speak."""
+    check_printable(text, field)
+    if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text):
+        raise ApiError(
+            400,
+            f"{field} is empty: it has no visible characters (only whitespace or "
+            "zero-width/format characters)",
+            field,
+        )
