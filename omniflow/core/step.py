@@ -41,6 +41,10 @@ class CachedRequestData:
     new_block_ids: tuple[int, ...]
     num_computed_tokens: int
     """Tokens whose KV is in the cache before this step runs."""
+    num_blocks: int
+    """The request's block-table length after this plan (new blocks included). It can be
+    shorter than the runner's table plus the new blocks: a window that fell short gives its
+    unused blocks back, and the runner must drop them too."""
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,12 @@ class ARScheduler:
             req = self.requests[rid]
             if rid in self._known_to_runner:
                 cached.append(
-                    CachedRequestData(rid, tuple(new_blocks[rid]), req.num_computed_tokens)
+                    CachedRequestData(
+                        rid,
+                        tuple(new_blocks[rid]),
+                        req.num_computed_tokens,
+                        num_blocks=len(self.kv.block_ids(rid)),
+                    )
                 )
             else:
                 new_reqs.append(self._new_request_data(req))
@@ -298,7 +303,10 @@ class ARScheduler:
                 self.window_stats.refusals[result.window_refusal] += 1
         outputs: list[StageOutput] = []
         for rid in plan.num_scheduled_tokens:
-            self._outstanding.pop(rid, None)
+            if rid in plan.window:
+                # Only the window's own update lifts its fence: under async scheduling the
+                # update of an older single step can arrive after the window was planned.
+                self._outstanding.pop(rid, None)
             req = self.requests.get(rid)
             if req is None:
                 continue  # ended while this step was in flight; its outputs are dropped

@@ -111,6 +111,7 @@ class ARModelRunner:
             self._admit(data)
         for c in plan.cached_requests:
             r = self.requests[c.request_id]
+            del r.block_ids[c.num_blocks - len(c.new_block_ids) :]  # blocks given back
             r.block_ids.extend(c.new_block_ids)
             r.num_computed = c.num_computed_tokens
 
