@@ -19,3 +19,6 @@ class StageOutput:
     finished: bool = False
     finish_reason: FinishReason | None = None
     error: str | None = None
+    held: bool = False
+    """The request is alive but paused here (preempted, waiting to be recomputed): stages
+    downstream must not count the pause against their receive deadline."""

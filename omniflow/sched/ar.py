@@ -49,6 +49,8 @@ class ARScheduler:
         self._known_to_runner: set[str] = set()
         self._preempted_in_runner: set[str] = set()
         self.num_preemptions = 0
+        self._held: list[StageOutput] = []
+        """Preemption notices for downstream stages (drained with the plan)."""
 
     # ------------------------------------------------------------------ intake
 
@@ -84,8 +86,10 @@ class ARScheduler:
         return list(self.requests)
 
     def drain_outputs(self) -> list[StageOutput]:
-        """The AR scheduler ends requests only in update() and finish()."""
-        return []
+        """Non-terminal notices produced while planning: requests preempted (`held`). The AR
+        scheduler ends requests only in update() and finish()."""
+        out, self._held = self._held, []
+        return out
 
     def stats(self) -> dict[str, int]:
         gauges = {
@@ -283,6 +287,7 @@ class ARScheduler:
         self._forget_in_runner(req.request_id)
         self.waiting.appendleft(req)
         self.num_preemptions += 1
+        self._held.append(StageOutput(req.request_id, held=True))
 
     def _forget_in_runner(self, request_id: str) -> None:
         """The next plan tells the runner to drop the request (a preempted one included: its

@@ -93,6 +93,13 @@ class GenerationScheduler:
         req.next_index += 1
         req.deadline = self.clock() + self.receive_timeout_s
 
+    def hold(self, request_id: str) -> None:
+        """The upstream paused this request (preempted, recomputing): alive, so the receive
+        deadline is disarmed until the next chunk re-arms it."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            req.deadline = float("inf")
+
     def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool:
         req = self.requests.pop(request_id, None)
         if req is None:

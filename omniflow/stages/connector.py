@@ -90,5 +90,8 @@ class ChunkIntake:
         for chunk in self.connector.push(request_id, frames, finished):
             self.receiver.receive(request_id, chunk.frames, chunk.last)
 
+    def hold(self, request_id: str) -> None:
+        self.receiver.hold(request_id)
+
     def close(self, request_id: str) -> None:
         self.connector.close(request_id)

@@ -29,7 +29,7 @@ from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
 from omniflow.stages.connector import ChunkIntake
-from omniflow.stages.messages import Abort, Add, EngineMessage, ReceiveFrames, Wake
+from omniflow.stages.messages import Abort, Add, EngineMessage, Hold, ReceiveFrames, Wake
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +237,10 @@ class StageEngine:
                 if self.intake is None:
                     raise TypeError(f"stage {self.name} receives no frames (no upstream)")
                 self.intake.receive(rid, frames, finished)
+                return []
+            case Hold(request_id=rid):
+                if self.intake is not None:
+                    self.intake.hold(rid)
                 return []
             case Wake():
                 return []

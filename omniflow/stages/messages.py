@@ -43,8 +43,16 @@ class ReceiveFrames:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """The request is paused upstream (preempted): its receive deadline waits for the next
+    frames instead of running."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
 class Wake:
     """Does nothing but wake the loop (shutdown, tests waiting for drops to apply)."""
 
 
-EngineMessage = Add | Abort | ReceiveFrames | Wake
+EngineMessage = Add | Abort | ReceiveFrames | Hold | Wake

@@ -32,7 +32,7 @@ from omniflow.core.speech import SpeechRequest
 from omniflow.graph import StageGraph
 from omniflow.stages.builders import SpeechFrontend, StageParts
 from omniflow.stages.engine import StageEngine
-from omniflow.stages.messages import Abort, Add, ReceiveFrames
+from omniflow.stages.messages import Abort, Add, Hold, ReceiveFrames
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,11 @@ class Orchestrator:
             return
         if out.finish_reason == "abort":
             return  # the orchestrator ended it; the sink already has its terminal event
+        downstream = self.graph.stages[stage].downstream
+        if out.held:
+            if downstream is not None:
+                self._engines[downstream].send(Hold(rid))
+            return
         frames = tuple(f for f in out.frames if f is not None)
         with self._lock:
             live = self._live.get(rid)
@@ -189,7 +194,6 @@ class Orchestrator:
             if stage == self._source:
                 live.frames += len(frames)
                 live.source_reason = out.finish_reason or live.source_reason
-        downstream = self.graph.stages[stage].downstream
         if downstream is not None:
             self._engines[downstream].send(ReceiveFrames(rid, frames, out.finished))
         if stage != self._final:

@@ -236,3 +236,22 @@ def test_async_scheduling_plans_ahead_without_passing_max_tokens():
     # prompt step + 2 decode steps produce exactly 3 tokens; no 4th step is ever planned
     assert planned == 3
     assert runner.known["a"] == 4 + 3
+
+
+def test_a_preempted_request_is_announced_as_held_once_per_preemption():
+    """Downstream stages learn that the request is alive but paused (their receive deadline
+    must wait): one non-terminal `held` notice per preemption, drained with the plan."""
+    s = sched(num_kv_blocks=6, block_size=4, max_num_batched_tokens=64, max_model_len=24)
+    s.add_request(req("old", prompt_len=8, max_new=8))
+    s.add_request(req("new", prompt_len=8, max_new=8))
+    runner = FakeRunner()
+    held = []
+    for _ in range(1000):
+        if not s.has_unfinished:
+            break
+        plan = s.schedule()
+        held += [o for o in s.drain_outputs() if o.held]
+        s.update(plan, runner.execute(plan))
+    assert s.num_preemptions >= 1
+    assert [o.request_id for o in held] == ["new"] * s.num_preemptions
+    assert all(not o.finished and not o.tokens for o in held)

@@ -113,3 +113,22 @@ def test_max_num_seqs_caps_started_requests():
     s.update(p, answer(p))
     p = s.schedule()
     assert list(p.num_scheduled_tokens) == ["b"]
+
+
+def test_a_held_request_waits_past_its_deadline_until_the_next_chunk():
+    """The upstream paused the request (preempted): alive, so no deadline until it sends
+    again; the next chunk re-arms it."""
+    s, clock = sched(timeout=5.0)
+    s.add_request(GenRequest("r"))
+    s.receive("r", (F,), False)
+    s.update(p := s.schedule(), answer(p))  # first chunk decoded; the deadline runs
+    s.hold("r")
+    clock.t = 100.0
+    s.schedule()
+    assert s.drain_outputs() == [] and "r" in s.requests
+    s.receive("r", (F,), False)  # re-armed at t=100
+    s.update(p := s.schedule(), answer(p))
+    clock.t = 106.0
+    s.schedule()
+    (err,) = s.drain_outputs()
+    assert err.request_id == "r" and err.finish_reason == "error"

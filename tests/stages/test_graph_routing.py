@@ -92,3 +92,20 @@ def test_no_stage_name_literal_in_the_generic_layers():
         if pattern.search(line)
     ]
     assert offenders == []
+
+
+def test_a_held_notice_travels_to_the_downstream_stage_only():
+    """A preempted request's `held` notice becomes a `Hold` message for the stage it feeds
+    (whose receive deadline then waits) and reaches no sink."""
+    from omniflow.core.output import StageOutput
+    from omniflow.stages.messages import Hold
+
+    graph = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
+    orch = build_pipeline(graph, tiny_bundle())
+    talker, receiver = orch.engines
+    sent = []
+    receiver.send = sent.append  # record what the orchestrator routes to the receiver
+    talker.on_output(StageOutput("r", held=True))
+    assert sent == [Hold("r")]
+    receiver.on_output(StageOutput("r", held=True))  # the final stage feeds nobody
+    assert sent == [Hold("r")]
