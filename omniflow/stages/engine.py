@@ -292,6 +292,10 @@ class StageEngine:
                     if not self._progressed:
                         self._drain(timeout=IDLE_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the loop is dying: end every request once
+            # Any escape here is a bug, not a request's failure (the runner turns model errors
+            # into per-request errors). Each request still gets exactly one error output, and
+            # `abort_request` releases its scheduler state (KV blocks, queues); queued
+            # admissions are refused and later sends are answered at once (see `send`).
             log.exception("stage %s: engine loop failed", self.name)
             self._death = f"stage {self.name} failed: {exc}"
             with self._send_lock:

@@ -51,6 +51,8 @@ def test_a_dead_stage_ends_its_requests_and_refuses_new_ones(victim):
         assert not stats.healthy
         assert [s.alive for s in stats.stages] == [i != victim for i in range(2)]
         assert stats.in_flight == 0
+        dead = stats.stages[victim]  # the dying loop released what its scheduler held
+        assert dead.running == dead.waiting == 0 and not dead.kv_blocks_used
         with pytest.raises(PipelineUnavailable, match=engine.name):
             orch.submit(speech("after"), Collector())
         # A request that reaches the dead engine anyway (sent before the check) ends at once
