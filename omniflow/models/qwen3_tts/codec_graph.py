@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import torch
 
+from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
-from omniflow.models.qwen3_tts.predictor_graph import BATCH_BUCKETS, bucket_sizes
 
 
-class DecoderStepGraphs:
+class DecoderStepGraphs(BucketGraphs):
     """Bucketed CUDA graphs of `decoder.decode_step`, captured lazily (or all at once with
     `capture_all`) into one memory pool shared by the buckets.
 
@@ -40,11 +40,8 @@ class DecoderStepGraphs:
         warmup_iters: int = 2,
     ) -> None:
         self.decoder = decoder
-        self.buckets = bucket_sizes(max_batch, buckets)
         self.max_batch = max_batch
-        self.device = decoder.device
-        self.graphed = capture and self.device.type == "cuda"
-        self.warmup_iters = warmup_iters
+        super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters)
         dev = self.device
         pad = decoder.padding_slot
         self.slot_ids = torch.full((max_batch,), pad, device=dev, dtype=torch.int64)
@@ -52,12 +49,6 @@ class DecoderStepGraphs:
         self.pcm = torch.zeros(
             max_batch, decoder.samples_per_frame, device=dev, dtype=decoder.dtype
         )
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool: tuple[int, int] | None = None
-
-    def bucket_for(self, batch: int) -> int | None:
-        """The smallest bucket holding `batch` rows; None above the largest (eager)."""
-        return next((k for k in self.buckets if k >= batch), None)
 
     @torch.no_grad()
     def run(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
@@ -79,21 +70,8 @@ class DecoderStepGraphs:
         if self.graphed and k not in self.graphs:
             self._capture(k)  # before loading: the warm-up overwrites the buffers
         self._load(b, k, slot_ids, codes)
-        if self.graphed:
-            self.graphs[k].replay()
-        else:
-            self._step(k)
+        self._compute(k)
         return self.pcm[:b].clone()
-
-    @torch.no_grad()
-    def capture_all(self) -> None:
-        """Capture every bucket now (largest first, so the smaller ones reuse its pool
-        memory) instead of on first use; a no-op when not graphed."""
-        if not self.graphed:
-            return
-        for k in sorted(self.buckets, reverse=True):
-            if k not in self.graphs:
-                self._capture(k)
 
     @torch.no_grad()
     def warm_up(self, k: int) -> None:
@@ -112,6 +90,9 @@ class DecoderStepGraphs:
         for _ in range(self.warmup_iters):
             self._step(k)
 
+    def _warm_up(self, k: int) -> None:
+        self.warm_up(k)
+
     def _load(self, b: int, k: int, slot_ids: torch.Tensor, codes: torch.Tensor) -> None:
         """Rows [:b] from the inputs, rows [b:k] the padding slot with zero codes."""
         self.slot_ids[:b].copy_(slot_ids)
@@ -123,20 +104,3 @@ class DecoderStepGraphs:
     def _step(self, k: int) -> None:
         """Bucket k's computation over the static buffers (what its graph records)."""
         self.pcm[:k].copy_(self.decoder.decode_step(self.slot_ids[:k], self.codes[:k]))
-
-    def _capture(self, k: int) -> None:
-        """Warm up on a side stream (lazy library init must not happen inside a capture),
-        then record bucket k. `thread_local` capture: other engine threads may keep using
-        the GPU meanwhile; only this thread is barred from syncing calls. Recording runs no
-        kernel, so the capture itself touches no slot's state."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self.warm_up(k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._step(k)
-        self.graphs[k] = graph

@@ -28,12 +28,12 @@ from collections.abc import Callable, Sequence
 import torch
 
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
+from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
 from omniflow.models.layers.qwen3 import run_layers
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.inputs import embed_decode
-from omniflow.models.qwen3_tts.predictor_graph import BATCH_BUCKETS, bucket_sizes
 from omniflow.models.qwen3_tts.talker import Talker
 
 KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -83,7 +83,7 @@ def decode_hidden(
     return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))
 
 
-class TalkerDecodeGraphs:
+class TalkerDecodeGraphs(BucketGraphs):
     """Bucketed CUDA graphs of `decode_hidden`, captured lazily on a bucket's first use (or
     all at once with `capture_all`) into one memory pool shared by the buckets.
 
@@ -119,12 +119,10 @@ class TalkerDecodeGraphs:
         self.max_batch = max_batch
         self.max_blocks = max_blocks
         self.dummy_slot = dummy_slot
-        self.buckets = bucket_sizes(max_batch, buckets)
-        self.device = dev = k_cache.device
+        super().__init__(k_cache.device, max_batch, buckets, capture, warmup_iters)
+        dev = self.device
         self.dtype = k_cache.dtype
-        self.graphed = capture and dev.type == "cuda"
         self.attention = attention if attention is not None else decode_attention_for(dev)
-        self.warmup_iters = warmup_iters
         # Built now, eagerly: building reads the largest position back to the host.
         self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
         n, i64, i32 = max_batch, torch.int64, torch.int32
@@ -136,12 +134,6 @@ class TalkerDecodeGraphs:
         self.context_lens = torch.zeros(n, device=dev, dtype=i32)
         self.slot_mapping = torch.full((n,), dummy_slot, device=dev, dtype=i64)
         self.out = torch.zeros(n, talker.shape.hidden_size, device=dev, dtype=self.dtype)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool: tuple[int, int] | None = None
-
-    def bucket_for(self, batch: int) -> int | None:
-        """The smallest bucket holding `batch` rows; None above the largest (eager)."""
-        return next((k for k in self.buckets if k >= batch), None)
 
     @torch.no_grad()
     def run(
@@ -171,12 +163,7 @@ class TalkerDecodeGraphs:
                 self.attention,
             )
         self._load(b, k, x, block_tables, context_lens, slot_mapping)
-        if not self.graphed:
-            self._step(k)
-        else:
-            if k not in self.graphs:
-                self._capture(k)
-            self.graphs[k].replay()
+        self._compute(k)
         return self.out[:b].clone()
 
     @torch.no_grad()
@@ -188,9 +175,14 @@ class TalkerDecodeGraphs:
         if not self.graphed:
             return
         self._pad(0, self.max_batch)
-        for k in sorted(self.buckets, reverse=True):
-            if k not in self.graphs:
-                self._capture(k)
+        super().capture_all()
+
+    def _warm_up(self, k: int) -> None:
+        """The real step on the rows just loaded (Triton compiles and cuBLAS initialises
+        here, not inside the capture): it writes each row's K/V to its own slot, and running
+        it again writes the same values to the same slots (padding rows only touch
+        `dummy_slot`), so the replay that follows finds the cache as if only it had run."""
+        super()._warm_up(k)
 
     def _check(
         self,
@@ -279,23 +271,3 @@ class TalkerDecodeGraphs:
             self.attention,
         )
         self.out[:k].copy_(hidden)
-
-    def _capture(self, k: int) -> None:
-        """Warm up on a side stream (Triton compiles and cuBLAS initialises there, not inside
-        the capture), then record bucket k. The warm-ups run the real step on the rows just
-        loaded: they write each row's K/V to its own slot, and running the step again writes
-        the same values to the same slots (padding rows only touch `dummy_slot`), so the
-        replay that follows finds the cache as if only it had run. `thread_local` capture:
-        other engine threads may keep using the GPU; only this thread may not sync."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup_iters):
-                self._step(k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._step(k)
-        self.graphs[k] = graph

@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, KVCaches
-
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
 
 FrameSampleFn = Callable[
     [torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
@@ -31,14 +30,6 @@ FrameSampleFn = Callable[
 """(logits [B, V], codebook g in 1..15, seeds [B] int64, counters [B] int64,
 temperature [B] float32; 0 = greedy) -> codes [B] int64. Device ops only: no host reads
 and no shape that depends on a tensor's values, or the capture fails."""
-
-
-def bucket_sizes(max_batch: int, buckets: Sequence[int] = BATCH_BUCKETS) -> tuple[int, ...]:
-    """The buckets below `max_batch`, plus `max_batch` itself, so every batch the caller
-    can send (at most `max_batch` rows) has a graph."""
-    if max_batch < 1:
-        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-    return tuple(sorted({b for b in buckets if 0 < b < max_batch} | {max_batch}))
 
 
 def frame_codes(
@@ -64,7 +55,7 @@ def frame_codes(
     return predictor.predict(hidden, emb0, sample, caches)
 
 
-class PredictorGraphs:
+class PredictorGraphs(BucketGraphs):
     """Bucketed CUDA graphs of `frame_codes`, captured lazily (or all at once with
     `capture_all`) into one memory pool shared by the buckets.
 
@@ -86,13 +77,10 @@ class PredictorGraphs:
         self.predictor = predictor
         self.code0_embedding = code0_embedding
         self.sample_fn = sample_fn
-        self.buckets = bucket_sizes(max_batch, buckets)
         self.max_batch = max_batch
         weight = code0_embedding.weight
-        self.device = weight.device
+        super().__init__(weight.device, max_batch, buckets, capture, warmup_iters)
         self.dtype = weight.dtype
-        self.graphed = capture and self.device.type == "cuda"
-        self.warmup_iters = warmup_iters
         dev = self.device
         n = max_batch
         groups = predictor.shape.num_code_groups
@@ -103,14 +91,8 @@ class PredictorGraphs:
         self.temperature = torch.zeros(n, device=dev, dtype=torch.float32)
         self.out = torch.zeros(n, groups - 1, device=dev, dtype=torch.int64)
         self.caches = predictor.new_caches(n, dev, self.dtype)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool: tuple[int, int] | None = None
         # Build the RoPE tables now: building reads a value back to the host.
         predictor.rope_tables(dev, self.dtype)
-
-    def bucket_for(self, batch: int) -> int | None:
-        """The smallest bucket holding `batch` rows; None above the largest (eager)."""
-        return next((k for k in self.buckets if k >= batch), None)
 
     @torch.no_grad()
     def run(
@@ -142,23 +124,8 @@ class PredictorGraphs:
                 self.sample_fn,
             )
         self._load(b, k, hidden, code0, seeds, counters, temperature)
-        if not self.graphed:
-            self._step(k)
-        else:
-            if k not in self.graphs:
-                self._capture(k)
-            self.graphs[k].replay()
+        self._compute(k)
         return self.out[:b].clone()
-
-    @torch.no_grad()
-    def capture_all(self) -> None:
-        """Capture every bucket now (largest first, so the smaller ones reuse its pool
-        memory) instead of on first use; a no-op when not graphed."""
-        if not self.graphed:
-            return
-        for k in sorted(self.buckets, reverse=True):
-            if k not in self.graphs:
-                self._capture(k)
 
     def _load(
         self,
@@ -197,20 +164,3 @@ class PredictorGraphs:
             [(kc[:k], vc[:k]) for kc, vc in self.caches],
         )
         self.out[:k].copy_(codes)
-
-    def _capture(self, k: int) -> None:
-        """Warm up on a side stream (lazy library init must not happen inside a capture),
-        then record bucket k. `thread_local` capture: other engine threads may keep using
-        the GPU meanwhile; only this thread is barred from syncing calls."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup_iters):
-                self._step(k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._step(k)
-        self.graphs[k] = graph
