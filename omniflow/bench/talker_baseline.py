@@ -67,7 +67,27 @@ def summary(xs: list[float]) -> dict[str, float]:
     }
 
 
-def run_batch(model: str, platform: str, pipeline: str, batch: int, frames: int) -> dict[str, Any]:
+def kernel_profiler(device: str) -> torch.profiler.profile:
+    """A profiler of host ops and (on CUDA) every kernel, graph replays included."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=acts)
+
+
+def write_kernel_table(prof: torch.profiler.profile, path: str) -> None:
+    """The ops and kernels by device time (then host time), with call counts: which kernels
+    a step launches, how many, and what they cost."""
+    avg = prof.key_averages()
+    with open(path, "w") as f:
+        for key in ("cuda_time_total", "cpu_time_total"):
+            f.write(avg.table(sort_by=key, row_limit=60, max_name_column_width=90))
+            f.write("\n")
+
+
+def run_batch(
+    model: str, platform: str, pipeline: str, batch: int, frames: int, profile: str | None = None
+) -> dict[str, Any]:
     graph = build_graph(compose([f"pipeline={pipeline}", f"model={model}", f"platform={platform}"]))
     t0 = time.perf_counter()
     orch = build_pipeline(graph)
@@ -75,8 +95,11 @@ def run_batch(model: str, platform: str, pipeline: str, batch: int, frames: int)
     timer = SyncTimer(torch.device(graph.platform.device))
     orch.set_phase_timer(timer)
     ends: queue.Queue[AudioEvent] = queue.Queue()
+    prof = kernel_profiler(graph.platform.device) if profile else None
     orch.start()
     try:
+        if prof is not None:
+            prof.start()
         for i in range(batch):
             speech = SpeechRequest.create(
                 f"Benchmark sentence number {i}.",
@@ -89,7 +112,11 @@ def run_batch(model: str, platform: str, pipeline: str, batch: int, frames: int)
             orch.submit(speech, lambda ev: ev.finished and ends.put(ev))
         errors = [e.error for e in (ends.get(timeout=600) for _ in range(batch)) if e.error]
     finally:
+        if prof is not None:
+            prof.stop()
         orch.stop()
+    if prof is not None and profile:
+        write_kernel_table(prof, f"{profile}.b{batch}.txt")
     info = orch.info()
     phases: dict[str, Any] = {}
     for (stage, name), xs in sorted(timer.ms.items()):
@@ -116,6 +143,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--frames", type=int, default=100)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--profile", default=None, help="path prefix: write a kernel table per batch size"
+    )
     args = ap.parse_args()
     # The GPU machine gets a copy of the tree without .git: OMNIFLOW_COMMIT names the commit.
     commit = (
@@ -126,7 +156,7 @@ def main() -> None:
     )
     results = []
     for b in args.batch:
-        r = run_batch(args.model, args.platform, args.pipeline, b, args.frames)
+        r = run_batch(args.model, args.platform, args.pipeline, b, args.frames, args.profile)
         r["commit"] = commit
         r["date"] = datetime.now(UTC).isoformat(timespec="seconds")
         if torch.cuda.is_available():
