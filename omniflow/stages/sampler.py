@@ -12,7 +12,7 @@ temperature, top-k, top-p, then a Gumbel-max draw (exactly a categorical sample)
 
 `SamplingStaging.prepare` builds a step's `SamplingBatch` from persistent staging buffers;
 `BatchSampler` hands it to the model, which decides what to draw (the AR token, then the rest
-of its frame under a fixed policy: `SamplingBatch.with_fixed_policy`).
+of its frame under a fixed policy: `FixedPolicySampler`, one Triton launch per draw on CUDA).
 """
 
 from __future__ import annotations
@@ -91,28 +91,6 @@ class SamplingBatch:
     ascending (what `history` expands to); `prepare` builds them so `sample` needs no host
     lists. None: derived from `history`."""
 
-    def with_fixed_policy(
-        self, rows: torch.Tensor | None, temperature: float, top_k: int
-    ) -> SamplingBatch:
-        """These rows (all, or the subset `rows`) with their seeds and counters under one
-        policy: `temperature` where the row samples (greedy rows stay greedy), `top_k`, no
-        top-p, no penalty, no bans."""
-        temp = self.temperature if rows is None else self.temperature[rows]
-        n, dev = temp.shape[0], temp.device
-        return SamplingBatch(
-            temperature=torch.where(
-                temp > 0, torch.full_like(temp, temperature), torch.zeros_like(temp)
-            ),
-            top_k=torch.full((n,), top_k, dtype=torch.int64, device=dev),
-            top_p=torch.ones(n, device=dev),
-            repetition_penalty=torch.ones(n, device=dev),
-            seeds=self.seeds if rows is None else self.seeds[rows],
-            counters=self.counters if rows is None else self.counters[rows],
-            top_k_max=top_k,
-            use_top_p=False,
-            use_penalty=False,
-        )
-
 
 FAST_TOP_K = 256
 """Largest top_k served by the candidate path (top-k, then noise for those ids only)."""
@@ -188,11 +166,38 @@ class BatchSampler:
 
     def with_policy(
         self, rows: torch.Tensor | None, temperature: float, top_k: int
-    ) -> BatchSampler:
-        return BatchSampler(self.batch.with_fixed_policy(rows, temperature, top_k))
+    ) -> FixedPolicySampler:
+        b = self.batch
+        return _fixed(b.seeds, b.counters, b.temperature, rows, temperature, top_k)
 
     def noise_keys(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.batch.seeds, self.batch.counters, self.batch.temperature
+
+
+def fixed_policy_torch(
+    logits: torch.Tensor,
+    stream: int,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """The fixed policy's draw in torch: scaled = logits / temperature (1 where greedy); the
+    candidates are the ids >= the k-th largest scaled logit (ties at the k-th value all stay
+    in, as Hugging Face's top-k warper keeps them); argmax of scaled + Gumbel noise over them
+    (greedy rows: argmax of scaled); ties to the lowest id. The CPU path, and the oracle of
+    the CUDA kernel (`omniflow.kernels.topk_sample`)."""
+    scaled = logits.float()
+    greedy = temperature <= 0
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
+    scaled = scaled / temp[:, None]
+    v = scaled.shape[1]
+    if 0 < top_k < v:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    noise = -torch.log(-torch.log(uniform_noise(seeds, counters, stream, v)))
+    score = torch.where(greedy[:, None], scaled, scaled + noise)
+    return score.argmax(dim=-1)
 
 
 def draw_fixed_policy(
@@ -204,21 +209,61 @@ def draw_fixed_policy(
     *,
     top_k: int,
 ) -> torch.Tensor:
-    """`sample` under one fixed policy (what `with_fixed_policy` builds), from tensors alone:
-    device ops only, so a CUDA graph can hold it (the code predictor's frame graph)."""
-    n, dev = seeds.shape[0], seeds.device
-    batch = SamplingBatch(
-        temperature=temperature,
-        top_k=torch.full((n,), top_k, dtype=torch.int64, device=dev),
-        top_p=torch.ones(n, device=dev),
-        repetition_penalty=torch.ones(n, device=dev),
-        seeds=seeds,
-        counters=counters,
-        top_k_max=top_k,
-        use_top_p=False,
-        use_penalty=False,
+    """One draw per row under one fixed policy (`fixed_policy_torch`), from tensors alone:
+    device ops only, so a CUDA graph can hold it (the code predictor's frame graph). On CUDA
+    one Triton launch (`omniflow.kernels.topk_sample`) instead of about fifty torch ops."""
+    if logits.is_cuda:
+        # Imported here: Triton is needed on CUDA machines only.
+        from omniflow.kernels.topk_sample import topk_sample
+
+        return topk_sample(logits, seeds, counters, temperature, stream, top_k)
+    return fixed_policy_torch(logits, stream, seeds, counters, temperature, top_k)
+
+
+class FixedPolicySampler:
+    """Rows' seeds and counters under one fixed policy (`RowSampler.with_policy`): what the
+    code predictor draws codebooks 1..15 with, eagerly or inside its frame graph."""
+
+    def __init__(
+        self, seeds: torch.Tensor, counters: torch.Tensor, temperature: torch.Tensor, top_k: int
+    ) -> None:
+        self.seeds = seeds
+        self.counters = counters
+        self.temperature = temperature
+        self.top_k = top_k
+
+    def draw(self, logits: torch.Tensor, stream: int) -> torch.Tensor:
+        return draw_fixed_policy(
+            logits, stream, self.seeds, self.counters, self.temperature, top_k=self.top_k
+        )
+
+    def with_policy(
+        self, rows: torch.Tensor | None, temperature: float, top_k: int
+    ) -> FixedPolicySampler:
+        return _fixed(self.seeds, self.counters, self.temperature, rows, temperature, top_k)
+
+    def noise_keys(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.seeds, self.counters, self.temperature
+
+
+def _fixed(
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    row_temperature: torch.Tensor,
+    rows: torch.Tensor | None,
+    temperature: float,
+    top_k: int,
+) -> FixedPolicySampler:
+    """These rows (all, or the subset `rows`) under `temperature` where the row samples
+    (greedy rows stay greedy) and `top_k`."""
+    if rows is not None:
+        seeds, counters, row_temperature = seeds[rows], counters[rows], row_temperature[rows]
+    temp = torch.where(
+        row_temperature > 0,
+        torch.full_like(row_temperature, temperature),
+        torch.zeros_like(row_temperature),
     )
-    return sample(logits, batch, stream=stream)
+    return FixedPolicySampler(seeds, counters, temp, top_k)
 
 
 class SamplingRow(Protocol):

@@ -1,11 +1,8 @@
 """The Triton paged decode kernel equals its torch reference, and the reference equals the
 runner's existing `paged_attention`.
 
-CPU: the kernels run in the Triton interpreter, in a child process started with
-TRITON_INTERPRET=1. Triton reads that variable when a kernel is decorated (and its own
-`tl.max`, `tl.cdiv`... are kernels too), so it must be set before triton is imported; setting
-it inside this session would instead make every kernel imported later interpreted, the CUDA
-tests' included. Each parent test runs one group of checks in one child (about 2 s to start).
+CPU: the kernels run in the Triton interpreter, in a child process (tests/kernels/interpret.py);
+each parent test runs one group of checks in one child (about 2 s to start).
 The CPU checks use fp32 and fp16: the 3.6 interpreter multiplies bf16 `tl.dot` operands as
 raw bits, so bf16 is covered by the CUDA tests only.
 
@@ -18,19 +15,16 @@ stray read shows up as NaN in the output.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from omniflow.kernels import paged_decode as pd
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.layers.attention import PagedAttentionMetadata, paged_attention
+from tests.kernels.interpret import run_checks, run_group_in_child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,60 +162,15 @@ GROUPS: dict[str, Callable[[], list[tuple[str, Callable[[], None]]]]] = {
 }
 
 
-def _fix_interpreter_scalars() -> None:
-    """triton 3.6's interpreter turns a scalar into an int with int(<array of shape (1,)>),
-    which numpy >= 2.4 rejects, so a `range` with tensor bounds fails (triton-lang/triton#9171,
-    fixed upstream by squeezing first). Apply that fix here, in the child only."""
-    try:
-        int(np.zeros(1))
-        return
-    except TypeError:
-        pass
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    interpreter._patch_lang_tensor = patched
-
-
 def run_interpreted(group: str) -> int:
-    """Child entry point: run one group of checks, print every failure, return an exit code."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    assert os.environ.get("TRITON_INTERPRET") == "1"
-    for kernel in (pd._paged_decode_kernel, pd._combine_kernel):
-        assert isinstance(kernel, InterpretedFunction), "kernels are not interpreted"
-    _fix_interpreter_scalars()
-    failures = []
-    for label, check in GROUPS[group]():
-        try:
-            check()
-        except AssertionError as err:
-            failures.append(f"FAILED {label}: {err}")
-    print("\n".join(failures) or f"{group}: all passed")
-    return 1 if failures else 0
+    """Child entry point (see tests/kernels/interpret.py)."""
+    kernels = (pd._paged_decode_kernel, pd._combine_kernel)
+    return run_checks(group, kernels, GROUPS[group]())
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_kernel_matches_reference_in_triton_interpreter(group):
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    code = (
-        "import sys; from tests.kernels.test_paged_decode import run_interpreted; "
-        f"sys.exit(run_interpreted({group!r}))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    run_group_in_child("tests.kernels.test_paged_decode", group)
 
 
 def test_partition_rule_depends_on_shapes_only():

@@ -9,7 +9,7 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.models.interface import TokenPolicy
-from omniflow.stages.sampler import SamplingBatch, SamplingStaging, sample
+from omniflow.stages.sampler import BatchSampler, SamplingBatch, SamplingStaging, sample
 
 VOCAB = 3072
 EOS = 2150
@@ -60,7 +60,7 @@ def per_row_batch(rows: list[Row]) -> SamplingBatch:
 
 
 def per_row_sub_batch(batch: SamplingBatch, idx: torch.Tensor) -> SamplingBatch:
-    """The code predictor's batch as the runner built it before `with_fixed_policy`."""
+    """The code predictor's batch as a general `SamplingBatch` (the runner's first form)."""
     n = len(idx)
     return SamplingBatch(
         temperature=torch.where(
@@ -121,21 +121,26 @@ def test_prepare_builds_the_per_row_batch_and_draws_the_same_ids():
 
 
 def test_fixed_policy_equals_the_per_row_sub_batch():
+    """`with_policy` keeps the rows' seeds and counters, sets the policy's temperature where
+    a row samples, and draws what the general sampler draws under that policy (continuous
+    logits: no ties at the k-th value, where the fixed policy keeps every tied id)."""
     staging = SamplingStaging(16, POLICY, torch.device("cpu"))
     subset = rows()
     new, old = staging.prepare(subset), per_row_batch(subset)
     g = torch.Generator().manual_seed(2)
     for idx in (torch.arange(len(subset)), torch.tensor([0, 2, 4, 5])):
         full = len(idx) == len(subset)
-        sub_new = new.with_fixed_policy(None if full else idx, 0.9, 50)
+        sub_new = BatchSampler(new).with_policy(None if full else idx, 0.9, 50)
         sub_old = per_row_sub_batch(old, idx)
-        for name in ("temperature", "top_k", "top_p", "repetition_penalty", "seeds", "counters"):
-            a, b = getattr(sub_new, name), getattr(sub_old, name)
-            assert a.dtype == b.dtype and torch.equal(a, b), name
-        assert sub_new.banned is None and not sub_new.use_penalty and not sub_new.use_top_p
+        for name, got in zip(
+            ("seeds", "counters", "temperature"), sub_new.noise_keys(), strict=True
+        ):
+            want = getattr(sub_old, name)
+            assert got.dtype == want.dtype and torch.equal(got, want), name
+        assert sub_new.top_k == 50
         for stream in range(1, 16):
             logits = torch.randn(len(idx), 2048, generator=g) * 3
-            assert torch.equal(sample(logits, sub_new, stream), sample(logits, sub_old, stream))
+            assert torch.equal(sub_new.draw(logits, stream), sample(logits, sub_old, stream))
 
 
 def test_staging_is_reused_and_grows_for_long_histories():

@@ -1,4 +1,7 @@
-"""RMSNorm computed in fp32 and cast back, as the Qwen3 reference does."""
+"""RMSNorm computed in fp32 and cast back, as the Qwen3 reference does.
+
+On CUDA the same computation runs as one Triton kernel (`omniflow.kernels.norm_rope`):
+eagerly it is eight launches, and a 1.7B frame runs about 430 norms."""
 
 from __future__ import annotations
 
@@ -15,6 +18,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            # Imported here: Triton is needed on CUDA machines only.
+            from omniflow.kernels.norm_rope import rms_norm
+
+            return rms_norm(x, self.weight, self.eps)
+        return self.reference(x)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The torch form: the CPU path and the kernel's oracle."""
         dtype = x.dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)

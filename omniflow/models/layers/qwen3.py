@@ -38,11 +38,18 @@ class Qwen3Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
     ) -> torch.Tensor:
         lead = x.shape[:-1]
-        q = self.q_norm(self.q_proj(x).view(*lead, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim))
+        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
+        if x.is_cuda:
+            # One launch per tensor for norm + rotary (Triton; CUDA machines only).
+            from omniflow.kernels.norm_rope import rms_norm_rope
+
+            q = rms_norm_rope(q, self.q_norm.weight, cos, sin, self.q_norm.eps)
+            k = rms_norm_rope(k, self.k_norm.weight, cos, sin, self.k_norm.eps)
+        else:
+            q = apply_rotary(self.q_norm(q), cos, sin)
+            k = apply_rotary(self.k_norm(k), cos, sin)
         out = attend(self.layer_idx, q, k, v)
         return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
 

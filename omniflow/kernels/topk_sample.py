@@ -1,0 +1,127 @@
+"""One-launch top-k sampling under a fixed policy: the code predictor's 15 draws per frame.
+
+The torch form of a draw (temperature, top-k, counter-keyed noise, Gumbel-max) is about fifty
+kernels, most of them the integer hash of the noise; a 1.7B frame draws 15 times, so at
+batch 1 the draws cost more GPU time than the predictor's matmuls. Here one program per row
+holds the row in registers and does all of it.
+
+Semantics: `omniflow.stages.sampler.fixed_policy_torch` (the oracle in the tests, and the
+CPU path):
+- scaled = logits / temperature (1 for greedy rows, temperature <= 0);
+- the candidates are the ids whose scaled logit is >= the k-th largest (ties at the k-th
+  value all stay in, as Hugging Face's top-k warper keeps them); top_k <= 0 or >= V: all;
+- the draw is argmax(scaled + Gumbel(u)) over the candidates, u the request's counter-keyed
+  uniform for (seed, counter, stream, id) (`omniflow.stages.sampler.uniform_noise_at`, the
+  same 32-bit hash computed here in uint32 arithmetic); greedy rows take argmax(scaled);
+  ties go to the lowest id.
+The k-th largest value is found without sorting: a 32-step bitwise search for the largest
+order-preserving key t with at least k keys >= t (the keys are the fp32 bit patterns mapped
+to unsigned order).
+
+Graph-safe: shapes and `top_k`/`stream` (Python ints) fix the launch; no host reads.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mix(x):
+    """The sampler's 32-bit hash step on uint32 (multiplication wraps mod 2**32)."""
+    x = (x ^ (x >> 16)) * 0x45D9F3B
+    x = (x ^ (x >> 16)) * 0x45D9F3B
+    return x ^ (x >> 16)
+
+
+@triton.jit(do_not_specialize=["top_k", "stream_key"])
+def _topk_sample_kernel(
+    logits_ptr,
+    seeds_ptr,
+    counters_ptr,
+    temp_ptr,
+    out_ptr,
+    stride_row,
+    vocab,
+    top_k,
+    stream_key,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < vocab
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=valid, other=0.0).to(tl.float32)
+    temp = tl.load(temp_ptr + row)
+    greedy = temp <= 0.0
+    scaled = x / tl.where(greedy, 1.0, temp)
+    scaled = tl.where(valid, scaled, float("-inf"))
+
+    # The k-th largest value: the largest key t with count(key >= t) >= k.
+    bits = scaled.to(tl.uint32, bitcast=True)
+    negative = (bits >> 31) == 1
+    sign = tl.full((), 0x80000000, tl.uint32)
+    key = tl.where(negative, ~bits, bits | sign)
+    key = tl.where(valid, key, 0)
+    k = tl.minimum(tl.where(top_k > 0, top_k, vocab), vocab)
+    t = tl.zeros((), dtype=tl.uint32)
+    for i in tl.static_range(32):
+        trial = t | tl.full((), 1 << (31 - i), tl.uint32)
+        enough = tl.sum((key >= trial).to(tl.int32), axis=0) >= k
+        t = tl.where(enough, trial, t)
+    t_bits = tl.where((t >> 31) == 1, t & ~sign, ~t)
+    threshold = t_bits.to(tl.float32, bitcast=True)
+    candidate = valid & (scaled >= threshold)
+
+    # Counter-keyed uniforms, bit for bit `uniform_noise_at`.
+    seed = tl.load(seeds_ptr + row)
+    counter = tl.load(counters_ptr + row)
+    lo = seed.to(tl.uint32)
+    hi = (seed >> 32).to(tl.uint32)
+    base = _mix(lo ^ _mix(hi + 0x9E3779B))
+    base = _mix(base ^ _mix(counter.to(tl.uint32) * 0x27D4EB2 + stream_key.to(tl.uint32)))
+    h = _mix(base ^ _mix(cols.to(tl.uint32) + 0x5BD1E99))
+    u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
+    gumbel = -tl.log(-tl.log(u))
+
+    score = tl.where(greedy, scaled, scaled + gumbel)
+    score = tl.where(candidate, score, float("-inf"))
+    choice = tl.argmax(score, axis=0, tie_break_left=True)
+    tl.store(out_ptr + row, choice.to(tl.int64))
+
+
+def stream_key(stream: int) -> int:
+    """`stream * 0x165667B1 + 1` mod 2**32: the stream's part of the hash, folded on the host."""
+    return (stream * 0x165667B1 + 1) & 0xFFFFFFFF
+
+
+def topk_sample(
+    logits: torch.Tensor,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    temperature: torch.Tensor,
+    stream: int,
+    top_k: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """logits [B, V] (any float dtype); seeds, counters [B] int64; temperature [B] float32
+    -> ids [B] int64."""
+    b, v = logits.shape
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    if out is None:
+        out = torch.empty(b, device=logits.device, dtype=torch.int64)
+    _topk_sample_kernel[(b,)](
+        logits,
+        seeds,
+        counters,
+        temperature,
+        out,
+        logits.stride(0),
+        v,
+        top_k,
+        stream_key(stream),
+        BLOCK=triton.next_power_of_2(v),
+    )
+    return out

@@ -1,0 +1,121 @@
+"""The RMSNorm and RMSNorm+rotary Triton kernels equal the torch layers they replace on CUDA
+(`RMSNorm.reference`, `apply_rotary`): on CPU in the Triton interpreter, on a GPU at the 1.7B
+shapes in bf16 (within an ulp: only the mean's summation order and rsqrt's last bit differ)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.kernels import norm_rope as nr
+from omniflow.models.layers.norm import RMSNorm
+from omniflow.models.layers.rotary import Rotary, apply_rotary
+from tests.kernels.interpret import run_checks, run_group_in_child
+
+
+def make_norm(d: int, dtype: torch.dtype, device: str = "cpu", seed: int = 0) -> RMSNorm:
+    norm = RMSNorm(d, eps=1e-6)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.5 * torch.randn(d, generator=g))
+    return norm.to(device=device, dtype=dtype)
+
+
+def tables(positions: torch.Tensor, d: int, dtype: torch.dtype):
+    return Rotary(d, 1_000_000.0).cos_sin(positions, dtype)
+
+
+def tol(dtype: torch.dtype) -> dict[str, float]:
+    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 8e-3, "rtol": 8e-3}
+
+
+def check_norm(shape: tuple[int, ...], dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(len(shape))
+    x = (3 * torch.randn(shape, generator=g)).to(dtype)
+    norm = make_norm(shape[-1], weight_dtype)
+    got = nr.rms_norm(x, norm.weight, norm.eps)
+    want = norm.reference(x)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype)
+    torch.testing.assert_close(got, want, **tol(dtype))
+
+
+def check_norm_strided() -> None:
+    """A non-contiguous view (rows of a wider buffer) reads the right elements."""
+    g = torch.Generator().manual_seed(5)
+    wide = torch.randn(6, 80, generator=g)
+    x = wide[:, 8:56]
+    norm = make_norm(48, torch.float32)
+    torch.testing.assert_close(nr.rms_norm(x, norm.weight, norm.eps), norm.reference(x))
+
+
+def check_norm_rope(lead: tuple[int, ...], table_lead: tuple[int, ...], dtype) -> None:
+    heads, d = 3, 16
+    g = torch.Generator().manual_seed(sum(lead))
+    x = (2 * torch.randn(*lead, heads, d, generator=g)).to(dtype)
+    positions = torch.randint(0, 500, table_lead, generator=g)
+    cos, sin = tables(positions, d, dtype)
+    norm = make_norm(d, dtype, seed=1)
+    got = nr.rms_norm_rope(x, norm.weight, cos, sin, norm.eps)
+    want = apply_rotary(norm.reference(x), cos, sin)
+    assert got.dtype == dtype and got.shape == x.shape
+    torch.testing.assert_close(got, want, **tol(dtype))
+
+
+def check_refusals() -> None:
+    x = torch.randn(2, 3, 16)
+    cos, sin = tables(torch.arange(2), 16, torch.float32)
+    norm = make_norm(16, torch.float16)
+    for args, word in (
+        ((x, norm.weight, cos, sin), "dtype"),
+        ((x, norm.weight.float(), cos[:1].expand(3, 16), sin[:1].expand(3, 16)), "broadcast"),
+    ):
+        try:
+            nr.rms_norm_rope(*args, 1e-6)
+        except ValueError as err:
+            assert word in str(err), err
+        else:
+            raise AssertionError(f"no refusal ({word})")
+
+
+GROUPS = {
+    "norm": lambda: [
+        ("fp32 [5,48]", lambda: check_norm((5, 48), torch.float32, torch.float32)),
+        ("fp16 [2,3,64]", lambda: check_norm((2, 3, 64), torch.float16, torch.float16)),
+        ("fp16 x, fp32 weight", lambda: check_norm((4, 32), torch.float16, torch.float32)),
+        ("strided rows", check_norm_strided),
+    ],
+    "norm_rope": lambda: [
+        ("decode [B,H,D], tables [B,D]", lambda: check_norm_rope((4,), (4,), torch.float32)),
+        ("frames [B,L,H,D], tables [L,D]", lambda: check_norm_rope((3, 2), (2,), torch.float32)),
+        ("fp16", lambda: check_norm_rope((5,), (5,), torch.float16)),
+        ("refusals", check_refusals),
+    ],
+}
+
+
+def run_interpreted(group: str) -> int:
+    """Child entry point (see tests/kernels/interpret.py)."""
+    kernels = (nr._rms_norm_kernel, nr._rms_norm_rope_kernel)
+    return run_checks(group, kernels, GROUPS[group]())
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_kernels_match_the_torch_layers_in_triton_interpreter(group):
+    run_group_in_child("tests.kernels.test_norm_rope", group)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows", [1, 32, 128])
+def test_cuda_bf16_real_shapes(rows):
+    dev, bf16 = "cuda", torch.bfloat16
+    g = torch.Generator(dev).manual_seed(rows)
+    x = torch.randn(rows, 2048, generator=g, device=dev, dtype=bf16) * 4
+    norm = make_norm(2048, bf16, dev)
+    torch.testing.assert_close(norm(x), norm.reference(x), atol=0.07, rtol=8e-3)
+    q = torch.randn(rows, 16, 128, generator=g, device=dev, dtype=bf16)
+    cos, sin = tables(torch.arange(rows, device=dev) * 37, 128, bf16)
+    qn = make_norm(128, bf16, dev, seed=2)
+    got = nr.rms_norm_rope(q, qn.weight, cos, sin, qn.eps)
+    want = apply_rotary(qn.reference(q), cos, sin)
+    torch.testing.assert_close(got, want, atol=0.07, rtol=8e-3)
+    assert (got == want).float().mean() > 0.95  # an ulp apart at most, and rarely
