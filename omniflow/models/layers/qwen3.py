@@ -3,6 +3,11 @@
 Attention itself is delegated to an `Attend` callable so the same layer serves the paged
 talker (KV in a block pool) and the dense per-frame code predictor. Module and parameter
 names follow the published checkpoints, so `state_dict()` keys match them directly.
+
+`fuse_projections` (called once the weights are final, on CUDA) packs q/k/v into one weight
+and gate/up into another: at decode batch sizes each projection is a latency-bound GEMV, so
+seven launches per layer become four. The separate parameters become views into the packed
+weights (no extra memory; `state_dict()` and loading see the same names and values).
 """
 
 from __future__ import annotations
@@ -33,14 +38,26 @@ class Qwen3Attention(nn.Module):
         self.o_proj = nn.Linear(hq * d, shape.hidden_size, bias=False)
         self.q_norm = RMSNorm(d, shape.rms_norm_eps)
         self.k_norm = RMSNorm(d, shape.rms_norm_eps)
+        self.qkv_weight: torch.Tensor | None = None
+        """q, k and v stacked (set by `fuse_projections`)."""
+
+    def fuse_projections(self) -> None:
+        self.qkv_weight = _pack(self.q_proj, self.k_proj, self.v_proj)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        lead = x.shape[:-1]
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.qkv_weight is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q, k, v = F.linear(x, self.qkv_weight).split([hq * d, hkv * d, hkv * d], dim=-1)
+        return q.view(*lead, hq, d), k.view(*lead, hkv, d), v.view(*lead, hkv, d)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
     ) -> torch.Tensor:
         lead = x.shape[:-1]
-        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project(x)
         if x.is_cuda:
             # One launch per tensor for norm + rotary (Triton; CUDA machines only).
             from omniflow.kernels.norm_rope import rms_norm_rope
@@ -60,9 +77,39 @@ class Qwen3MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None
+        """gate and up stacked (set by `fuse_projections`)."""
+
+    def fuse_projections(self) -> None:
+        self.gate_up_weight = _pack(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_weight is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def _pack(*linears: nn.Linear) -> torch.Tensor:
+    """The linears' weights stacked along the output axis; each linear's weight becomes a
+    view of its rows, so the packed copy is the only storage and stays in step with them."""
+    packed = torch.cat([lin.weight.detach() for lin in linears], dim=0)
+    row = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight.data = packed[row : row + n]
+        row += n
+    return packed
+
+
+def fuse_projections(module: nn.Module) -> int:
+    """Pack the projections of every Qwen3 layer in `module`; returns how many layers."""
+    layers = [m for m in module.modules() if isinstance(m, Qwen3DecoderLayer)]
+    for layer in layers:
+        layer.self_attn.fuse_projections()
+        layer.mlp.fuse_projections()
+    return len(layers)
 
 
 class Qwen3DecoderLayer(nn.Module):

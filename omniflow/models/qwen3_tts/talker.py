@@ -14,7 +14,7 @@ import torch
 
 from omniflow.config.schema import ModelConfig
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
-from omniflow.models.layers.qwen3 import run_layers
+from omniflow.models.layers.qwen3 import fuse_projections, run_layers
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
@@ -45,6 +45,10 @@ class Talker:
         self.num_groups = config.code_predictor.num_code_groups
         self.rotary = Rotary(self.shape.head_dim, self.shape.rope_theta)
         self.predictor = CodePredictor(t.code_predictor, config.code_predictor)
+        if t.codec_head.weight.is_cuda:
+            # On CUDA pack q/k/v and gate/up (one GEMM each): launch-bound at decode sizes.
+            # The CPU keeps the separate projections, bit for bit the reference's.
+            fuse_projections(t)
 
     @property
     def num_layers(self) -> int:

@@ -1,0 +1,57 @@
+"""Packed projections (`fuse_projections`, what the talker does on CUDA) compute what the
+separate ones do, keep the checkpoint's names and values, and share one storage."""
+
+from __future__ import annotations
+
+import torch
+
+from omniflow.config.schema import TransformerShape
+from omniflow.models.layers.qwen3 import Qwen3DecoderLayer, fuse_projections
+from omniflow.models.layers.rotary import Rotary
+from omniflow.models.qwen3_tts.modules import init_dummy
+
+SHAPE = TransformerShape(
+    num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48
+)
+
+
+def layers() -> torch.nn.ModuleList:
+    stack = torch.nn.ModuleList(Qwen3DecoderLayer(SHAPE, i) for i in range(2))
+    init_dummy(stack, seed=3, std=0.2)
+    return stack
+
+
+def run(stack: torch.nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    cos, sin = Rotary(SHAPE.head_dim, SHAPE.rope_theta).cos_sin(torch.arange(x.shape[0]), x.dtype)
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def attend(layer, q, k, v):  # keys/values as the layer hands them over, then a plain sdpa
+        seen.append((k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+        )
+        return out.transpose(0, 1)
+
+    for layer in stack:
+        x = layer(x, cos, sin, attend)
+    return x
+
+
+def test_packed_layers_compute_the_same_and_keep_names_and_storage():
+    x = torch.randn(5, SHAPE.hidden_size, generator=torch.Generator().manual_seed(0))
+    plain = layers()
+    packed = layers()
+    before = {k: v.clone() for k, v in packed.state_dict().items()}
+    assert fuse_projections(packed) == 2
+    after = packed.state_dict()
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    attn = packed[0].self_attn
+    assert attn.qkv_weight is not None and attn.qkv_weight.shape == (32 + 16 + 16, 32)
+    assert attn.v_proj.weight.data_ptr() == attn.qkv_weight[48:].data_ptr()
+    assert packed[1].mlp.gate_up_weight is not None
+    torch.testing.assert_close(run(packed, x), run(plain, x), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # a later in-place load through the old names reaches the packed copy
+        packed[1].mlp.up_proj.weight.mul_(0)
+        plain[1].mlp.up_proj.weight.mul_(0)
+    torch.testing.assert_close(run(packed, x), run(plain, x), atol=1e-5, rtol=1e-5)
