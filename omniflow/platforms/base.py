@@ -26,8 +26,9 @@ class PlatformInfo:
     required_module: str | None
     """A Python module the platform cannot work without."""
     batched_decode_attention: bool = False
-    """Decode steps attend in one padded batch instead of per request. Off on the CPU,
-    where the per-request path keeps every row bitwise independent of its neighbours."""
+    """Decode and mixed (prefill) steps attend in one padded batch instead of request by
+    request. Off on the CPU, where the per-request path keeps every row bitwise independent
+    of its neighbours."""
 
 
 PLATFORMS: dict[PlatformName, PlatformInfo] = {

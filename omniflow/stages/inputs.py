@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from omniflow.config.schema import SchedulerConfig
@@ -36,6 +37,7 @@ from omniflow.models.interface import (
 from omniflow.models.layers.attention import (
     AttentionMetadata,
     DecodeAttentionMetadata,
+    PaddedIndex,
     PagedAttentionMetadata,
 )
 from omniflow.stages.staging import StagedBuffer, Staging
@@ -64,6 +66,12 @@ class RunnerRequest:
     def in_decode(self) -> bool:
         """Its next position is the last known one, and an output (not the prompt) feeds it."""
         return self.num_computed >= self.prompt_len and self.num_computed + 1 == self.num_tokens
+
+
+PADDED_MAX_CELLS = 1 << 20
+"""Largest requests x longest-context product laid out as one padded batch; above it (a long
+recompute beside many short prompts) the step attends request by request instead of
+gathering mostly padding."""
 
 
 @dataclass(frozen=True)
@@ -117,11 +125,18 @@ def build_prefill(
             batched=True,
         )
     else:
-        context = []
+        context: list[list[int]] = []
         for (r, _), end in zip(order, seq_lens, strict=True):
-            blocks = torch.tensor(r.block_ids[: -(-end // bs)], dtype=torch.int64)
-            context.append((blocks[:, None] * bs + torch.arange(bs)).flatten()[:end].to(device))
-        meta = PagedAttentionMetadata(slot_mapping, tuple(starts), tuple(seq_lens), tuple(context))
+            ids = np.asarray(r.block_ids[: -(-end // bs)], dtype=np.int64)
+            context.append(((ids[:, None] * bs + np.arange(bs)).ravel()[:end]).tolist())
+        padded = None
+        if batched and len(order) * max(seq_lens) <= PADDED_MAX_CELLS:
+            padded = PaddedIndex.from_lengths(tuple(starts), tuple(seq_lens), context, device)
+        # Padded: the per-request tensors are not needed (one index serves every layer).
+        per_request = () if padded else tuple(torch.tensor(c, device=device) for c in context)
+        meta = PagedAttentionMetadata(
+            slot_mapping, tuple(starts), tuple(seq_lens), per_request, padded
+        )
     return PrefillBatch(
         inputs=model.prefill_inputs(spans, device),
         positions=torch.tensor(positions, dtype=torch.int64, device=device),

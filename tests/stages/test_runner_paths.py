@@ -156,3 +156,29 @@ def test_window_replay_equals_single_steps_when_a_request_stops_mid_window():
     ]
     assert stop, "no window in which 'a' stopped while 'b' ran on"
     assert stop[0].outputs["a"].frames[-1] is None
+
+
+def test_mixed_step_as_one_padded_batch_equals_request_by_request(monkeypatch):
+    """A mixed step (a 4-token recompute beside two decode rows): the batched layout is one
+    padded index (no per-request tensors) and computes the reference's hidden states; above
+    the cell cap it falls back to the per-request layout."""
+    from omniflow.stages import inputs
+
+    engine, runner, reqs = decoding_runner()
+    model = runner.model
+    rolled = dataclasses.replace(reqs[1], num_computed=reqs[1].num_computed - 3)
+    order = [(reqs[0], 1), (rolled, 4), (reqs[2], 1)]
+    ref = build_prefill(model, order, runner.block_size, runner.device, False)
+    fast = build_prefill(model, order, runner.block_size, runner.device, True)
+    assert isinstance(fast.meta, PagedAttentionMetadata) and fast.meta.padded is not None
+    assert fast.meta.context_slots == () and ref.meta.padded is None
+    outs = []
+    for pre in (ref, fast):
+        h = model.forward(
+            model.embed_prefill(pre.inputs), pre.positions, pre.meta, runner.kv_caches
+        )
+        outs.append(h)
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(inputs, "PADDED_MAX_CELLS", 3 * max(ref.meta.seq_lens) - 1)
+    over = build_prefill(model, order, runner.block_size, runner.device, True)
+    assert over.meta.padded is None and len(over.meta.context_slots) == 3

@@ -14,8 +14,56 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class PaddedIndex:
+    """A mixed step laid out as one padded batch: request b's queries are its last n_b
+    context positions; row b holds them in columns [0, n_b) and its context slots in
+    columns [0, ctx_b). Built once per step on the host (`from_lengths`), used by every
+    layer: one gather and one SDPA per layer instead of a loop over requests."""
+
+    query_rows: torch.Tensor
+    """[B, N] int64 row of each padded query in the flattened batch (padding: 0)."""
+    query_valid: torch.Tensor
+    """[B, N] bool: which padded queries are real."""
+    context_slots: torch.Tensor
+    """[B, C] int64 cache slot of each context position (padding: 0)."""
+    mask: torch.Tensor
+    """[B, 1, N, C] bool: key j is visible to query i (inside the context and causal)."""
+
+    @classmethod
+    def from_lengths(
+        cls,
+        query_starts: tuple[int, ...],
+        seq_lens: tuple[int, ...],
+        context_slots: list[list[int]],
+        device: torch.device,
+    ) -> PaddedIndex:
+        b = len(seq_lens)
+        counts = np.diff(np.asarray(query_starts, dtype=np.int64))
+        n, c = int(counts.max()), max(seq_lens)
+        cols = np.arange(n)
+        rows = np.asarray(query_starts[:-1], dtype=np.int64)[:, None] + cols
+        valid = cols[None, :] < counts[:, None]
+        slots = np.zeros((b, c), dtype=np.int64)
+        for i, ctx in enumerate(context_slots):
+            slots[i, : len(ctx)] = ctx
+        lens = np.asarray(seq_lens, dtype=np.int64)
+        last = lens[:, None] - counts[:, None] + cols[None, :]  # position of query i
+        keys = np.arange(c)
+        mask = (keys[None, None, :] <= last[:, :, None]) & valid[:, :, None]
+        mask &= keys[None, None, :] < lens[:, None, None]
+        up = (torch.from_numpy(np.where(valid, rows, 0)), torch.from_numpy(valid))
+        return cls(
+            up[0].to(device),
+            up[1].to(device),
+            torch.from_numpy(slots).to(device),
+            torch.from_numpy(mask[:, None]).to(device),
+        )
 
 
 @dataclass(frozen=True)
@@ -30,8 +78,13 @@ class PagedAttentionMetadata:
     """Context length of each request after this step."""
     context_slots: tuple[torch.Tensor, ...]
     """Per request, the cache slots of its whole context, in position order."""
+    padded: PaddedIndex | None = None
+    """Set: the whole step as one padded SDPA per layer (CUDA); None: request by request,
+    so a row never depends on its neighbours (the CPU reference)."""
 
     def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        if self.padded is not None:
+            return padded_attention(q, k_cache, v_cache, self.padded)
         return paged_attention(q, k_cache, v_cache, self)
 
 
@@ -126,6 +179,18 @@ def paged_attention(
         s, e = starts[b], starts[b + 1]
         out[s:e] = _attend_request(q[s:e], k_cache, v_cache, meta.context_slots[b])
     return out
+
+
+def padded_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, index: PaddedIndex
+) -> torch.Tensor:
+    """`paged_attention` for the whole step at once (equal up to summation order): q [T, Hq, D]
+    gathered into [B, N] rows, each request's context into [B, C], one masked SDPA."""
+    qb = q[index.query_rows].transpose(1, 2)  # [B, Hq, N, D]
+    kb = k_cache[index.context_slots].transpose(1, 2)  # [B, Hkv, C, D]
+    vb = v_cache[index.context_slots].transpose(1, 2)
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=index.mask, enable_gqa=True)
+    return out.transpose(1, 2)[index.query_valid]
 
 
 def dense_causal_attention(
