@@ -1,4 +1,5 @@
-"""RMSNorm, and RMSNorm followed by rotary embedding, each as one Triton kernel.
+"""RMSNorm, residual add + RMSNorm, and RMSNorm followed by rotary embedding, each as one
+Triton kernel.
 
 Why: in the eager torch form an RMSNorm is eight kernels (cast, square, mean, add, rsqrt,
 multiply, cast back, weight) and a rotary embedding five more (two products, a negation, a
@@ -41,6 +42,36 @@ def _rms_norm_kernel(
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     h = x.to(tl.float32)
+    var = tl.sum(h * h, axis=0) / n_cols
+    normed = (h * tl.math.rsqrt(var + eps)).to(x.dtype).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = (w * normed).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * stride_out + cols, y, mask=mask)
+
+
+@triton.jit
+def _add_rms_norm_kernel(
+    x_ptr,
+    d_ptr,
+    w_ptr,
+    sum_ptr,
+    out_ptr,
+    stride_x,
+    stride_d,
+    stride_sum,
+    stride_out,
+    n_cols,
+    eps,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    d = tl.load(d_ptr + row * stride_d + cols, mask=mask, other=0.0)
+    total = (x.to(tl.float32) + d.to(tl.float32)).to(x.dtype)  # the residual, as torch rounds it
+    tl.store(sum_ptr + row * stride_sum + cols, total, mask=mask)
+    h = total.to(tl.float32)
     var = tl.sum(h * h, axis=0) / n_cols
     normed = (h * tl.math.rsqrt(var + eps)).to(x.dtype).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
@@ -108,6 +139,35 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         rows, weight, out, rows.stride(0), out.stride(0), n, eps, BLOCK=triton.next_power_of_2(n)
     )
     return out.view(*x.shape[:-1], n)
+
+
+def add_rms_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, RMSNorm(weight, eps)(x + delta)) for [..., D] on CUDA in one launch: a
+    decoder layer's residual add and the norm that reads it (two launches and a round trip
+    of the residual through memory saved per add)."""
+    if x.shape != delta.shape or x.dtype != delta.dtype:
+        raise ValueError(f"add_rms_norm: x {tuple(x.shape)} and delta {tuple(delta.shape)} differ")
+    xr, dr = _rows(x), _rows(delta)
+    total = torch.empty(xr.shape, device=x.device, dtype=x.dtype)
+    out = torch.empty(xr.shape, device=x.device, dtype=torch.promote_types(weight.dtype, x.dtype))
+    n = xr.shape[1]
+    _add_rms_norm_kernel[(xr.shape[0],)](
+        xr,
+        dr,
+        weight,
+        total,
+        out,
+        xr.stride(0),
+        dr.stride(0),
+        total.stride(0),
+        out.stride(0),
+        n,
+        eps,
+        BLOCK=triton.next_power_of_2(n),
+    )
+    return total.view(x.shape), out.view(*x.shape[:-1], n)
 
 
 def rms_norm_rope(

@@ -1,7 +1,8 @@
-"""The RMSNorm and RMSNorm+rotary Triton kernels equal the torch layers they replace on CUDA
-(`RMSNorm.reference`, `apply_rotary`): on CPU in the Triton interpreter, on a GPU at the 1.7B
-shapes in bf16 (within two ulps: the mean's summation order and rsqrt's last bit differ, and an
-ulp in the normalised value can move the rotary's rounded sum by one more)."""
+"""The RMSNorm, add+RMSNorm, RMSNorm+rotary and SiLU-gating Triton kernels equal the torch
+layers they replace on CUDA (`RMSNorm.reference`, `apply_rotary`, `F.silu(g) * u`): on CPU in
+the Triton interpreter, on a GPU at the 1.7B shapes in bf16 (norm+rotary within two ulps: the
+mean's summation order and rsqrt's last bit differ, and an ulp in the normalised value can move
+the rotary's rounded sum by one more)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 import torch
 
 from omniflow.kernels import norm_rope as nr
+from omniflow.kernels import silu_mul as sm
+from omniflow.kernels.silu_mul import silu_mul
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import Rotary, apply_rotary, rotate_half
 from tests.kernels.interpret import run_checks, run_group_in_child
@@ -62,6 +65,27 @@ def check_norm_rope(lead: tuple[int, ...], table_lead: tuple[int, ...], dtype) -
     torch.testing.assert_close(got, want, **tol(dtype))
 
 
+def check_add_norm(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(11)
+    x = (2 * torch.randn(shape, generator=g)).to(dtype)
+    delta = torch.randn(shape, generator=g).to(dtype)
+    norm = make_norm(shape[-1], dtype, seed=4)
+    total, normed = nr.add_rms_norm(x, delta, norm.weight, norm.eps)
+    assert torch.equal(total, x + delta)  # the residual is exactly torch's sum
+    torch.testing.assert_close(normed, norm.reference(x + delta), **tol(dtype))
+
+
+def check_silu_mul(rows: int, n: int, dtype: torch.dtype) -> None:
+    """Both halves of one packed output, read in place (row-strided views)."""
+    g = torch.Generator().manual_seed(n)
+    packed = (3 * torch.randn(rows, 2 * n, generator=g)).to(dtype)
+    gate, up = packed.chunk(2, dim=-1)
+    got = silu_mul(gate, up)
+    want = torch.nn.functional.silu(gate) * up
+    assert got.shape == want.shape and got.dtype == dtype
+    torch.testing.assert_close(got, want, **tol(dtype))
+
+
 def check_refusals() -> None:
     x = torch.randn(2, 3, 16)
     cos, sin = tables(torch.arange(2), 16, torch.float32)
@@ -91,12 +115,19 @@ GROUPS = {
         ("fp16", lambda: check_norm_rope((5,), (5,), torch.float16)),
         ("refusals", check_refusals),
     ],
+    "add_norm_silu": lambda: [
+        ("add+norm fp32", lambda: check_add_norm((3, 40), torch.float32)),
+        ("add+norm fp16 [2,2,64]", lambda: check_add_norm((2, 2, 64), torch.float16)),
+        ("silu*mul fp32, two column blocks", lambda: check_silu_mul(3, 1500, torch.float32)),
+        ("silu*mul fp16", lambda: check_silu_mul(4, 48, torch.float16)),
+    ],
 }
 
 
 def run_interpreted(group: str) -> int:
     """Child entry point (see tests/kernels/interpret.py)."""
-    kernels = (nr._rms_norm_kernel, nr._rms_norm_rope_kernel)
+    kernels = (nr._rms_norm_kernel, nr._rms_norm_rope_kernel, nr._add_rms_norm_kernel)
+    kernels += (sm._silu_mul_kernel,)
     return run_checks(group, kernels, GROUPS[group]())
 
 

@@ -18,6 +18,11 @@ SHAPE = TransformerShape(
 def layers() -> torch.nn.ModuleList:
     stack = torch.nn.ModuleList(Qwen3DecoderLayer(SHAPE, i) for i in range(2))
     init_dummy(stack, seed=3, std=0.2)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():  # dummy norms are all ones: give each its own weights
+        for name, p in stack.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g))
     return stack
 
 
@@ -55,3 +60,34 @@ def test_packed_layers_compute_the_same_and_keep_names_and_storage():
         packed[1].mlp.up_proj.weight.mul_(0)
         plain[1].mlp.up_proj.weight.mul_(0)
     torch.testing.assert_close(run(packed, x), run(plain, x), atol=1e-5, rtol=1e-5)
+
+
+def test_fused_stack_pairs_each_residual_add_with_the_norm_that_reads_it():
+    """The CUDA layer loop (`fused_layers_norm`) with a torch add+norm equals
+    `final_norm(run_layers(...))` exactly: the wiring of residuals to norms is right."""
+    from omniflow.models.layers.norm import RMSNorm
+    from omniflow.models.layers.qwen3 import fused_layers_norm, run_layers
+
+    def add_norm(x, delta, weight, eps):
+        total = x + delta
+        norm = RMSNorm(total.shape[-1], eps)
+        norm.weight.data = weight
+        return total, norm.reference(total)
+
+    stack = layers()
+    final = RMSNorm(SHAPE.hidden_size)
+    with torch.no_grad():
+        final.weight.normal_(1.0, 0.3, generator=torch.Generator().manual_seed(9))
+    x = torch.randn(5, SHAPE.hidden_size, generator=torch.Generator().manual_seed(1))
+    cos, sin = Rotary(SHAPE.head_dim, SHAPE.rope_theta).cos_sin(torch.arange(5), x.dtype)
+
+    def attend(layer, q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+        )
+        return out.transpose(0, 1)
+
+    with torch.no_grad():
+        want = final(run_layers(stack, x, cos, sin, attend))
+        got = fused_layers_norm(stack, final, x, cos, sin, attend, add_norm)
+    assert torch.equal(got, want)

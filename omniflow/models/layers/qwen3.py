@@ -88,6 +88,11 @@ class Qwen3MLP(nn.Module):
             gate, up = self.gate_proj(x), self.up_proj(x)
         else:
             gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        if x.is_cuda:
+            # One launch for the gating (Triton; CUDA machines only).
+            from omniflow.kernels.silu_mul import silu_mul
+
+            return self.down_proj(silu_mul(gate, up))
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -133,3 +138,47 @@ def run_layers(
     for layer in layers:
         x = layer(x, cos, sin, attend)
     return x
+
+
+def run_layers_norm(
+    layers: nn.ModuleList,
+    final_norm: RMSNorm,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    attend: Attend,
+) -> torch.Tensor:
+    """`final_norm(run_layers(...))`. On CUDA every residual add is fused with the norm that
+    reads it (`add_rms_norm`: the post-attention norm, the next layer's input norm, the final
+    norm), which saves two launches per layer; the values are the same roundings."""
+    if not x.is_cuda:
+        return final_norm(run_layers(layers, x, cos, sin, attend))
+    from omniflow.kernels.norm_rope import add_rms_norm  # Triton: CUDA machines only
+
+    return fused_layers_norm(layers, final_norm, x, cos, sin, attend, add_rms_norm)
+
+
+AddNorm = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
+]
+"""(x, delta, norm weight, eps) -> (x + delta, RMSNorm(x + delta))."""
+
+
+def fused_layers_norm(
+    layers: nn.ModuleList,
+    final_norm: RMSNorm,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    attend: Attend,
+    add_norm: AddNorm,
+) -> torch.Tensor:
+    """The layer stack with each residual add handed to `add_norm` together with the norm
+    that reads the sum (the CUDA path passes the fused kernel)."""
+    h = layers[0].input_layernorm(x)
+    for i, layer in enumerate(layers):
+        post = layer.post_attention_layernorm
+        x, h = add_norm(x, layer.self_attn(h, cos, sin, attend), post.weight, post.eps)
+        after = layers[i + 1].input_layernorm if i + 1 < len(layers) else final_norm
+        x, h = add_norm(x, layer.mlp(h), after.weight, after.eps)
+    return h

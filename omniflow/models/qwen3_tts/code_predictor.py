@@ -19,7 +19,7 @@ import torch
 
 from omniflow.config.schema import CodePredictorShape
 from omniflow.models.layers.attention import dense_causal_attention
-from omniflow.models.layers.qwen3 import run_layers
+from omniflow.models.layers.qwen3 import run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.modules import CodePredictorModule
 
@@ -96,7 +96,7 @@ class CodePredictor:
                 vc[:, start : start + length] = v
                 return dense_causal_attention(q, kc, vc, start)
 
-            out = m.model.norm(run_layers(m.model.layers, x, cos, sin, attend))
+            out = run_layers_norm(m.model.layers, m.model.norm, x, cos, sin, attend)
             logits = m.lm_head[g - 1](out[:, -1])
             code = sample(logits, g)
             codes.append(code)

@@ -31,7 +31,7 @@ from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
-from omniflow.models.layers.qwen3 import run_layers
+from omniflow.models.layers.qwen3 import run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.inputs import embed_decode
 from omniflow.models.qwen3_tts.talker import Talker
@@ -80,7 +80,7 @@ def decode_hidden(
         return attention(q, kc, vc, block_tables, context_lens, block_size)
 
     t = talker.weights.talker
-    return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))
+    return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, attend)
 
 
 class TalkerDecodeGraphs(BucketGraphs):

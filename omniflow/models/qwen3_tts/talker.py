@@ -14,7 +14,7 @@ import torch
 
 from omniflow.config.schema import ModelConfig
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
-from omniflow.models.layers.qwen3 import fuse_projections, run_layers
+from omniflow.models.layers.qwen3 import fuse_projections, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
@@ -86,7 +86,7 @@ class Talker:
             return meta.attend(q, kc, vc)
 
         t = self.weights.talker
-        return t.model.norm(run_layers(t.model.layers, embeds, cos, sin, attend))
+        return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, attend)
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
