@@ -1,37 +1,34 @@
 """The command line: one subcommand, then Hydra overrides (`key=value`, `group=option`).
 
-Errors in the configuration are printed as one message (no traceback) on stderr and the
-process exits with status 2, the convention for usage errors.
+A user error (a bad configuration, a missing device, a busy port, an unwritable output, a
+Ctrl-C) is printed as one line on stderr, without a traceback, and the process exits with
+status 2, the convention for usage errors. What a command needs of the machine is checked
+before anything heavy is built (omniflow/preflight.py).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import yaml
 
+from omniflow.cli_help import USAGE, command_help, commands_with_help
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
-
-USAGE = """usage: python -m omniflow COMMAND [--config-dir DIR] [key=value ...]
-
-commands:
-  config   print the resolved, validated stage graph (YAML)
-  serve    serve the OpenAI-compatible speech API
-  synth    synthesise one text to a WAV file
-  bench    benchmark (Hydra multirun sweeps with -m)
-  sweep    summarise a sweep directory
-
-Overrides are Hydra's: pipeline=qwen3_tts platform=cpu pipeline.stages.talker.window_k=4
-experiment=high_concurrency. --config-dir DIR adds a directory of your own config groups
-(e.g. DIR/experiment/mine.yaml, then experiment=mine).
-"""
+from omniflow.logs import setup_logging
 
 EXIT_USAGE = 2
+HYDRA_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p", "--hydra-help")
+"""Hydra's own flags, handed to Hydra's application (bench); those before --package take
+a value."""
+_HYDRA_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
+
+
+class UsageError(Exception):
+    """A command-line error that is not about the configuration (printed as is)."""
 
 
 @dataclass(frozen=True)
@@ -42,16 +39,19 @@ class Args:
     overrides: list[str]
     config_dir: str | None
     multirun: bool
+    help: bool = False
+    hydra_flags: tuple[str, ...] = ()
 
 
 def parse_args(argv: Sequence[str]) -> Args:
-    """Split the command, our own flags and the Hydra overrides."""
+    """Split the command, our own flags, Hydra's flags and the Hydra overrides."""
     if not argv or argv[0] in ("-h", "--help"):
         raise SystemExit(_usage(0))
     command, rest = argv[0], list(argv[1:])
     overrides: list[str] = []
+    hydra_flags: list[str] = []
     config_dir: str | None = None
-    multirun = False
+    multirun = show_help = False
     it = iter(rest)
     for arg in it:
         if arg in ("-m", "--multirun"):
@@ -63,10 +63,17 @@ def parse_args(argv: Sequence[str]) -> Args:
         elif arg.startswith("--config-dir="):
             config_dir = arg.split("=", 1)[1]
         elif arg in ("-h", "--help"):
-            raise SystemExit(_usage(0))
+            show_help = True
+        elif arg in HYDRA_FLAGS:
+            hydra_flags.append(arg)
+            if arg in _HYDRA_WITH_VALUE:
+                value = next(it, None)
+                if value is None:
+                    raise UsageError(f"{arg} needs a value (e.g. {arg} job)")
+                hydra_flags.append(value)
         else:
             overrides.append(arg)
-    return Args(command, overrides, config_dir, multirun)
+    return Args(command, overrides, config_dir, multirun, show_help, tuple(hydra_flags))
 
 
 def cmd_config(args: Args) -> int:
@@ -77,63 +84,60 @@ def cmd_config(args: Args) -> int:
 
 
 def cmd_bench(args: Args) -> int:
-    """One benchmark job, or with -m a sweep of jobs (omniflow/bench/)."""
+    """One benchmark job, or with -m (or Hydra's flags) Hydra's application (a sweep)."""
+    if args.multirun and {"--cfg", "-c", "--info", "-i"} & set(args.hydra_flags):
+        raise UsageError("--cfg and --info show one job's config: leave out -m")
+    if args.multirun or args.hydra_flags:
+        from omniflow.bench.app import run_hydra_bench
+
+        return run_hydra_bench(args.overrides, args.config_dir, args.multirun, args.hydra_flags)
     import json
     from pathlib import Path
 
-    from omniflow.bench.job import run_job
-    from omniflow.bench.sweep import default_sweep_dir, expand, summarize
+    from omniflow.preflight import check_device
 
-    if not args.multirun:
-        spec = compose(args.overrides, args.config_dir)
-        out = Path(spec.bench.out_dir) if spec.bench.out_dir else None
-        result = run_job(spec, args.overrides, out)
-        print(json.dumps(result["summary"], indent=2))
-        return 0
-    jobs, swept = expand(args.overrides)
-    specs = [compose(job, args.config_dir) for job in jobs]  # validate every job first
-    for spec in specs:
-        build_graph(spec)
-    root = Path(specs[0].bench.out_dir) if specs[0].bench.out_dir else default_sweep_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "sweep.json").write_text(json.dumps({"jobs": jobs, "swept": swept}, indent=2))
-    log = logging.getLogger("omniflow.bench")
-    for i, (job, spec) in enumerate(zip(jobs, specs, strict=True)):
-        label = " ".join(o for o in job if o.partition("=")[0].lstrip("+") in swept) or "job"
-        log.info("job %d/%d: %s", i + 1, len(jobs), label)
-        result = run_job(spec, job, root / str(i))
-        log.info("job %d/%d done: rtf %.3f", i + 1, len(jobs), result["summary"]["rtf"]["median"])
-    print(summarize(root))
-    print(f"results: {root}")
+    spec = compose(args.overrides, args.config_dir)
+    check_device(build_graph(spec))
+    from omniflow.bench.job import run_job  # the server and the client: after the checks
+
+    out = Path(spec.bench.out_dir) if spec.bench.out_dir else None
+    result = run_job(spec, args.overrides, out)
+    print(json.dumps(result["summary"], indent=2))
     return 0
 
 
 def cmd_sweep(args: Args) -> int:
-    """`sweep summarize DIR`: table (summary.md) and plot (rtf.svg) of a sweep directory."""
+    """`sweep summarize DIR`: table (summary.md) and plot (rtf.png) of a sweep directory."""
     from pathlib import Path
 
     from omniflow.bench.sweep import summarize
 
     if len(args.overrides) != 2 or args.overrides[0] != "summarize":
-        print("usage: python -m omniflow sweep summarize DIR", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError("usage: omniflow sweep summarize DIR")
     try:
         print(summarize(Path(args.overrides[1])))
     except FileNotFoundError as exc:
-        print(f"omniflow sweep: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     return 0
 
 
 def cmd_synth(args: Args) -> int:
-    """One offline request to a WAV file (omniflow/synth.py)."""
+    """One offline request to an audio file (omniflow/synth.py)."""
     from omniflow.synth import run_synth
 
     return run_synth(args.overrides, args.config_dir)
 
 
 def cmd_serve(args: Args) -> int:
-    """The OpenAI-compatible server (omniflow/serve/)."""
+    """The OpenAI-compatible server (omniflow/serve/), after the machine checks."""
+    from omniflow.preflight import check_device, check_port
+
+    spec = compose(args.overrides, args.config_dir)
+    graph = build_graph(spec)
+    check_device(graph)
+    check_port(spec.server)
+    setup_logging(spec.server.log_level)
+
     from omniflow.serve.run import run_serve
 
     return run_serve(args.overrides, args.config_dir)
@@ -151,20 +155,40 @@ COMMANDS: dict[str, Callable[[Args], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    setup_logging("info")
+    command = argv[0] if argv else ""
     try:
         args = parse_args(argv)
         handler = COMMANDS.get(args.command)
         if handler is None:
-            print(f"unknown command {args.command!r}\n\n{USAGE}", file=sys.stderr)
+            print(f"unknown command {args.command!r}\n\n{USAGE}", file=sys.stderr, end="")
             return EXIT_USAGE
+        if args.help:
+            return _command_help(args)
         return handler(args)
     except ConfigError as exc:
         print(f"omniflow: invalid configuration: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"omniflow {command}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"omniflow {command}: interrupted", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def entry() -> None:
+    """The `omniflow` console script."""
+    raise SystemExit(main())
+
+
+def _command_help(args: Args) -> int:
+    """`COMMAND --help`: the keys the command reads (config and sweep: the general usage)."""
+    if args.command not in commands_with_help():
+        return _usage(0)
+    from omniflow.synth import synth_overrides
+
+    overrides = synth_overrides(args.overrides) if args.command == "synth" else args.overrides
+    sys.stdout.write(command_help(args.command, compose(overrides, args.config_dir)))
+    return 0
 
 
 def _usage(code: int) -> int:

@@ -1,68 +1,128 @@
-"""`python -m omniflow synth text="..." out=hello.wav`: one offline request to a WAV file.
+"""`omniflow synth text="..." out=hello.wav`: one offline request to an audio file.
 
 Bare keys (`text=`, `out=`, `seed=`, `voice=`, `language=`, `max_new_tokens=`,
-`ignore_eos=`) are the `synth` section's; any other override configures the pipeline.
+`ignore_eos=`, `instructions=`) are the `synth` section's; any other override configures the
+pipeline. The output format follows `out`'s extension and is encoded as the server encodes
+whole responses (serve/encoders.py). Everything that can be checked before generating is:
+the device, the format, and the output directory (a temporary file is created beside `out`
+first, then renamed over it, so a Ctrl-C or a failure never leaves half a file or loses the
+previous one).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import SynthConfig
+from omniflow.config.suggest import closest
 from omniflow.core.speech import SpeechRequest
-from omniflow.serve.encoders import write_wav
-from omniflow.stages.build import build_pipeline
-from omniflow.stages.orchestrator import AudioEvent
+from omniflow.errors import ConfigError
+from omniflow.graph import StageGraph
+from omniflow.preflight import check_device
+from omniflow.serve.encoders import encode_whole
 
 _STRING_KEYS = {"text", "out", "voice", "language", "instructions"}
+FORMATS = {".wav": "wav", ".flac": "flac", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus"}
+FORMATS |= {".pcm": "pcm", ".raw": "pcm"}
+"""Output extension -> encoding (.ogg holds Opus; .pcm/.raw are headerless s16le)."""
+
+
+class SynthError(Exception):
+    """A synth failure to report in one line: status 2 for what the user asked or did
+    (input the model refuses, Ctrl-C), 1 for a generation that failed."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def synth_overrides(overrides: list[str]) -> list[str]:
-    """Map bare synth keys onto `synth.*` (quoting strings, so commas and spaces survive)."""
+    """Map bare synth keys onto `synth.*` (quoting strings, so commas and spaces survive).
+    A bare key that is neither a synth key nor a config key is refused with the nearest."""
     mapped = []
+    top = {"pipeline", "model", "platform", "experiment", "server", "synth", "bench", "hydra"}
     for item in overrides:
         key, sep, value = item.partition("=")
-        bare = key.lstrip("+")
+        bare = key.lstrip("+~")
         if sep and bare in SynthConfig.model_fields:
             if bare in _STRING_KEYS:
                 value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
             mapped.append(f"synth.{bare}={value}")
+        elif sep and "." not in bare and "/" not in bare and bare not in top:
+            guess = closest(bare, [*SynthConfig.model_fields, *top])
+            hint = f"; did you mean {guess}?" if guess else ""
+            raise ConfigError(bare, f"not a synth key or config group{hint}")
         else:
             mapped.append(item)
     return mapped
 
 
-class Progress:
-    """One status line on stderr: rewritten in place on a terminal, else once a second."""
+def output_format(out: str) -> str:
+    """The encoding `out`'s extension names; refused (before generating) when unknown."""
+    ext = Path(out).suffix.lower()
+    if ext not in FORMATS:
+        known = ", ".join(FORMATS)
+        raise ConfigError(
+            "synth.out", f"{out!r}: cannot write {ext or 'no extension'}; use {known}"
+        )
+    return FORMATS[ext]
 
-    def __init__(self, total: int | None) -> None:
-        self.total = total
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
 
-    def show(self, frames: int, seconds: float, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and not self.tty and now - self.last < 1.0:
-            return
-        self.last = now
-        total = f"/{self.total}" if self.total else ""
-        line = f"synth: {frames}{total} frames, {seconds:.2f} s of audio"
-        sys.stderr.write(("\r" + line) if self.tty else line + "\n")
-        if final and self.tty:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+def reserve(out: str) -> Path:
+    """A temporary file beside `out` (proves the directory exists and is writable)."""
+    path = Path(out)
+    if not path.parent.is_dir():
+        raise ConfigError("synth.out", f"{out!r}: directory {str(path.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError("synth.out", f"{out!r}: cannot write there: {exc.strerror}") from None
+    os.close(fd)
+    return Path(tmp)
 
 
 def run_synth(overrides: list[str], config_dir: str | None) -> int:
     spec = compose(synth_overrides(overrides), config_dir)
     graph = build_graph(spec)
+    check_device(graph)
     s = spec.synth
+    fmt = output_format(s.out)
+    tmp = reserve(s.out)
+    try:
+        audio, finish, elapsed, rate = _generate(graph, s)
+        Path(tmp).write_bytes(encode_whole(audio, fmt, rate))
+        os.replace(tmp, s.out)
+    except SynthError as exc:
+        print(f"omniflow synth: {exc}", file=sys.stderr)
+        return exc.status
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    seconds = audio.size / rate
+    print(
+        f"wrote {s.out}: {audio.size} samples ({seconds:.2f} s at {rate} Hz, {fmt}), "
+        f"{elapsed:.2f} s wall, RTF {elapsed / seconds:.3f}, finish: {finish}"
+    )
+    return 0
+
+
+def _generate(graph: StageGraph, s: SynthConfig) -> tuple[np.ndarray, str | None, float, int]:
+    """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
+    from omniflow.stages.build import build_pipeline
+    from omniflow.stages.orchestrator import AudioEvent
+
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()
     request = SpeechRequest.create(
@@ -75,40 +135,34 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
         ignore_eos=s.ignore_eos,
         instructions=s.instructions,
     )
-    sample_rate = orch.info().sample_rate
+    rate = orch.info().sample_rate
+    total = s.max_new_tokens if s.ignore_eos else None
+    pcm: list[np.ndarray] = []
     orch.start()
     try:
         try:
             orch.submit(request, events.put)
         except ValueError as exc:
-            print(f"omniflow synth: {exc}", file=sys.stderr)
-            return 2
-        progress = Progress(s.max_new_tokens)
-        pcm: list[np.ndarray] = []
-        samples = 0
+            raise SynthError(str(exc)) from None
         t0 = time.monotonic()
-        while True:
-            ev = events.get()
-            if ev.pcm is not None:
-                pcm.append(ev.pcm)
-                samples += ev.pcm.size
-            progress.show(ev.frames, samples / sample_rate, final=ev.finished)
-            if ev.finished:
-                break
+        bar = tqdm(total=total, desc="synth", unit=" frames", file=sys.stderr, dynamic_ncols=True)
+        with bar, logging_redirect_tqdm():
+            try:
+                while True:
+                    ev = events.get()
+                    if ev.pcm is not None:
+                        pcm.append(ev.pcm)
+                    if ev.frames > bar.n:
+                        bar.update(ev.frames - bar.n)
+                    if ev.finished:
+                        break
+            except KeyboardInterrupt:
+                raise SynthError(f"interrupted after {bar.n} frames; nothing written") from None
         elapsed = time.monotonic() - t0
     finally:
         orch.stop()
     if ev.error is not None:
-        print(f"omniflow synth: request failed: {ev.error}", file=sys.stderr)
-        return 1
-    if not samples:
-        print("omniflow synth: the model produced no audio", file=sys.stderr)
-        return 1
-    audio = np.concatenate(pcm)
-    write_wav(s.out, audio, sample_rate)
-    seconds = audio.size / sample_rate
-    print(
-        f"wrote {s.out}: {audio.size} samples ({seconds:.2f} s at {sample_rate} Hz), "
-        f"{elapsed:.2f} s wall, RTF {elapsed / seconds:.3f}, finish: {ev.finish_reason}"
-    )
-    return 0
+        raise SynthError(f"request failed: {ev.error}", status=1)
+    if not pcm:
+        raise SynthError("the model produced no audio", status=1)
+    return np.concatenate(pcm), ev.finish_reason, elapsed, rate

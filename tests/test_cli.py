@@ -60,3 +60,35 @@ def test_unknown_command_exits_2():
     r = run("frobnicate")
     assert r.returncode == 2
     assert "usage" in r.stderr
+
+
+def test_serve_applies_server_log_level_to_omniflows_loggers(monkeypatch):
+    """`server.log_level` sets omniflow's loggers too, before the server starts."""
+    import logging
+
+    import omniflow.serve.run
+    from omniflow import cli
+
+    seen = {}
+
+    def fake_run_serve(overrides, config_dir):
+        seen["level"] = logging.getLogger("omniflow.serve").getEffectiveLevel()
+        return 0
+
+    monkeypatch.setattr(omniflow.serve.run, "run_serve", fake_run_serve)
+    root, ours = logging.getLogger(), logging.getLogger("omniflow")
+    monkeypatch.setattr(root, "level", root.level)  # restored after the test
+    monkeypatch.setattr(ours, "level", ours.level)
+    argv = ["serve", "platform=cpu", "server.port=0", "server.log_level=warning"]
+    assert cli.main(argv) == 0
+    assert seen["level"] == logging.WARNING
+
+
+def test_the_console_script_is_installed_and_runs():
+    import sysconfig
+    from pathlib import Path
+
+    script = Path(sysconfig.get_path("scripts")) / "omniflow"
+    assert script.is_file(), "pip install -e . installs the `omniflow` console script"
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "usage: omniflow COMMAND" in r.stdout

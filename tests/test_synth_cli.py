@@ -6,6 +6,9 @@ import subprocess
 import sys
 import wave
 
+import pytest
+import soundfile
+
 
 def synth(tmp_path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -29,23 +32,56 @@ def synth(tmp_path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+ARGS = [
+    "pipeline=qwen3_tts",
+    "platform=cpu",
+    "text=Hello there, this is a test.",
+    "seed=7",
+    "max_new_tokens=24",
+    "ignore_eos=true",
+]
+
+
 def test_synth_writes_24_frames_deterministically(tmp_path):
+    from omniflow.synth import run_synth
+
     a = synth(tmp_path, "a.wav")
     assert a.returncode == 0, a.stderr
-    assert "24/24 frames" in a.stderr  # progress was shown
+    assert "synth: 100%" in a.stderr and "24/24" in a.stderr  # the progress bar ran to 24
     with wave.open(str(tmp_path / "a.wav")) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
         assert w.getnframes() == 24 * 1920
-    b = synth(tmp_path, "b.wav")
-    assert b.returncode == 0, b.stderr
+    # the same request again (in this process: the command's own code, without a second
+    # interpreter start) gives the same bytes
+    assert run_synth([*ARGS, f"out={tmp_path / 'b.wav'}"], None) == 0
     assert (tmp_path / "a.wav").read_bytes() == (tmp_path / "b.wav").read_bytes()
 
 
-def test_synth_fused_pipeline_and_bad_voice(tmp_path):
-    r = synth(tmp_path, "f.wav", "pipeline=qwen3_tts_fused")
-    assert r.returncode == 0, r.stderr
+def test_synth_fused_pipeline_and_bad_voice(tmp_path, capsys):
+    from omniflow.synth import run_synth
+
+    fused = ["pipeline=qwen3_tts_fused", *ARGS[1:]]
+    assert run_synth([*fused, f"out={tmp_path / 'f.wav'}"], None) == 0
     with wave.open(str(tmp_path / "f.wav")) as w:
         assert w.getnframes() == 24 * 1920
-    bad = synth(tmp_path, "x.wav", "voice=nobody")
-    assert bad.returncode == 2 and "unknown voice" in bad.stderr
-    assert not (tmp_path / "x.wav").exists()
+    bad = run_synth([*ARGS, "voice=nobody", f"out={tmp_path / 'x.wav'}"], None)
+    assert bad == 2 and "unknown voice" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [tmp_path / "f.wav"]  # nothing for the refused one
+
+
+@pytest.mark.parametrize(
+    ("ext", "container", "subtype"),
+    [("flac", "FLAC", "PCM_16"), ("mp3", "MP3", "MPEG_LAYER_III"), ("opus", "OGG", "OPUS")],
+)
+def test_synth_writes_the_format_its_extension_names(tmp_path, capsys, ext, container, subtype):
+    """Never a WAV under another name: the file is what its extension says."""
+    from omniflow.synth import run_synth
+
+    out = tmp_path / f"x.{ext}"
+    args = ["platform=cpu", "text=Hi.", f"out={out}", "max_new_tokens=6", "ignore_eos=true"]
+    assert run_synth(args, None) == 0
+    info = soundfile.info(str(out))
+    assert (info.format, info.subtype, info.samplerate) == (container, subtype, 24000)
+    assert abs(info.frames - 6 * 1920) <= 2 * 1152  # mp3/opus add encoder padding
+    assert f", {ext}), " in capsys.readouterr().out  # the summary names the format
+    assert [p.name for p in tmp_path.iterdir()] == [f"x.{ext}"]  # no temporary file left

@@ -1,7 +1,10 @@
 """HTTP load generator for `/v1/audio/speech` (docs/benchmarks.md), fixed-length mode.
 
-    python -m omniflow.bench.client --url http://127.0.0.1:8000 --prompts PROMPTS.jsonl \
-        --concurrency 1 --num-prompts 8 --warmup 1
+    python -m omniflow.bench.client --url http://127.0.0.1:8000 --concurrency 1 \
+        --num-prompts 8 --warmup 1
+
+Prompts default to the shipped LibriSpeech set (omniflow/bench/data/); --prompts FILE.jsonl
+takes rows of {"text": ..., "seconds": ...}.
 
 Each prompt asks for round(seconds x 12.5) frames with EOS ignored, so runs with dummy
 weights are comparable. Per request: ttfp (request sent -> first audio bytes), e2el (-> end
@@ -19,8 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+from tqdm import tqdm
 
 FRAME_RATE = 12.5
+DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"
 BYTES_PER_SECOND = 2 * 24000
 
 
@@ -100,7 +105,14 @@ async def run(
                 return await one(client, url, model, voice, p, seed=1000 + i)
 
         t0 = time.perf_counter()
-        samples = await asyncio.gather(*(bounded(i, p) for i, p in enumerate(prompts)))
+        with tqdm(total=len(prompts), desc="requests", unit=" req", leave=False) as bar:
+
+            async def counted(i: int, p: Prompt) -> Sample:
+                sample = await bounded(i, p)
+                bar.update(1)
+                return sample
+
+            samples = await asyncio.gather(*(counted(i, p) for i, p in enumerate(prompts)))
         return list(samples), time.perf_counter() - t0
 
 
@@ -129,7 +141,7 @@ def summarize(samples: list[Sample], wall: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8000")
-    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
     ap.add_argument("--num-prompts", type=int, default=8)
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)

@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from omniflow.bench.client import load_prompts, run, summarize
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts, run, summarize
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import PipelineStats, WindowCounters
@@ -26,7 +28,6 @@ from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"
 VOICE = "vivian"
 
 
@@ -64,7 +65,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     pipeline = build_pipeline(graph)
-    with ServerThread(pipeline, spec.server) as srv:
+    # log lines (rounds, engine stats) print above the request bar, not through it
+    with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
         for i in range(b.rounds):
             samples, wall = asyncio.run(
                 run(

@@ -1,49 +1,71 @@
-"""Sweeps: expand Hydra sweep overrides into jobs, run them, summarize into a table and a plot.
+"""Sweeps: the jobs of a Hydra sweep, and the summary of a sweep directory.
 
-    python -m omniflow bench -m pipeline.stages.talker.window_k=0,4,8,12 bench.concurrency=1,4,8
-    python -m omniflow sweep summarize DIR
+    omniflow bench -m pipeline.stages.talker.window_k=0,4,8,12 bench.concurrency=1,4,8
+    omniflow sweep summarize DIR
 
-Each job writes DIR/<n>/result.json; the sweep writes DIR/summary.md (a table) and
-DIR/rtf.svg (median RTF per job, one line per value of the other swept keys).
+Hydra runs the jobs (bench/app.py); each writes DIR/<n>/result.json. When the sweep ends,
+`SweepSummary` (a Hydra callback) writes DIR/summary.md (a table) and DIR/rtf.png (median
+RTF and worst player underrun per job, bench/plot.py; needs the `[bench]` extra).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-from datetime import datetime
+import sys
 from pathlib import Path
 from typing import Any
 
+# Hydra's basic sweeper (the one `-m` runs) is reached through its plugin module: its
+# split_arguments is the expansion itself, so validation sees exactly the jobs Hydra runs.
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+from tqdm import tqdm
 
+from omniflow.bench.plot import Point, plot_sweep
 from omniflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
-    """Jobs as override lists (the cartesian product of sweep values) and the swept keys."""
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper makes of `overrides` (the cartesian product of the
+    sweeps), each as its list of overrides."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         raise ConfigError("", " ".join(str(exc).split())) from None
-    axes: list[list[str]] = []
-    swept: list[str] = []
-    for o in parsed:
-        if o.is_sweep_override():
-            key = o.get_key_element()
-            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
-            swept.append(o.key_or_group)
-        else:
-            axes.append([o.input_line])
-    return [list(job) for job in itertools.product(*axes)], swept
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def default_sweep_dir() -> Path:
-    return Path("multirun") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+class SweepSummary(Callback):
+    """A progress bar over the sweep's jobs, and the summary when the sweep ends."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A process launcher (joblib) pickles the callbacks into its workers: the bar stays
+        in the parent, where the sweep's jobs are counted."""
+        return {"bar": None}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        total = len(sweep_jobs(list(config.hydra.overrides.task)))
+        self.bar = tqdm(total=total, desc="sweep", unit=" jobs", file=sys.stderr)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if self.bar is not None:  # None in a launcher's worker process
+            self.bar.update(1)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        root = Path(config.hydra.sweep.dir)
+        print(summarize(root))
+        print(f"results: {root}")
 
 
 def load_results(directory: Path) -> list[dict[str, Any]]:
@@ -82,7 +104,7 @@ def _value(result: dict[str, Any], key: str) -> str:
 
 
 def summarize(directory: Path) -> str:
-    """Write summary.md and rtf.svg into the sweep directory; return the table."""
+    """Write summary.md and rtf.png into the sweep directory; return the summary."""
     results = load_results(directory)
     swept = _swept(results)
     head = [
@@ -117,58 +139,31 @@ def summarize(directory: Path) -> str:
         + ["| " + " | ".join(row) + " |" for row in rows]
     )
     cfg = first["config"]
+    xlabel = swept[-1] if swept else "job"
+    plot = plot_sweep(_points(results, swept), xlabel, directory / "rtf.png")
     text = (
         f"# Sweep {directory.name}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, "
         f"{cfg['platform']} ({cfg['dtype']}), {cfg['num_prompts']} prompts per round, "
         f"commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n{table}\n"
+        + (f"\n![median RTF and worst underrun per job]({plot.name})\n" if plot else "")
     )
     (directory / "summary.md").write_text(text)
-    (directory / "rtf.svg").write_text(_plot(results, swept))
     return text
 
 
-def _plot(results: list[dict[str, Any]], swept: list[str]) -> str:
-    """A small SVG line chart: x = the last swept key (or job order), y = median RTF."""
+def _points(results: list[dict[str, Any]], swept: list[str]) -> list[Point]:
+    """x: the last swept key (or the job's order); one series per value of the others."""
     xkey = swept[-1] if swept else None
-    series: dict[str, list[tuple[str, float]]] = {}
-    for r in results:
-        name = ", ".join(f"{k.rsplit('.', 1)[-1]}={_value(r, k)}" for k in swept[:-1]) or "rtf"
-        x = _value(r, xkey) if xkey else str(len(series.get(name, [])))
-        series.setdefault(name, []).append((x, r["summary"]["rtf"]["median"]))
-    xs = sorted({x for pts in series.values() for x, _ in pts}, key=_sort_key)
-    ymax = max(y for pts in series.values() for _, y in pts) * 1.1 or 1.0
-    w, h, m = 640, 360, 50
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b"]
-
-    def px(x: str) -> float:
-        i = xs.index(x)
-        return m + (w - 2 * m) * (i / max(len(xs) - 1, 1))
-
-    def py(y: float) -> float:
-        return h - m - (h - 2 * m) * y / ymax
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-        'font-family="sans-serif" font-size="12">',
-        f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
-        f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
-        f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{xkey or "job"}</text>',
-        f'<text x="12" y="{m - 10}">median RTF (max {ymax / 1.1:.3f})</text>',
-    ]
-    for x in xs:
-        parts.append(f'<text x="{px(x)}" y="{h - m + 16}" text-anchor="middle">{x}</text>')
-    for i, (name, pts) in enumerate(sorted(series.items())):
-        pts = sorted(pts, key=lambda p: _sort_key(p[0]))
-        c = colors[i % len(colors)]
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{path}"/>')
-        parts.append(f'<text x="{w - m + 4}" y="{m + 16 * i}" fill="{c}">{name}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _sort_key(x: str) -> tuple[int, float | str]:
-    try:
-        return (0, float(x))
-    except ValueError:
-        return (1, x)
+    points = []
+    for i, r in enumerate(results):
+        name = ", ".join(f"{k.rsplit('.', 1)[-1]}={_value(r, k)}" for k in swept[:-1])
+        s = r["summary"]
+        points.append(
+            Point(
+                series=name or "median RTF",
+                x=_value(r, xkey) if xkey else str(i),
+                rtf=s["rtf"]["median"],
+                underrun_s=s["underrun_s"]["max"],
+            )
+        )
+    return points

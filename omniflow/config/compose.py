@@ -1,43 +1,88 @@
 """Hydra composition -> validated `OmniflowSpec` (docs/architecture.md: configuration).
 
-Hydra builds the config from `conf/` and the overrides; `OmegaConf.to_container` turns it
-into plain data; pydantic validates it. After this point only frozen pydantic objects travel:
-no DictConfig leaves this module. Every failure (unknown group option, bad override, schema
+Hydra builds the config from `omniflow/conf/` (shipped inside the package, so an installed
+omniflow has it) and the overrides; `OmegaConf.to_container` turns it into plain data;
+pydantic validates it. After this point only frozen pydantic objects travel: no DictConfig
+leaves this module. Every failure (unknown group option, bad override, schema
 violation) becomes a `ConfigError` naming the key path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from omniflow.config.schema import STAGE_KINDS, OmniflowSpec
+from omniflow.config.suggest import hint_for_field, hint_for_key, hint_for_option
 from omniflow.errors import ConfigError, ConfigErrors
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
     """Compose the raw Hydra config (for the CLI's multirun path and for tests)."""
-    overrides = list(overrides)
-    if config_dir is not None:
-        extra = Path(config_dir).resolve()
-        if not extra.is_dir():
-            raise ConfigError("--config-dir", f"{config_dir} is not a directory")
-        overrides.append(f"hydra.searchpath=[file://{extra}]")
+    dirs = search_dirs(config_dir)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return hydra_compose(config_name="config", overrides=overrides)
+        return _hydra_compose(list(overrides), dirs)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError("", _one_line(str(exc))) from None
+        message = _one_line(str(exc)).split(" Config search path:")[0]
+        hint = _hint(list(overrides), dirs)
+        if hint:  # Hydra's "To append to your config use +key=value" invites the typo in
+            message = re.sub(r"\. To append to your config use \S+", ": no such key", message)
+        raise ConfigError("", message + hint) from None
+
+
+def search_dirs(config_dir: str | Path | None) -> list[Path]:
+    """The shipped config directory, then the user's `--config-dir` (checked)."""
+    if config_dir is None:
+        return [CONF_DIR]
+    extra = Path(config_dir).resolve()
+    if not extra.is_dir():
+        raise ConfigError("--config-dir", f"{config_dir} is not a directory")
+    return [CONF_DIR, extra]
+
+
+def _hydra_compose(overrides: list[str], dirs: list[Path]) -> DictConfig:
+    extra = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs[1:])}]"] * (len(dirs) > 1)
+    with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
+        return hydra_compose(config_name="config", overrides=overrides + extra)
+
+
+def _hint(overrides: list[str], dirs: list[Path]) -> str:
+    """A did-you-mean for the first mistyped key or group option among `overrides`, looked
+    up in the config composed from the group choices that do exist."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return ""
+    groups = {p.name for d in dirs for p in d.iterdir() if p.is_dir()}
+    chosen, keys = [], []
+    for o in parsed:
+        if o.key_or_group in groups and o.package is None and isinstance(o.value(), str):
+            option = str(o.value())
+            if any((d / o.key_or_group / f"{option}.yaml").is_file() for d in dirs):
+                chosen.append(o.input_line)
+            else:
+                return hint_for_option(o.key_or_group, option, dirs)
+        elif not o.is_add() and not o.is_force_add():
+            keys.append(o.key_or_group)
+    try:
+        data = OmegaConf.to_container(_hydra_compose(chosen, dirs), resolve=False)
+    except (HydraException, OmegaConfBaseException):
+        return ""
+    assert isinstance(data, dict)
+    return next((h for h in (hint_for_key(k, data) for k in keys) if h), "")
 
 
 def validate(data: dict[str, Any]) -> OmniflowSpec:
@@ -45,7 +90,7 @@ def validate(data: dict[str, Any]) -> OmniflowSpec:
     try:
         return OmniflowSpec.model_validate(data)
     except ValidationError as exc:
-        errors = [ConfigError(_key_path(err["loc"]), err["msg"]) for err in exc.errors()]
+        errors = [_error(err, data) for err in exc.errors()]
         raise (errors[0] if len(errors) == 1 else ConfigErrors(errors)) from None
 
 
@@ -61,8 +106,14 @@ def to_data(cfg: DictConfig) -> dict[str, Any]:
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> OmniflowSpec:
-    """Compose `conf/` with Hydra overrides and validate it."""
+    """Compose `omniflow/conf/` with Hydra overrides and validate it."""
     return validate(to_data(compose_cfg(overrides, config_dir)))
+
+
+def _error(err: ErrorDetails, data: dict[str, Any]) -> ConfigError:
+    key = _key_path(err["loc"])
+    hint = hint_for_field(key, data) if err["type"] == "extra_forbidden" else ""
+    return ConfigError(key, err["msg"] + hint)
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

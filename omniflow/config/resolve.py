@@ -7,6 +7,8 @@ path and the rule; all violations of one config are reported together.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omniflow.config.schema import (
     ModelConfig,
     OmniflowSpec,
@@ -140,6 +142,8 @@ def _resolve_model(
         errors.append(ConfigError("model.path", "a path is set but model.load is 'dummy'"))
     if load == "checkpoint" and not model.path:
         errors.append(ConfigError("model.load", "'checkpoint' needs model.path=DIR"))
+    if load == "checkpoint" and model.path:
+        _check_checkpoint_dir(model.path, errors)
     tokenizer = model.tokenizer
     if tokenizer == "auto":
         tokenizer = "bpe" if load == "checkpoint" else "byte"
@@ -170,6 +174,20 @@ def _resolve_model(
         )
     dtype = platform.dtype if platform else model.dtype
     return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
+
+
+def _check_checkpoint_dir(path: str, errors: list[ConfigError]) -> None:
+    """The checkpoint directory exists and holds the published layout's config.json, so a
+    mistyped path fails here (and in `omniflow config`), before any weights are built."""
+    directory = Path(path).expanduser()
+    layout = "the published Qwen3-TTS layout: config.json, model.safetensors, speech_tokenizer/"
+    if not directory.is_dir():
+        what = "does not exist" if not directory.exists() else "is not a directory"
+        errors.append(
+            ConfigError("model.path", f"{path} {what}; it must be a directory in {layout}")
+        )
+    elif not (directory / "config.json").is_file():
+        errors.append(ConfigError("model.path", f"{path} has no config.json; expected {layout}"))
 
 
 # --------------------------------------------------------------------------- topology

@@ -222,17 +222,34 @@ class ServerConfig(Frozen):
     host: str = Field("127.0.0.1", description="Bind address.")
     port: int = Field(8000, ge=0, le=65535, description="Bind port (0: any free port).")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Log level."
+        "info", description="Log level of omniflow's loggers (and uvicorn's)."
     )
     max_input_chars: int = Field(4096, ge=1, description="Longest accepted `input` text.")
     max_concurrent_requests: int = Field(256, ge=1, description="Requests admitted at once.")
+    max_buffered_audio_s: float = Field(
+        10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Audio a request may get ahead of its client (seconds); with that much "
+        "unread, the request is paused (keeping its state) until the client reads. The same "
+        "amount bounds each request's frame backlog between stages.",
+    )
+    stalled_client_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A streamed response whose client takes nothing for this long is "
+        "aborted, releasing its KV blocks and decoder slot.",
+    )
 
 
 class SynthConfig(Frozen):
     """`omniflow synth` settings (one offline request)."""
 
     text: str = Field("Hello there.", description="Text to speak.")
-    out: str = Field("out.wav", description="Output WAV path.")
+    out: str = Field(
+        "out.wav", description="Output file; its extension picks the format (wav, flac, mp3, ...)."
+    )
     voice: str = Field("vivian", description="Speaker.")
     language: str = Field("auto", description="Language, or auto.")
     instructions: str | None = Field(None, description="Style instruction.")

@@ -20,5 +20,9 @@ class StageOutput:
     finish_reason: FinishReason | None = None
     error: str | None = None
     held: bool = False
-    """The request is alive but paused here (preempted, waiting to be recomputed): stages
-    downstream must not count the pause against their receive deadline."""
+    """The request is alive but paused here (preempted and waiting to be recomputed, or
+    paused by backpressure): stages downstream must not count the pause against their
+    receive deadline."""
+    consumed_frames: int = 0
+    """Chunk-receiving stages: frames received from upstream that this output used up (the
+    orchestrator's measure of the stage's backlog, docs/reliability.md)."""

@@ -72,6 +72,12 @@ class StageStats:
     """Present only on a stage with window_k > 0."""
     preemptions: int | None = None
     """AR stages: requests preempted (recomputed later) so far."""
+    paused: int = 0
+    """Requests held out of scheduling because whoever consumes their output is behind
+    (backpressure: the client, or the downstream stage's backlog)."""
+    backlog_frames: int | None = None
+    """Chunk-receiving stages: frames received from upstream and not yet consumed, summed
+    over requests (None for a stage without an upstream)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class PipelineStats:
     in_flight: int
     """Requests admitted and not yet ended."""
     stages: tuple[StageStats, ...]
+    buffered_audio_s: float = 0.0
+    """Audio handed to consumers and not yet taken by them (all requests, seconds)."""
 
     @property
     def healthy(self) -> bool:

@@ -30,6 +30,10 @@ class SpeechRequest:
     """Style instruction (CustomVoice 1.7B), e.g. "Speak slowly and warmly"."""
     initial_chunk_frames: int | None = None
     """Two-stage pipeline: frames in the first chunk to code2wav (None: the edge's)."""
+    non_streaming_mode: bool | None = None
+    """Prompt text layout, as the official implementation names it: True puts the whole
+    text in the prompt, False feeds it one token per decode step; None: the model's default
+    (docs/reference.md)."""
 
     @classmethod
     def create(
@@ -49,6 +53,7 @@ class SpeechRequest:
         repetition_penalty: float | None = None,
         instructions: str | None = None,
         initial_chunk_frames: int | None = None,
+        non_streaming_mode: bool | None = None,
     ) -> SpeechRequest:
         """The one way front ends build a request from user-level fields.
 
@@ -72,4 +77,5 @@ class SpeechRequest:
             repetition_penalty=repetition_penalty,
             instructions=style,
             initial_chunk_frames=initial_chunk_frames,
+            non_streaming_mode=non_streaming_mode,
         )

@@ -9,6 +9,11 @@ Sync and async scheduling share this code. Under async scheduling the engine cal
 `schedule()` for step n+1 before `update()` of step n: a request whose step has reached the
 end of its known tokens gets a placeholder for the token being sampled, and the next plan
 may schedule that placeholder's position (the runner holds the sampled token itself).
+
+Backpressure (docs/reliability.md): a paused request is held out of planning, like a request
+behind the window fence, and keeps everything it has (KV blocks, its place in the running
+queue); the pause is announced downstream as `held`, the same notice a preemption gives, so
+receive deadlines wait. `resume` lets it be planned again.
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ class ARScheduler:
         self._preempted_in_runner: set[str] = set()
         self.num_preemptions = 0
         self._held: list[StageOutput] = []
-        """Preemption notices for downstream stages (drained with the plan)."""
+        """Preemption and pause notices for downstream stages (drained with the plan)."""
+        self._paused: set[str] = set()
+        """Requests held out of planning until their consumer catches up (backpressure)."""
 
     # ------------------------------------------------------------------ intake
 
@@ -77,6 +84,17 @@ class ARScheduler:
         self._finish(request, FINISHED_BY_REASON[reason])
         return True
 
+    def pause(self, request_id: str) -> None:
+        """Hold the request out of planning; it keeps its KV blocks and its place. A request
+        not (or no longer) here is ignored: the pause raced with its end."""
+        if request_id in self.requests and request_id not in self._paused:
+            self._paused.add(request_id)
+            self._held.append(StageOutput(request_id, held=True))
+
+    def resume(self, request_id: str) -> None:
+        """Plan the request again (no-op when it is not paused)."""
+        self._paused.discard(request_id)
+
     @property
     def has_unfinished(self) -> bool:
         """Requests to serve, or runner-side state still to release (a step delivers it)."""
@@ -98,6 +116,7 @@ class ARScheduler:
             "kv_blocks_used": self.kv.num_used_blocks,
             "kv_blocks": self.kv.pool.num_blocks,
             "preemptions": self.num_preemptions,
+            "paused": len(self._paused),
         }
         if self.window_k:  # a stage without windows says nothing about them
             gauges.update(self.window_stats.as_dict())
@@ -120,6 +139,7 @@ class ARScheduler:
             kv_blocks_total=self.kv.pool.num_blocks,
             windows=windows,
             preemptions=self.num_preemptions,
+            paused=len(self._paused),
         )
 
     @property
@@ -147,7 +167,11 @@ class ARScheduler:
                 continue
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             while blocks is None:
-                victim = self.running.pop()
+                victim = self._preemption_victim(req)
+                j = self.running.index(victim)
+                del self.running[j]
+                if j < i:
+                    i -= 1  # a paused request ahead of `req` (never planned while paused)
                 self._preempt(victim)
                 preempted_now = True
                 if victim is req:
@@ -161,13 +185,11 @@ class ARScheduler:
             budget -= n
             i += 1
 
-        while (
-            self.waiting
-            and budget > 0
-            and not preempted_now
-            and len(self.running) < self.config.max_num_seqs
-        ):
-            req = self.waiting[0]
+        for req in list(self.waiting):
+            if budget <= 0 or preempted_now or len(self.running) >= self.config.max_num_seqs:
+                break
+            if req.request_id in self._paused:
+                continue  # preempted while paused: it waits for its consumer, others go on
             if req.num_placeholders:
                 break  # a preempted request waits until its in-flight sample is reconciled
             n = self._tokens_to_schedule(req, budget)
@@ -176,7 +198,7 @@ class ARScheduler:
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             if blocks is None:
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             req.state = RequestState.RUNNING
             self.running.append(req)
             scheduled[req.request_id] = n
@@ -192,7 +214,7 @@ class ARScheduler:
                 )
                 for rid, n in scheduled.items()
             ],
-            waiting=len(self.waiting),
+            waiting=sum(1 for r in self.waiting if r.request_id not in self._paused),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,
@@ -241,6 +263,14 @@ class ARScheduler:
             window=window,
         )
 
+    def _preemption_victim(self, req: Request) -> Request:
+        """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
+        progress until its consumer reads, and recomputes when resumed), else the newest."""
+        for r in reversed(self.running):
+            if r is not req and r.request_id in self._paused:
+                return r
+        return self.running[-1]
+
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
         """Tokens of `req` to compute now: its uncomputed tokens, clipped to the budget.
 
@@ -250,6 +280,8 @@ class ARScheduler:
         """
         if req.request_id in self._outstanding:
             return 0  # the fence: at most one window in flight per request
+        if req.request_id in self._paused:
+            return 0  # backpressure: its consumer is behind
         remaining = req.num_tokens - req.num_computed_tokens
         if remaining <= 0:
             return 0
@@ -385,6 +417,7 @@ class ARScheduler:
             self.waiting.remove(req)
         self.kv.free(req.request_id)
         self._outstanding.pop(req.request_id, None)
+        self._paused.discard(req.request_id)
         self._preempted_in_runner.discard(req.request_id)
         self._forget_in_runner(req.request_id)
         self.requests.pop(req.request_id, None)

@@ -17,3 +17,5 @@ class SchedulerGauges:
     windows: WindowCounters | None = None
     """Only on a stage with window_k > 0."""
     preemptions: int | None = None
+    paused: int = 0
+    """Requests held out of scheduling by backpressure (`pause`)."""

@@ -9,6 +9,11 @@ rejection is only issued once the earlier chunk's output has been delivered. A r
 whose next chunk does not arrive within the receive deadline ends with one error. The
 deadline is armed by the first chunk: before it, the request may legitimately wait in the
 upstream stage's queue (an upstream that dies ends its requests through the orchestrator).
+
+Backpressure (docs/reliability.md): a paused request keeps its chunks and decoder state but
+is not scheduled, and its deadline does not run (it is not waiting on its upstream); each
+output says how many received frames it used up (`consumed_frames`), which is how the
+orchestrator measures this stage's backlog and pauses the upstream when it grows.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class GenRequest:
     inflight: int = 0
     started: bool = False
     next_index: int = 0
+    paused: bool = False
 
 
 class GenerationScheduler:
@@ -100,6 +106,23 @@ class GenerationScheduler:
         if req is not None:
             req.deadline = float("inf")
 
+    def pause(self, request_id: str) -> None:
+        """Schedule none of the request's chunks until `resume` (its consumer is behind); the
+        pause is announced downstream as `held`, as the AR scheduler does."""
+        req = self.requests.get(request_id)
+        if req is not None and not req.paused:
+            req.paused = True
+            self._outputs.append(StageOutput(request_id, held=True))
+
+    def resume(self, request_id: str) -> None:
+        """Schedule the request again; an armed deadline restarts now (the pause was not the
+        upstream's stall)."""
+        req = self.requests.get(request_id)
+        if req is not None and req.paused:
+            req.paused = False
+            if req.deadline != float("inf"):
+                req.deadline = self.clock() + self.receive_timeout_s
+
     def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool:
         req = self.requests.pop(request_id, None)
         if req is None:
@@ -117,19 +140,27 @@ class GenerationScheduler:
         return list(self.requests)
 
     def drain_outputs(self) -> list[StageOutput]:
-        """Terminal outputs produced while planning (rejections, deadlines)."""
+        """Outputs produced outside a step: rejections and deadlines (terminal), pause
+        notices (`held`)."""
         out, self._outputs = self._outputs, []
         return out
 
     def stats(self) -> dict[str, int]:
         started = sum(1 for r in self.requests.values() if r.started)
         queued = sum(len(r.chunks) for r in self.requests.values())
-        return {"requests": len(self.requests), "decoding": started, "chunks_queued": queued}
+        paused = sum(1 for r in self.requests.values() if r.paused)
+        return {
+            "requests": len(self.requests),
+            "decoding": started,
+            "chunks_queued": queued,
+            "paused": paused,
+        }
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
         started = sum(1 for r in self.requests.values() if r.started)
-        return SchedulerGauges(running=started, waiting=len(self.requests) - started)
+        paused = sum(1 for r in self.requests.values() if r.paused)
+        return SchedulerGauges(running=started, waiting=len(self.requests) - started, paused=paused)
 
     def chunk_tokens(self, chunk: Chunk) -> int:
         return len(chunk.frames) * self.tokens_per_frame
@@ -151,6 +182,8 @@ class GenerationScheduler:
         for req in sorted(self.requests.values(), key=lambda r: r.arrival):
             if req.inflight:
                 continue  # one chunk in flight per request: order, and rejections wait
+            if req.paused:
+                continue  # backpressure: neither scheduled nor judged stalled
             if not req.chunks:
                 if now > req.deadline:
                     self._fail(
@@ -215,6 +248,7 @@ class GenerationScheduler:
                     audio=out.audio if out is not None else None,
                     finished=chunk.last,
                     finish_reason="stop" if chunk.last else None,
+                    consumed_frames=len(chunk.frames),
                 )
             )
         return outputs

@@ -2,8 +2,9 @@
 
 Such clients (vLLM-Omni's, for one) add `task_type`, `non_streaming_mode`, `ref_audio`,
 `ref_text` and `x_vector_only_mode` to OpenAI's body. A field with a meaning here is accepted:
-`task_type` is one of ours, and `non_streaming_mode: false` names the streaming-text prompt
-layout omniflow builds. A field that asks for something not built gets a 400 saying what is
+`task_type` is one of ours, and `non_streaming_mode` picks the prompt's text layout (true: the
+whole text in the prompt, false: one text token per decode step; unset: the model's default,
+docs/reference.md). A field that asks for something not built gets a 400 saying what is
 missing, rather than pydantic's "Extra inputs are not permitted", which reads like a typo.
 These checks run on the parsed JSON before the schema, so the precise message wins over
 schema errors the same request also has (a voice-clone request often has no `voice`).
@@ -33,11 +34,3 @@ def refuse_unbuilt(payload: dict[str, Any]) -> None:
                 "preset voice (GET /v1/audio/voices) and leave out " + ", ".join(VOICE_CLONE),
                 field,
             )
-    if payload.get("non_streaming_mode") is True:
-        raise ApiError(
-            400,
-            "non_streaming_mode: true asks for the whole-text prompt layout (all text before "
-            "the first audio frame), which is not built yet; omniflow builds the streaming-text "
-            "layout: send non_streaming_mode: false or leave it out",
-            "non_streaming_mode",
-        )

@@ -1,5 +1,10 @@
 """Bytes out of the float PCM the pipeline produces (24 kHz mono): PCM16, WAV headers, SSE
-events, and whole-file flac/mp3/opus through libsndfile.
+events, whole-file flac/mp3/opus through libsndfile, and streamed mp3 through LAME.
+
+A streamed mp3 body is the raw PCM16 stream re-encoded as it flows (`mp3_stream`): LAME
+(the `lameenc` package) is a streaming encoder, so each chunk of PCM becomes MPEG frames
+as soon as a frame's worth of samples (576 at 24 kHz) is there, and `flush` emits the rest.
+libsndfile's mp3 writer is not used for streams: it needs a seekable file to finish.
 
 Kept apart from the response logic so that `synth` and tests can write audio exactly as the
 server sends it.
@@ -11,9 +16,11 @@ import io
 import json
 import struct
 import wave
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import lameenc
 import numpy as np
 import soundfile
 
@@ -61,6 +68,37 @@ def encode_whole(audio: np.ndarray, fmt: str, sample_rate: int) -> bytes:
     buf = io.BytesIO()
     soundfile.write(buf, audio, sample_rate, format=container, subtype=subtype)
     return buf.getvalue()
+
+
+MP3_KBPS = 64
+"""Constant bit rate of streamed mp3: speech at 24 kHz mono is clear at 64 kb/s, and a
+constant rate keeps every frame the same size for players that start mid-stream."""
+
+
+def mp3_encoder(sample_rate: int) -> lameenc.Encoder:
+    """A LAME encoder for mono PCM16 at `sample_rate` (quality 2: LAME's "high")."""
+    enc = lameenc.Encoder()
+    enc.set_channels(1)
+    enc.set_in_sample_rate(sample_rate)
+    enc.set_bit_rate(MP3_KBPS)
+    enc.set_quality(2)
+    return enc
+
+
+async def mp3_stream(
+    pcm_chunks: AsyncGenerator[bytes, None], sample_rate: int
+) -> AsyncIterator[bytes]:
+    """PCM16 chunks in, mp3 bytes out as they are encoded, then the encoder's tail. Closing
+    this stream closes `pcm_chunks` at once (which ends the request there)."""
+    enc = mp3_encoder(sample_rate)
+    try:
+        async for chunk in pcm_chunks:
+            data = bytes(enc.encode(chunk))
+            if data:
+                yield data
+        yield bytes(enc.flush())
+    finally:
+        await pcm_chunks.aclose()
 
 
 def sse_event(data: dict[str, Any]) -> bytes:

@@ -4,14 +4,15 @@ Request counters and latencies are recorded by the responses; per-stage gauges a
 counters are read from `pipeline.stats()` at scrape time (one consistent snapshot per
 scrape, nothing to keep in sync), and step times arrive through the pipeline's step observer.
 A series exists only for stages that have the quantity: a stage without a KV cache, decoder
-or windows exports nothing about it.
+or windows exports nothing about it. The process's own gauges (`process_resident_memory_bytes`
+and friends, where the platform has them) come from prometheus_client's process collector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -30,6 +31,16 @@ STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = 
     ),
     ("omniflow_requests_running", "Requests being computed by the stage", lambda s: s.running),
     ("omniflow_requests_waiting", "Requests queued at the stage", lambda s: s.waiting),
+    (
+        "omniflow_requests_paused",
+        "Requests paused by backpressure (their consumer is behind)",
+        lambda s: s.paused,
+    ),
+    (
+        "omniflow_backlog_frames",
+        "Frames received from the upstream stage and not yet consumed",
+        lambda s: s.backlog_frames,
+    ),
 )
 
 
@@ -66,6 +77,7 @@ class Metrics:
             self.step.labels(stage)
         pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))
         r.register(StageCollector(pipeline.stats))
+        ProcessCollector(registry=r)
 
 
 class StageCollector(Collector):
@@ -75,7 +87,13 @@ class StageCollector(Collector):
         self.stats = stats
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stages = self.stats().stages
+        stats = self.stats()
+        stages = stats.stages
+        yield GaugeMetricFamily(
+            "omniflow_buffered_audio_seconds",
+            "Audio generated and not yet taken by its client, all requests",
+            value=stats.buffered_audio_s,
+        )
         for name, doc, read in STAGE_GAUGES:
             values = [(s.name, read(s)) for s in stages]
             present = [(stage, v) for stage, v in values if v is not None]

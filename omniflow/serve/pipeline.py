@@ -27,11 +27,20 @@ class Pipeline(Protocol):
 
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
 
-    def submit(self, speech: SpeechRequest, sink: Sink) -> None:
-        """ValueError: bad input; PipelineUnavailable: a stage has stopped."""
+    def submit(
+        self, speech: SpeechRequest, sink: Sink, max_buffered_s: float | None = None
+    ) -> None:
+        """ValueError: bad input; PipelineUnavailable: a stage has stopped. With
+        `max_buffered_s` the request pauses while that much of its audio is unconsumed."""
         ...
 
-    def abort(self, request_id: str) -> None: ...
+    def consumed(self, request_id: str, samples: int) -> None:
+        """The response took `samples` of the request's audio (backpressure credit)."""
+        ...
+
+    def abort(self, request_id: str, error: str | None = None) -> None:
+        """End the request: its sink's terminal event is an abort, or an error with `error`."""
+        ...
 
     def start(self) -> None: ...
 

@@ -17,7 +17,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus", "aac"]
-STREAMABLE = ("wav", "pcm")
+STREAMABLE = ("wav", "pcm", "mp3")
+"""Formats a raw stream (`stream: true` or `stream_format: "audio"`) carries; mp3 is encoded
+as it streams (LAME, serve/encoders.py)."""
+SSE_FORMATS = ("wav", "pcm")
+"""Formats `stream_format: "sse"` events carry (base64 PCM16, WAV-headed for wav)."""
 ENCODED = {"flac": ("FLAC", None), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
 """Non-streaming encoded formats, written by libsndfile through `soundfile`. aac: none."""
 MEDIA_TYPES = {
@@ -32,7 +36,20 @@ MEDIA_TYPES = {
 class SpeechBody(BaseModel):
     """One speech request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "qwen3-tts-tiny",
+                    "input": "Hello there.",
+                    "voice": "vivian",
+                    "response_format": "mp3",
+                    "stream_format": "audio",
+                }
+            ]
+        },
+    )
 
     model: str = Field(description="Served model name (GET /v1/models).")
     input: str = Field(description="Text to speak.")
@@ -65,7 +82,10 @@ class SpeechBody(BaseModel):
         description="Two-stage pipeline: frames in the first chunk.",
     )
     non_streaming_mode: bool | None = Field(
-        None, strict=True, description="false: the streaming-text prompt layout (the only one)."
+        None,
+        strict=True,
+        description="Prompt text layout: true the whole text in the prompt, false one text "
+        "token per decode step; unset: the model's default (true for CustomVoice).",
     )
     ref_audio: None = Field(None, description="Voice clone: not built; only null is accepted.")
     ref_text: None = Field(None, description="Voice clone: not built; only null is accepted.")

@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
@@ -32,11 +32,13 @@ from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
 from omniflow.serve.compat import refuse_unbuilt
+from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, error_response, unavailable
 from omniflow.serve.metrics import Metrics
+from omniflow.serve.openapi import speech_openapi
 from omniflow.serve.pipeline import Pipeline
-from omniflow.serve.protocol import SpeechBody
-from omniflow.serve.streaming import SpeechResponse, event_channel
+from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+from omniflow.serve.streaming import LiveResponses, SpeechResponse, event_channel
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.stages.orchestrator import AudioEvent
 
@@ -49,9 +51,16 @@ class SpeechService:
         self.server = server
         self.info = pipeline.info()
         self.metrics = Metrics(pipeline)
+        self.responses = LiveResponses()
+        """What shutdown ends (`close`)."""
+
+    def close(self) -> None:
+        """Shutdown begins: new speech requests get a 503, running ones end with an error."""
+        self.responses.close()
 
     async def speech(self, request: Request) -> Response:
         try:
+            self.responses.admit()
             body = parse_body(await request.body())
             validate(body, self.info, self.server)
             admit(self.pipeline.stats(), self.server)
@@ -61,8 +70,19 @@ class SpeechService:
             raise
         t0 = time.perf_counter()
         response = SpeechResponse(
-            self.pipeline, self.metrics, self.info.sample_rate, rid, events, request, t0
+            self.pipeline,
+            self.metrics,
+            self.info.sample_rate,
+            rid,
+            events,
+            request,
+            t0,
+            self.server.stalled_client_timeout_s,
         )
+        self.responses.add(response)
+        if body.streaming and body.stream_format != "sse" and body.response_format == "mp3":
+            pcm = await response.respond(body.model_copy(update={"response_format": "pcm"}))
+            return as_mp3_stream(pcm, self.info.sample_rate)
         return await response.respond(body)
 
     def submit(self, body: SpeechBody) -> tuple[str, asyncio.Queue[AudioEvent]]:
@@ -77,9 +97,10 @@ class SpeechService:
             ignore_eos=body.ignore_eos,
             instructions=body.instructions,
             initial_chunk_frames=body.initial_chunk_frames,
+            non_streaming_mode=body.non_streaming_mode,
         )
         try:
-            self.pipeline.submit(speech, sink)
+            self.pipeline.submit(speech, sink, self.server.max_buffered_audio_s)
         except PipelineUnavailable as exc:
             raise unavailable(str(exc)) from None
         except ValueError as exc:
@@ -89,6 +110,8 @@ class SpeechService:
     def health(self) -> JSONResponse:
         stats = self.pipeline.stats()
         body: dict = {"model": self.info.model, "in_flight": stats.in_flight}
+        if self.responses.closing:
+            return JSONResponse({"status": "shutting_down", **body}, status_code=503)
         if stats.healthy:
             return JSONResponse({"status": "ok", **body})
         down = {"status": "unavailable", "down": down_stages(stats), "message": down_message(stats)}
@@ -145,11 +168,21 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     async def health() -> JSONResponse:
         return service.health()
 
+    created = int(time.time())
+    model_card = {"id": info.model, "object": "model", "owned_by": "omniflow", "created": created}
+
     async def models() -> dict:
-        return {
-            "object": "list",
-            "data": [{"id": info.model, "object": "model", "owned_by": "omniflow", "created": 0}],
-        }
+        return {"object": "list", "data": [model_card]}
+
+    async def model(model_id: str) -> dict:
+        if model_id != info.model:
+            raise ApiError(
+                404,
+                f"model {clip(model_id)!r} is not served; this server serves {info.model!r}",
+                "model",
+                "not_found_error",
+            )
+        return model_card
 
     async def voices() -> dict:
         return {"voices": list(info.voices), "languages": list(info.languages)}
@@ -162,10 +195,28 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
 
     add_get(app, "/health", health)
     add_get(app, "/v1/models", models)
+    add_get(app, "/v1/models/{model_id}", model)
     add_get(app, "/v1/audio/voices", voices)
     add_get(app, "/metrics", metrics)
-    app.add_api_route("/v1/audio/speech", speech, methods=["POST"])
+    app.add_api_route(
+        "/v1/audio/speech",
+        speech,
+        methods=["POST"],
+        summary="Generate speech",
+        openapi_extra=speech_openapi(),
+    )
     return app
+
+
+def as_mp3_stream(response: Response, sample_rate: int) -> Response:
+    """A streamed PCM16 response re-encoded to mp3 as it streams (LAME, encoders.py). An
+    answer that is not a stream (the client left before the first audio) passes as is."""
+    if not isinstance(response, StreamingResponse):
+        return response
+    response.body_iterator = mp3_stream(response.body_iterator, sample_rate)
+    response.media_type = MEDIA_TYPES["mp3"]
+    response.headers["content-type"] = MEDIA_TYPES["mp3"]
+    return response
 
 
 def add_get(app: FastAPI, path: str, endpoint: Callable[..., Any]) -> None:

@@ -1,11 +1,16 @@
 """`python -m omniflow serve`: build the pipeline, serve it with uvicorn, shut down cleanly.
 
-uvicorn handles SIGINT/SIGTERM: it stops accepting connections, lets running responses
-finish (up to a grace period), then the lifespan hook stops the engines.
+uvicorn handles SIGINT/SIGTERM. Before its own shutdown (stop accepting, wait for
+connections up to a grace period, then the lifespan hook stops the engines) `Server` ends
+every running request with an error (docs/reliability.md): a streamed SSE response ends
+with `speech.audio.error`, a whole one is a JSON 503, a raw stream is cut short; so
+connections close at once, no task is cancelled mid-response (an ASGI traceback), and the
+process exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -21,8 +26,10 @@ from fastapi import FastAPI
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ServerConfig
+from omniflow.logs import UVICORN_LOG_CONFIG
 from omniflow.serve.pipeline import Pipeline
-from omniflow.serve.routes import build_app
+from omniflow.serve.routes import SpeechService, build_app
+from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
 from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger("omniflow.serve")
@@ -46,6 +53,43 @@ def make_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     return app
 
 
+def listening_socket(family: socket.AddressFamily) -> socket.socket:
+    """A TCP socket for uvicorn's `sockets=`. Created with the TCP protocol number, not 0:
+    asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets whose `proto` says
+    TCP, and accepted sockets inherit it. Without it, a response written as headers then body
+    (every /health answer, every streamed chunk) waits out the client's delayed ACK, ~40 ms
+    on Linux, on each reused connection."""
+    return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, ending the app's running requests first when it shuts down."""
+
+    def __init__(self, config: uvicorn.Config, service: SpeechService) -> None:
+        super().__init__(config)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        running = self.service.pipeline.stats().in_flight
+        log.info("shutting down: ending %d running request(s)", running)
+        self.service.close()
+        reaper = asyncio.create_task(self.drop_unflushed(SHUTDOWN_SEND_GRACE_S + 0.5))
+        try:
+            await super().shutdown(sockets)
+        finally:
+            reaper.cancel()
+
+    async def drop_unflushed(self, after_s: float) -> None:
+        """Abort the connections still closing `after_s` into the shutdown. A response that
+        gave up on a client that does not read leaves its connection closing with unsent
+        bytes, and asyncio reports it lost only once those are flushed, which that client
+        never allows; uvicorn would wait for it until its grace period ran out."""
+        await asyncio.sleep(after_s)
+        for connection in list(self.server_state.connections):
+            if connection.transport.is_closing():
+                connection.transport.abort()
+
+
 class ServerThread:
     """The server on a free loopback port in a background thread (benchmarks, tests).
 
@@ -54,11 +98,12 @@ class ServerThread:
 
     def __init__(self, pipeline: Pipeline, server: ServerConfig) -> None:
         self.app = make_app(pipeline, server)
-        self.sock = socket.socket()
+        self.sock = listening_socket(socket.AF_INET)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        config = uvicorn.Config(self.app, log_level="warning", log_config=UVICORN_LOG_CONFIG)
+        self.server = Server(config, self.app.state.service)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
@@ -81,15 +126,9 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
     spec = compose(overrides, config_dir)
     graph = build_graph(spec)
     server = spec.server
-    if graph.model.load == "dummy":
-        log.warning(
-            "serving %s with DUMMY weights: the audio is noise, not speech. For speech, load "
-            "a checkpoint: python -m omniflow serve model=qwen3_tts_1_7b model.path=DIR "
-            "(DIR in the published Qwen3-TTS layout)",
-            graph.model.name,
-        )
+    # The dummy-weights warning comes once, from the model factory that loads them.
     app = make_app(build_pipeline(graph), server)
-    sock = socket.socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
+    sock = listening_socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((server.host, server.port))
     host, port = sock.getsockname()[:2]
@@ -101,11 +140,16 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
         host,
         port,
     )
-    config = uvicorn.Config(app, log_level=server.log_level, timeout_graceful_shutdown=GRACE_S)
+    config = uvicorn.Config(
+        app,
+        log_level=server.log_level,
+        log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
+        timeout_graceful_shutdown=GRACE_S,
+    )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: make that
     # a clean exit instead of a traceback or a signal death.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config, app.state.service).run(sockets=[sock])
     log.info("omniflow stopped")
     return 0

@@ -6,6 +6,13 @@ The response waits for the first audio before choosing a status, so a request th
 before any audio is a proper JSON error, never an empty 200; after that it is sent whole,
 streamed as raw bytes, or streamed as server-sent events. A client that goes away aborts its
 request, which frees its KV blocks and decoder slot in every stage.
+
+Backpressure (docs/reliability.md): the response tells the pipeline how much audio it has
+taken (`consumed`, once an event has been sent on), so a request whose client stops reading
+pauses once `server.max_buffered_audio_s` of its audio waits here; a streamed client that
+takes nothing for `server.stalled_client_timeout_s` is dropped (`sending.PacedStream`). At
+shutdown `LiveResponses.close` ends every request with an error: a streamed SSE response
+ends with `speech.audio.error`, a whole one is a 503.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import weakref
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -20,13 +28,17 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from omniflow.serve.encoders import encode_whole, pcm16, sse_event, wav_header
-from omniflow.serve.errors import ApiError
+from omniflow.serve.errors import ApiError, unavailable
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.pipeline import Pipeline, Sink
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+from omniflow.serve.sending import PacedStream, StreamBroken
 from omniflow.stages.orchestrator import AudioEvent
 
 DISCONNECT_POLL_S = 0.25
+SHUTDOWN_MESSAGE = "the server is shutting down"
+SHUTDOWN_SEND_GRACE_S = 2.0
+"""At shutdown, how long a send to a client that is not reading may still wait."""
 
 
 def event_channel() -> tuple[asyncio.Queue[AudioEvent], Sink]:
@@ -79,11 +91,16 @@ class SpeechResponse:
         events: asyncio.Queue[AudioEvent],
         request: Request,
         t0: float,
+        stall_timeout_s: float,
     ) -> None:
         self.pipeline, self.metrics, self.sample_rate = pipeline, metrics, sample_rate
         self.rid, self.events, self.t0 = rid, events, t0
+        self.stall_timeout_s = stall_timeout_s
         self.watch = DisconnectWatch(request)
         self.finished = False
+        self.stopping = False
+        """The server is shutting down: an error now is a 503, not a 500."""
+        self.stream: PacedStream | None = None
         metrics.in_flight.inc()
 
     def account(self, ev: AudioEvent) -> None:
@@ -100,6 +117,21 @@ class SpeechResponse:
         self.pipeline.abort(self.rid)
         self.account(AudioEvent(self.rid, finished=True, finish_reason="abort"))
 
+    def stop(self) -> None:
+        """Shutdown: end the request with an error event (which the response turns into
+        `speech.audio.error` or a 503), and stop waiting on a client that does not read."""
+        self.stopping = True
+        self.pipeline.abort(self.rid, error=SHUTDOWN_MESSAGE)
+        if self.stream is not None:
+            self.stream.hurry(SHUTDOWN_SEND_GRACE_S)
+
+    def failed(self, error: str | None) -> ApiError:
+        """The JSON error of a request that ended before its response started."""
+        if self.stopping:
+            return unavailable(SHUTDOWN_MESSAGE)
+        message = f"generation failed: {error}" if error else "no audio produced"
+        return ApiError(500, message, None, "server_error")
+
     async def respond(self, body: SpeechBody) -> Response:
         """Wait for the first audio (so errors before any audio are proper 4xx/5xx JSON),
         then answer whole or streamed."""
@@ -113,20 +145,21 @@ class SpeechResponse:
             raise
         if first.pcm is None:  # ended before any audio: an error, never an empty 200
             self.account(AudioEvent(self.rid, finished=True, finish_reason="error"))
-            message = f"generation failed: {first.error}" if first.error else "no audio produced"
-            raise ApiError(500, message, None, "server_error")
+            raise self.failed(first.error)
         self.account(first)
         self.metrics.first_audio.observe(time.perf_counter() - self.t0)
         fmt, sr = body.response_format, self.sample_rate
         if body.stream_format == "sse":
-            return StreamingResponse(
-                sse(self.audio_events(first, False), fmt, sr), media_type="text/event-stream"
-            )
+            return self.streamed(sse(self.audio_events(first, False), fmt, sr), "text/event-stream")
         if body.streaming:
-            return StreamingResponse(
-                raw_stream(self.audio_events(first, False), fmt, sr), media_type=MEDIA_TYPES[fmt]
+            return self.streamed(
+                raw_stream(self.audio_events(first, False), fmt, sr), MEDIA_TYPES[fmt]
             )
         return await self.whole(first, fmt)
+
+    def streamed(self, content: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
+        self.stream = PacedStream(content, media_type, self.stall_timeout_s, self.abort)
+        return self.stream
 
     async def audio_events(self, first: AudioEvent, poll: bool) -> AsyncIterator[AudioEvent]:
         """The request's events from `first` to its end; `poll` watches for a client that
@@ -137,6 +170,8 @@ class SpeechResponse:
                 if ev.pcm is not None:
                     self.metrics.audio_seconds.inc(ev.pcm.size / self.sample_rate)
                 yield ev
+                if ev.pcm is not None:  # sent on: room for more (backpressure credit)
+                    self.pipeline.consumed(self.rid, ev.pcm.size)
                 if ev.finished:
                     return
                 ev = await (self.watch.next(self.events) if poll else self.events.get())
@@ -156,7 +191,7 @@ class SpeechResponse:
         except ClientGone:
             return Response(status_code=499)
         if last.error:
-            raise ApiError(500, f"generation failed: {last.error}", None, "server_error")
+            raise self.failed(last.error)
         audio = np.concatenate(parts)
         return Response(encode_whole(audio, fmt, self.sample_rate), media_type=MEDIA_TYPES[fmt])
 
@@ -169,7 +204,7 @@ async def raw_stream(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> As
         if ev.pcm is not None:
             yield pcm16(ev.pcm)
         if ev.error:
-            raise RuntimeError(f"generation failed mid-stream: {ev.error}")
+            raise StreamBroken(f"generation failed mid-stream: {ev.error}")
 
 
 async def sse(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
@@ -199,3 +234,27 @@ async def sse(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIter
                     "finish_reason": ev.finish_reason,
                 }
                 yield sse_event({"type": "speech.audio.done", "usage": usage})
+
+
+class LiveResponses:
+    """The speech responses being served, so that shutdown can end them all. Held weakly: a
+    response leaves when it is done and collected, and ending one that already ended is a
+    no-op (the pipeline ignores an unknown request)."""
+
+    def __init__(self) -> None:
+        self._responses: weakref.WeakSet[SpeechResponse] = weakref.WeakSet()
+        self.closing = False
+
+    def add(self, response: SpeechResponse) -> None:
+        self._responses.add(response)
+
+    def admit(self) -> None:
+        """Refuse new requests once shutdown has begun (a 503)."""
+        if self.closing:
+            raise unavailable(SHUTDOWN_MESSAGE)
+
+    def close(self) -> None:
+        """Shutdown: admit nothing more and end every running request with an error."""
+        self.closing = True
+        for response in list(self._responses):
+            response.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.serve.errors import ApiError, clip, unavailable
-from omniflow.serve.protocol import STREAMABLE, SpeechBody
+from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
 from omniflow.serve.text import check_printable, check_speakable
 
 
@@ -77,12 +77,18 @@ def _check_format(body: SpeechBody) -> None:
             "response_format 'aac' is not supported; use wav, pcm, flac, mp3 or opus",
             "response_format",
         )
-    if body.streaming and body.response_format not in STREAMABLE:
-        how = "stream_format 'sse' carries" if body.stream_format == "sse" else "streaming sends"
+    sse = body.stream_format == "sse"
+    allowed = SSE_FORMATS if sse else STREAMABLE
+    if body.streaming and body.response_format not in allowed:
+        how = "stream_format 'sse' carries" if sse else "streaming sends"
+        fix = (
+            "stream mp3 with stream_format 'audio'"
+            if body.response_format in STREAMABLE
+            else "flac and opus are encoded whole: leave out stream and stream_format"
+        )
         raise ApiError(
             400,
-            f"{how} pcm or wav audio, not {body.response_format!r} (compressed formats are "
-            "encoded whole: leave out stream and stream_format)",
+            f"{how} {', '.join(allowed)} audio, not {body.response_format!r} ({fix})",
             "response_format",
         )
 

@@ -29,7 +29,16 @@ from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
 from omniflow.stages.connector import ChunkIntake
-from omniflow.stages.messages import Abort, Add, EngineMessage, Hold, ReceiveFrames, Wake
+from omniflow.stages.messages import (
+    Abort,
+    Add,
+    EngineMessage,
+    Hold,
+    Pause,
+    ReceiveFrames,
+    Resume,
+    Wake,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +66,16 @@ class Scheduler(Protocol):
     def finish(self, request_id: str, reason: FinishReason, error: str | None = None) -> bool: ...
     def unfinished_ids(self) -> list[str]: ...
     def drain_outputs(self) -> list[StageOutput]:
-        """Terminal outputs produced while planning (e.g. a chunk rejected, a deadline)."""
+        """Outputs produced outside update(): terminal ones while planning (a chunk rejected,
+        a deadline) and `held` notices (preempted, paused)."""
+        ...
+
+    def pause(self, request_id: str) -> None:
+        """Backpressure: hold the request out of planning, keeping its state."""
+        ...
+
+    def resume(self, request_id: str) -> None:
+        """Plan a paused request again."""
         ...
 
     def stats(self) -> dict[str, int]:
@@ -171,6 +189,7 @@ class StageEngine:
             decoder_slots_total=None if slots is None else slots[1],
             windows=g.windows,
             preemptions=g.preemptions,
+            paused=g.paused,
         )
 
     @property
@@ -241,6 +260,12 @@ class StageEngine:
             case Hold(request_id=rid):
                 if self.intake is not None:
                     self.intake.hold(rid)
+                return []
+            case Pause(request_id=rid):
+                self.scheduler.pause(rid)
+                return []
+            case Resume(request_id=rid):
+                self.scheduler.resume(rid)
                 return []
             case Wake():
                 return []

@@ -51,8 +51,24 @@ class Hold:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """Backpressure: whoever consumes the request's output here is behind (its client, or the
+    downstream stage's backlog). The scheduler holds it out of planning, keeping its state
+    (KV blocks, decoder slot, queued chunks), and announces it downstream as held."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The consumer caught up: plan the paused request again."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
 class Wake:
     """Does nothing but wake the loop (shutdown, tests waiting for drops to apply)."""
 
 
-EngineMessage = Add | Abort | ReceiveFrames | Hold | Wake
+EngineMessage = Add | Abort | ReceiveFrames | Hold | Pause | Resume | Wake

@@ -1,7 +1,7 @@
 """Routes speech requests through the stage graph and streams PCM out in order.
 
 The orchestrator is the one public interface of a running pipeline: serve, synth and the
-benchmarks use `submit`, `abort`, `info`, `stats`, `start`, `stop` and nothing else. It
+benchmarks use `submit`, `abort`, `consumed`, `info`, `stats`, `start`, `stop` and nothing else. It
 holds one engine per stage (by name, in topological order) and routes each stage's outputs
 along the graph's edges: frames go to the downstream stage as typed `ReceiveFrames`
 messages; the final stage's PCM goes to the request's sink. Per request it guarantees:
@@ -9,11 +9,16 @@ messages; the final stage's PCM goes to the request's sink. Per request it guara
 - exactly one terminal event (finished, error or abort), after which nothing else arrives;
 - an error or abort in any stage ends the request in every stage, releasing KV blocks and
   decoder slots.
+A request submitted with `max_buffered_s` is flow-controlled (`stages/flow.py`): its
+consumer reports the audio it took with `consumed`, and a consumer or stage that falls
+behind pauses what feeds it instead of letting buffers grow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +37,14 @@ from omniflow.core.speech import SpeechRequest
 from omniflow.graph import StageGraph
 from omniflow.stages.builders import SpeechFrontend, StageParts
 from omniflow.stages.engine import StageEngine
+from omniflow.stages.flow import (
+    Bound,
+    FlowMessage,
+    FlowTotals,
+    RequestFlow,
+    edge_bound,
+    samples_per_frame,
+)
 from omniflow.stages.messages import Abort, Add, Hold, ReceiveFrames
 
 log = logging.getLogger(__name__)
@@ -58,6 +71,8 @@ class _Live:
     sink: Sink
     frames: int = 0
     source_reason: FinishReason | None = None
+    flow: RequestFlow | None = None
+    """Backpressure state; None: the consumer takes everything as it comes."""
 
 
 class Orchestrator:
@@ -78,6 +93,10 @@ class Orchestrator:
         (self._final,) = (n for n, s in graph.stages.items() if s.is_final)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
+        self._sample_rate = graph.model.codec.sample_rate
+        self._frame_s = samples_per_frame(graph.model.codec) / self._sample_rate
+        self._totals = FlowTotals()
+        self._receivers = tuple(n for n, s in graph.stages.items() if s.upstream is not None)
         for name, engine in engines.items():
             engine.on_output = lambda out, name=name: self._on_output(name, out)
 
@@ -98,9 +117,17 @@ class Orchestrator:
         )
 
     def stats(self) -> PipelineStats:
-        """Live gauges per stage, and the requests in flight."""
+        """Live gauges per stage, the requests in flight and what their buffers hold."""
+        with self._lock:
+            in_flight = len(self._live)
+            buffered = self._totals.buffered
+            backlog = {r: self._totals.backlog.get(r, 0) for r in self._receivers}
+        stages = tuple(
+            dataclasses.replace(e.stats(), backlog_frames=backlog[n]) if n in backlog else e.stats()
+            for n, e in self._engines.items()
+        )
         return PipelineStats(
-            in_flight=self.num_live, stages=tuple(e.stats() for e in self._engines.values())
+            in_flight=in_flight, stages=stages, buffered_audio_s=buffered / self._sample_rate
         )
 
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None:
@@ -128,9 +155,16 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, speech: SpeechRequest, sink: Sink) -> None:
+    def submit(
+        self, speech: SpeechRequest, sink: Sink, max_buffered_s: float | None = None
+    ) -> None:
         """Start a request. Invalid input raises ValueError before anything is queued; a
-        pipeline with a dead stage raises PipelineUnavailable."""
+        pipeline with a dead stage raises PipelineUnavailable.
+
+        `max_buffered_s`: how much audio the request may get ahead of its consumer, which
+        then reports what it took with `consumed` (None: the sink takes everything as it
+        comes, as an in-process caller does). The same amount, in frames, bounds each
+        receiving stage's backlog of this request."""
         dead = [name for name, e in self._engines.items() if not e.alive]
         if dead:
             raise PipelineUnavailable(f"stage {dead[0]!r} has stopped; the pipeline is down")
@@ -147,14 +181,46 @@ class Orchestrator:
         with self._lock:
             if rid in self._live:
                 raise ValueError(f"request id {rid!r} is already running")
-            self._live[rid] = _Live(sink)
+            flow = None if max_buffered_s is None else self._flow(speech, max_buffered_s)
+            self._live[rid] = _Live(sink, flow=flow)
         # Downstream first: a receiver holds the request before its first frames arrive.
         for name in reversed(self._engines):
             self._engines[name].send(Add(requests[name], first))
 
-    def abort(self, request_id: str) -> None:
-        """Client went away: end the request everywhere; its sink gets one 'abort' event."""
-        self._end(request_id, AudioEvent(request_id, finished=True, finish_reason="abort"))
+    def abort(self, request_id: str, error: str | None = None) -> None:
+        """End the request everywhere: its sink gets one 'abort' event (the client went
+        away), or one 'error' event carrying `error` (the server ends it, e.g. shutting
+        down)."""
+        if error is None:
+            event = AudioEvent(request_id, finished=True, finish_reason="abort")
+        else:
+            event = AudioEvent(request_id, finished=True, finish_reason="error", error=error)
+        self._end(request_id, event)
+
+    def consumed(self, request_id: str, samples: int) -> None:
+        """The consumer of a flow-controlled request took `samples` of its audio (a request
+        that has ended, or has no flow control, ignores it)."""
+        with self._lock:
+            live = self._live.get(request_id)
+            if live is not None and live.flow is not None:
+                self._send_flow(live.flow.on_consumed(samples))
+
+    def _flow(self, speech: SpeechRequest, max_buffered_s: float) -> RequestFlow:
+        edges: dict[str, tuple[str, Bound]] = {}
+        frames = math.ceil(max_buffered_s / self._frame_s)
+        for name in self._receivers:
+            up = self.graph.stages[name].upstream
+            assert up is not None
+            first = speech.initial_chunk_frames or up.initial_chunk_frames
+            edges[name] = (up.stage, edge_bound(frames, first, up.chunk_frames))
+        audio = Bound.at(max(1, round(max_buffered_s * self._sample_rate)))
+        return RequestFlow(speech.request_id, self._final, audio, edges, self._totals)
+
+    def _send_flow(self, messages: list[FlowMessage]) -> None:
+        """Pause/Resume decided under the lock are sent under it too, so two threads cannot
+        deliver them in the opposite order to the one they were decided in."""
+        for stage, message in messages:
+            self._engines[stage].send(message)
 
     @property
     def num_live(self) -> int:
@@ -166,6 +232,8 @@ class Orchestrator:
     def _end(self, request_id: str, event: AudioEvent, origin: str | None = None) -> None:
         with self._lock:
             live = self._live.pop(request_id, None)
+            if live is not None and live.flow is not None:
+                live.flow.release()
         if live is None:
             return
         for name, engine in self._engines.items():
@@ -187,6 +255,7 @@ class Orchestrator:
                 self._engines[downstream].send(Hold(rid))
             return
         frames = tuple(f for f in out.frames if f is not None)
+        audio = stage == self._final and out.audio is not None and bool(out.audio.size)
         with self._lock:
             live = self._live.get(rid)
             if live is None:
@@ -194,11 +263,18 @@ class Orchestrator:
             if stage == self._source:
                 live.frames += len(frames)
                 live.source_reason = out.finish_reason or live.source_reason
+            if live.flow is not None:
+                flow = live.flow
+                self._send_flow(flow.on_used(stage, out.consumed_frames))
+                if downstream is not None:
+                    self._send_flow(flow.on_sent(downstream, len(frames)))
+                if audio:
+                    self._send_flow(flow.on_audio(out.audio.size))
         if downstream is not None:
             self._engines[downstream].send(ReceiveFrames(rid, frames, out.finished))
         if stage != self._final:
             return
-        if out.audio is not None and out.audio.size:
+        if audio:
             live.sink(AudioEvent(rid, pcm=out.audio, frames=live.frames))
         if out.finished:
             self._finish_ok(rid, out.finish_reason)
@@ -206,6 +282,8 @@ class Orchestrator:
     def _finish_ok(self, request_id: str, reason: FinishReason | None) -> None:
         with self._lock:
             live = self._live.pop(request_id, None)
+            if live is not None and live.flow is not None:
+                live.flow.release()
         if live is not None:
             reason = live.source_reason or reason
             end = AudioEvent(request_id, frames=live.frames, finished=True, finish_reason=reason)

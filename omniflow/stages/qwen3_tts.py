@@ -5,22 +5,34 @@ scheduler; with `stream_decode` it also owns the streaming codec decoder and emi
 fused pipeline). `build_code2wav_stage`: a chunk-receiving generation stage that continues
 each request's streaming decoder state chunk by chunk. Both share one set of talker weights
 through the build context.
+
+With dummy weights the talker's EOS is a coin the random weights rarely toss, so a request
+would run to its frame cap (minutes of noise for "Hello there."). The talker's request
+factory then caps each request at the length a real model would give the text
+(`speech_frames`); a caller's `max_new_tokens` stays an upper bound and `ignore_eos`
+requests (fixed-length benchmarks) keep their exact length. Real weights keep EOS-driven
+length.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import unicodedata
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.core.request import Request
+from omniflow.core.speech import SpeechRequest
 from omniflow.graph import ResolvedStage
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
-from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.models.qwen3_tts.processor import DEFAULT_MAX_NEW_TOKENS, TalkerProcessor
 from omniflow.platforms.base import PLATFORMS
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.generation import GenerationScheduler, GenRequest
@@ -30,6 +42,53 @@ from omniflow.stages.connector import ChunkConnector, ChunkIntake
 from omniflow.stages.kv_sizing import sized_scheduler
 from omniflow.stages.runner import ARModelRunner
 from omniflow.stages.sampler import draw_fixed_policy
+
+FRAME_RATE = 12.5
+"""Codec frames per second of audio (1,920 samples at 24 kHz)."""
+LETTERS_PER_S = 14.0
+"""Letters and digits per second of speech at a normal rate (about 150 words a minute)."""
+SYLLABLES_PER_S = 4.5
+"""CJK characters (one syllable each) per second."""
+PAUSE_S = 0.2
+"""A pause at each sentence or clause mark."""
+_PAUSES = set(".,;:!?。，；：！？、")
+
+
+def speech_seconds(text: str) -> float:
+    """About how long a speaker takes to say `text` (a duration estimate, not a model)."""
+    letters = syllables = pauses = 0
+    for ch in text:
+        if ch in _PAUSES:
+            pauses += 1
+        elif unicodedata.east_asian_width(ch) in ("W", "F") and ch.isalpha():
+            syllables += 1
+        elif ch.isalnum():
+            letters += 1
+    return letters / LETTERS_PER_S + syllables / SYLLABLES_PER_S + pauses * PAUSE_S
+
+
+def speech_frames(text: str) -> int:
+    """Frames of audio a real model would produce for `text` (at least 2, the model's
+    minimum), at FRAME_RATE."""
+    return max(2, round(speech_seconds(text) * FRAME_RATE))
+
+
+def text_length_requests(
+    make: Callable[[SpeechRequest], Request],
+) -> Callable[[SpeechRequest], Request]:
+    """Dummy weights: cap a request's frames at `speech_frames` of its text, so its length
+    follows the text as a real model's does (EOS can still end it sooner). A request with
+    `ignore_eos` keeps its exact `max_new_tokens`."""
+
+    def make_request(speech: SpeechRequest) -> Request:
+        if not speech.ignore_eos:
+            cap = min(speech_frames(speech.text), DEFAULT_MAX_NEW_TOKENS)
+            if speech.max_new_tokens is not None:
+                cap = min(cap, speech.max_new_tokens)
+            speech = dataclasses.replace(speech, max_new_tokens=cap)
+        return make(speech)
+
+    return make_request
 
 
 def _bundle(ctx: BuildContext) -> TalkerBundle:
@@ -83,7 +142,11 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     return StageParts(
         scheduler=ARScheduler(cfg, window_k=stage.window_k),
         runner=runner,
-        make_request=processor.make_request,
+        make_request=(
+            text_length_requests(processor.make_request)
+            if ctx.graph.model.load == "dummy"
+            else processor.make_request
+        ),
         frontend=processor,
     )
 

@@ -1,4 +1,4 @@
-"""`omniflow bench` (one job, or a Hydra-style sweep with -m) and `omniflow sweep summarize`."""
+"""`omniflow bench` (one job, or a Hydra multirun sweep with -m) and `omniflow sweep summarize`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from omniflow.bench.sweep import expand
+from omniflow.bench.sweep import sweep_jobs
 
 SMALL = [
     "platform=cpu",
@@ -27,9 +27,8 @@ def omniflow(*args: str, cwd) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_expand_is_the_cartesian_product_of_sweeps():
-    jobs, swept = expand(["a.k=0,4", "platform=cpu", "b.c=1,2,3", "s='x,y'"])
-    assert swept == ["a.k", "b.c"]
+def test_sweep_jobs_are_hydras_cartesian_product():
+    jobs = sweep_jobs(["a.k=0,4", "platform=cpu", "b.c=1,2,3", "s='x,y'"])
     assert len(jobs) == 6
     assert jobs[0] == ["a.k=0", "platform=cpu", "b.c=1", "s='x,y'"]
     assert jobs[-1] == ["a.k=4", "platform=cpu", "b.c=3", "s='x,y'"]
@@ -62,10 +61,28 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
     assert windows["executed_steps"] == 3 * windows["executed_windows"]
     summary = (out / "summary.md").read_text()
     assert summary.count("\n| 0 |") == 1 and summary.count("\n| 4 |") == 1
-    assert (out / "rtf.svg").read_text().startswith("<svg")
+    assert "![median RTF and worst underrun per job](rtf.png)" in summary
+    assert (out / "rtf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "RTF median" in r.stdout and f"results: {out}" in r.stdout  # the callback ran
+    # Hydra ran the jobs: its launcher's log, its per-job record, the job's log file
+    assert "Launching 2 jobs locally" in r.stderr
+    assert "sweep: 100%" in r.stderr and "2/2" in r.stderr  # the progress bar over jobs
+    assert (out / "1" / ".hydra" / "overrides.yaml").is_file()
+    assert "round 1/1" in (out / "1" / "bench.log").read_text()
     again = omniflow("sweep", "summarize", str(out), cwd=tmp_path)
     assert again.returncode == 0 and "RTF median" in again.stdout
-    assert "job 2/2" in r.stderr  # progress is logged
+    # running the same command again would overwrite these results: refused, untouched
+    before = (out / "0" / "result.json").read_bytes()
+    rerun = omniflow(
+        "bench",
+        "-m",
+        "pipeline.stages.talker.window_k=0,4",
+        *SMALL,
+        f"bench.out_dir={out}",
+        cwd=tmp_path,
+    )
+    assert rerun.returncode == 2 and "already holds 2 job results" in rerun.stderr
+    assert (out / "0" / "result.json").read_bytes() == before
 
 
 def test_single_bench_run_writes_nothing_without_out_dir(tmp_path):
@@ -102,3 +119,38 @@ def test_a_job_records_the_commit_under_test_and_its_command(monkeypatch):
     assert commit() == "abc1234"
     monkeypatch.delenv("OMNIFLOW_COMMIT")
     assert commit() != "abc1234"
+
+
+def test_hydra_cfg_job_prints_a_jobs_config_without_running_it(tmp_path):
+    r = omniflow("bench", "--cfg", "job", "bench.concurrency=3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "concurrency: 3" in r.stdout and "pipeline:" in r.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written
+
+
+def test_summary_plots_rtf_and_underrun_side_by_side(tmp_path, monkeypatch):
+    """Two jobs' results -> a PNG with both panels, an RTF = 1 line and legends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from omniflow.bench.plot import Point, plot_sweep
+
+    captured = {}
+    real_savefig = plt.Figure.savefig
+
+    def spy(fig, path, **kwargs):
+        captured["axes"] = fig.axes
+        return real_savefig(fig, path, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", spy)
+    points = [Point("c=1", "0", 0.2, 0.0), Point("c=1", "8", 0.3, 0.1)]
+    path = plot_sweep(points, "window_k", tmp_path / "p.png")
+    assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
+    rtf, under = captured["axes"]
+    assert [t.get_text() for t in rtf.get_xticklabels()] == ["0", "8"]
+    assert any(tuple(line.get_ydata()) == (1.0, 1.0) for line in rtf.get_lines())
+    labels = [t.get_text() for t in rtf.get_legend().get_texts()]
+    assert "c=1" in labels and "RTF = 1 (real time)" in labels
+    assert "underrun" in under.get_ylabel() and under.get_legend() is not None

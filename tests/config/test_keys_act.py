@@ -14,6 +14,7 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.config.schema import ServerConfig
 from omniflow.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2] / "omniflow"
@@ -99,6 +100,18 @@ DERIVED: dict[str, str] = {
 }
 
 
+# `server.*` keys (`omniflow serve`; not part of the printed graph) -> (file, field it reads)
+SERVER_READ: dict[str, tuple[str, str]] = {
+    "server.host": ("serve/run.py", "host"),
+    "server.port": ("serve/run.py", "port"),
+    "server.log_level": ("serve/run.py", "log_level"),
+    "server.max_input_chars": ("serve/validation.py", "max_input_chars"),
+    "server.max_concurrent_requests": ("serve/validation.py", "max_concurrent_requests"),
+    "server.max_buffered_audio_s": ("serve/routes.py", "max_buffered_audio_s"),
+    "server.stalled_client_timeout_s": ("serve/routes.py", "stalled_client_timeout_s"),
+}
+
+
 def printed_keys() -> set[str]:
     """Leaf key paths of `omniflow config` for both shipped pipelines (stage names folded
     into `<stage>`, so every stage's keys are checked)."""
@@ -124,9 +137,13 @@ def test_the_inventory_covers_exactly_the_printed_keys():
     assert printed_keys() == listed
 
 
-@pytest.mark.parametrize("key", sorted(READ))
+def test_the_server_inventory_covers_every_server_key():
+    assert set(SERVER_READ) == {f"server.{k}" for k in ServerConfig.model_fields}
+
+
+@pytest.mark.parametrize("key", sorted(READ) + sorted(SERVER_READ))
 def test_read_keys_are_read_by_runtime_code(key):
-    where, field = READ[key]
+    where, field = {**READ, **SERVER_READ}[key]
     path = ROOT / where
     files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
     pattern = re.compile(rf"\.{field}\b|\b{field}=")

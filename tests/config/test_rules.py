@@ -224,10 +224,22 @@ def test_cuda_graphs_on_by_default_on_cuda_and_can_be_turned_off():
     assert graph("platform=cuda", "platform.cuda_graphs=false").platform.cuda_graphs is False
 
 
-def test_checkpoint_load_needs_a_path():
+def test_checkpoint_load_needs_a_path(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
     err = refused("platform=cpu", "model.load=checkpoint")
     assert err.key == "model.load"
-    assert graph("platform=cpu", "model.path=/nonexistent").model.load == "checkpoint"
+    assert graph("platform=cpu", f"model.path={tmp_path}").model.load == "checkpoint"
+
+
+@pytest.mark.parametrize("missing", ["no_such_dir", "empty_dir"])
+def test_a_checkpoint_path_without_the_layout_is_refused(tmp_path, missing):
+    """A mistyped model.path fails while building the graph (`omniflow config` too), not
+    deep in the loader with a traceback."""
+    path = tmp_path / missing
+    if missing == "empty_dir":
+        path.mkdir()
+    err = refused("platform=cpu", f"model.path={path}")
+    assert err.key == "model.path" and "config.json" in str(err)
 
 
 def test_kv_pool_must_hold_one_full_request():

@@ -10,6 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.errors import ConfigError
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.loader import CheckpointError, save_talker
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights, init_dummy
@@ -93,5 +94,13 @@ def test_foreign_groups_are_skipped_but_unknown_talker_tensors_refused(tmp_path)
 
 
 def test_missing_checkpoint_files(tmp_path):
-    with pytest.raises(CheckpointError, match="config.json"):
+    # the graph refuses a directory without config.json (omniflow config says so too) ...
+    with pytest.raises(ConfigError, match="model.path.*config.json"):
         load(tmp_path)
+    # ... and the loader, given one anyway, names the missing file
+    (tmp_path / "config.json").write_text("{}")
+    model = build_graph(compose(["platform=cpu", f"model.path={tmp_path}"])).model
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="config.json"):
+        build_talker(model.model_copy(update={"path": str(empty)}), torch.device("cpu"))

@@ -104,7 +104,12 @@ class FakePipeline:
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None:
         self._observer = observer
 
-    def submit(self, speech: SpeechRequest, sink: Callable[[AudioEvent], None]) -> None:
+    def submit(
+        self,
+        speech: SpeechRequest,
+        sink: Callable[[AudioEvent], None],
+        max_buffered_s: float | None = None,
+    ) -> None:
         with self._lock:
             self.submits += 1
             if self._die_at_submit is not None:
@@ -119,8 +124,14 @@ class FakePipeline:
             self._live[speech.request_id] = _Live(sink, total, error=self._fail_next)
             self._fail_next = None
 
-    def abort(self, request_id: str) -> None:
-        self._end(request_id, AudioEvent(request_id, finished=True, finish_reason="abort"))
+    def abort(self, request_id: str, error: str | None = None) -> None:
+        reason = "abort" if error is None else "error"
+        self._end(
+            request_id, AudioEvent(request_id, finished=True, finish_reason=reason, error=error)
+        )
+
+    def consumed(self, request_id: str, samples: int) -> None:
+        """No backpressure here: the fake produces a few frames per request."""
 
     def start(self) -> None:
         self._thread.start()

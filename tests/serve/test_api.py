@@ -181,7 +181,8 @@ BAD = [
     ({"seed": -1}, 400, "seed"),
     ({"instructions": "x" * 5000}, 400, "instructions"),
     ({"task_type": "Base"}, 400, "task_type"),
-    ({"stream": True, "response_format": "mp3"}, 400, "response_format"),
+    ({"stream": True, "response_format": "flac"}, 400, "response_format"),
+    ({"stream_format": "sse", "response_format": "mp3"}, 400, "response_format"),
     ({"unknown_field": 1}, 400, "unknown_field"),
     ({"model": "tts-1"}, 404, "model"),
 ]

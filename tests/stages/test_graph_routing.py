@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omniflow.config.compose import compose
+from omniflow.config.compose import CONF_DIR, compose
 from omniflow.config.resolve import build_graph
 from omniflow.stages.build import build_pipeline
 from tests.factories import Collector, speech, tiny_bundle, wait_idle
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = (REPO / "conf/pipeline/qwen3_tts.yaml").read_text()
+SHIPPED = (CONF_DIR / "pipeline/qwen3_tts.yaml").read_text()
 
 
 def renamed(source: str, receiver: str) -> str:

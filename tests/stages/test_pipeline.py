@@ -166,6 +166,7 @@ def test_fused_preemption_restores_the_decoder_and_keeps_the_audio():
                 ignore_eos=True,
                 seed=i,
                 text="Preemption test sentence.",
+                non_streaming_mode=False,  # the squeezed pool fits the streaming-text prompt
             )
             for i in range(3)
         ]

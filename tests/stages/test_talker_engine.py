@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import defaultdict
 
 import torch
@@ -87,7 +88,7 @@ def test_codes_do_not_change_when_other_requests_join_or_leave():
 
 
 def test_preempted_and_recomputed_gives_the_same_codes():
-    reqs = [fixed(f"r{i}", 14, seed=i, text="Preemption test sentence.") for i in range(3)]
+    reqs = [preemptible(f"r{i}", seed=i) for i in range(3)]
     calm, _, calm_engine = generate(reqs)
     assert calm_engine.scheduler.num_preemptions == 0
     # A pool too small for three requests to grow together forces preemption by recompute.
@@ -95,6 +96,13 @@ def test_preempted_and_recomputed_gives_the_same_codes():
     assert engine.scheduler.num_preemptions > 0
     assert squeezed == calm
     assert engine.scheduler.kv.num_used_blocks == 0
+
+
+def preemptible(rid: str, seed: int):
+    """A request whose prompt (streaming-text layout) the squeezed pools below are sized for."""
+    return dataclasses.replace(
+        fixed(rid, 14, seed=seed, text="Preemption test sentence."), non_streaming_mode=False
+    )
 
 
 def test_sync_and_async_scheduling_give_identical_codes():

@@ -16,7 +16,7 @@ from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
 from tests.factories import EOS, Collector, build, eos_bundle, speech, stage_stats, talker_engine
-from tests.stages.test_talker_engine import fixed, generate
+from tests.stages.test_talker_engine import fixed, generate, preemptible
 
 
 @pytest.mark.parametrize("k", [2, 5, 12])
@@ -52,7 +52,7 @@ def test_windows_respect_max_new_tokens_exactly():
 
 
 def test_windows_with_preemption_keep_the_codes():
-    reqs = [fixed(f"r{i}", 14, seed=i, text="Preemption test sentence.") for i in range(3)]
+    reqs = [preemptible(f"r{i}", seed=i) for i in range(3)]
     calm, _, _ = generate(reqs)
     squeezed, _, engine = generate(
         reqs, num_kv_blocks=12, block_size=4, max_model_len=48, window_k=4

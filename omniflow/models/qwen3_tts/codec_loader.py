@@ -1,7 +1,8 @@
 """Codec checkpoint I/O: `speech_tokenizer/config.json` and its safetensors (`decoder.*`).
 
 Only the decoder is loaded (encoder tensors are skipped). The preset's codec shape must
-match the checkpoint's `decoder_config`; a mismatch names the preset key to change.
+match the checkpoint's `decoder_config`, every hyperparameter the official decoder reads
+(`checkpoint_config.check_codec_config`); a mismatch names the preset key to change.
 """
 
 from __future__ import annotations
@@ -10,46 +11,13 @@ import json
 from pathlib import Path
 
 from omniflow.config.schema import CodecShape
+from omniflow.models.qwen3_tts.checkpoint_config import check_codec_config
 from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
 from omniflow.models.qwen3_tts.loader import CheckpointError, load_state, weight_files
-
-# preset key -> (decoder_config key, how the checkpoint states it)
-_CHECKED = {
-    "codebook_size": "codebook_size",
-    "latent_dim": "latent_dim",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "sliding_window": "sliding_window",
-    "num_quantizers": "num_quantizers",
-    "decoder_dim": "decoder_dim",
-}
 
 
 def codec_dir(model_dir: Path) -> Path:
     return model_dir / "speech_tokenizer"
-
-
-def check_shape(shape: CodecShape, cfg: dict) -> None:
-    dec = cfg.get("decoder_config", cfg)
-    for ours, theirs in _CHECKED.items():
-        if theirs in dec and dec[theirs] != getattr(shape, ours):
-            raise CheckpointError(
-                f"model.codec.{ours} is {getattr(shape, ours)} but the checkpoint's "
-                f"decoder_config.{theirs} is {dec[theirs]}"
-            )
-    if "codebook_dim" in dec and dec["codebook_dim"] != 2 * shape.codebook_dim:
-        raise CheckpointError(
-            f"model.codec.codebook_dim must be half the checkpoint's codebook_dim "
-            f"({dec['codebook_dim']})"
-        )
-    for key, ours in (
-        ("upsample_rates", shape.upsample_rates),
-        ("upsampling_ratios", shape.upsampling_ratios),
-    ):
-        if key in dec and tuple(dec[key]) != tuple(ours):
-            raise CheckpointError(f"model.codec.{key} is {ours}, the checkpoint has {dec[key]}")
 
 
 def load_codec(shape: CodecShape, model_dir: Path | None, seed: int) -> SpeechTokenizerWeights:
@@ -62,7 +30,7 @@ def load_codec(shape: CodecShape, model_dir: Path | None, seed: int) -> SpeechTo
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{d}: no config.json")
-    check_shape(shape, json.loads(cfg_path.read_text()))
+    check_codec_config(json.loads(cfg_path.read_text()), shape)
     load_state(weights, weight_files(d), "decoder.")
     return weights
 
@@ -79,6 +47,13 @@ def save_codec(weights: SpeechTokenizerWeights, model_dir: Path) -> None:
     cfg = {
         "decoder_config": {
             "codebook_size": s.codebook_size,
+            "head_dim": s.head_dim,
+            "num_key_value_heads": s.num_kv_heads or s.num_heads,
+            "rope_theta": s.rope_theta,
+            "rms_norm_eps": s.rms_norm_eps,
+            "layer_scale_initial_scale": s.layer_scale,
+            "hidden_act": "silu",
+            "attention_bias": False,
             "codebook_dim": 2 * s.codebook_dim,
             "latent_dim": s.latent_dim,
             "hidden_size": s.hidden_size,

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from omniflow.config.schema import ModelConfig
+from omniflow.models.qwen3_tts.checkpoint_config import check_talker_config
 from omniflow.models.qwen3_tts.loader import (
     load_state,
     read_config,
@@ -41,7 +42,9 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     if config.load == "checkpoint":
         assert config.path is not None
         directory = Path(config.path)
-        vocab, tts_ids = vocab_from_config(read_config(directory))
+        checkpoint = read_config(directory)
+        check_talker_config(checkpoint, config)
+        vocab, tts_ids = vocab_from_config(checkpoint)
         load_state(weights, weight_files(directory), "talker.")
         log.info("loaded talker weights from %s", directory)
     else:

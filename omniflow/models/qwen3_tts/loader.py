@@ -8,7 +8,8 @@
 
 Loading is strict inside `talker.`: a missing or mis-shaped tensor, or an unexpected one,
 is a `CheckpointError` naming the tensor. Other top-level groups (speaker_encoder.* in Base
-checkpoints) are not the talker's and are skipped.
+checkpoints) are not the talker's and are skipped. config.json's hyperparameters are
+compared with the preset by `checkpoint_config.py` (a RoPE base or norm epsilon has no shape).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
+from tqdm import tqdm
 
+from omniflow.config.schema import CodePredictorShape, TalkerShape, TransformerShape
+from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 
 PREFIX = "talker."
@@ -48,7 +52,8 @@ def load_state(module: nn.Module, files: list[Path], prefix: str) -> None:
     seen: set[str] = set()
     for path in files:
         with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+            # a progress bar on a terminal (weights of a real model take a while)
+            for key in tqdm(f.keys(), f"loading {path.name}", leave=False, disable=None):
                 if not key.startswith(prefix):
                     continue
                 if key not in expected:
@@ -77,9 +82,19 @@ def read_config(directory: Path) -> dict:
 
 
 def vocab_from_config(cfg: dict) -> tuple[CodecVocab, tuple[int, int, int]]:
-    """Codec ids, speakers and languages, and the tts_{pad,bos,eos} text ids."""
+    """Codec ids, speakers, languages and dialects, and the tts_{pad,bos,eos} text ids."""
     t = cfg.get("talker_config", {})
     base = CodecVocab()
+    languages = {k.lower(): v for k, v in t.get("codec_language_id", base.languages).items()}
+    speakers = {k.lower(): v for k, v in t.get("spk_id", base.speakers).items()}
+    raw_dialects = t.get("spk_is_dialect", base.dialects if "spk_id" not in t else {}) or {}
+    dialects = {k.lower(): str(v).lower() for k, v in raw_dialects.items() if v}
+    for speaker, dialect in dialects.items():
+        if dialect not in languages:
+            raise CheckpointError(
+                f"talker_config.spk_is_dialect names {dialect!r} for {speaker!r}, which is not "
+                f"in talker_config.codec_language_id"
+            )
     vocab = CodecVocab(
         pad=t.get("codec_pad_id", base.pad),
         bos=t.get("codec_bos_id", base.bos),
@@ -88,8 +103,9 @@ def vocab_from_config(cfg: dict) -> tuple[CodecVocab, tuple[int, int, int]]:
         nothink=t.get("codec_nothink_id", base.nothink),
         think_bos=t.get("codec_think_bos_id", base.think_bos),
         think_eos=t.get("codec_think_eos_id", base.think_eos),
-        languages={k.lower(): v for k, v in t.get("codec_language_id", base.languages).items()},
-        speakers={k.lower(): v for k, v in t.get("spk_id", base.speakers).items()},
+        languages=languages,
+        speakers=speakers,
+        dialects=dialects,
     )
     tts = (
         cfg.get("tts_pad_token_id", 151671),
@@ -99,15 +115,55 @@ def vocab_from_config(cfg: dict) -> tuple[CodecVocab, tuple[int, int, int]]:
     return vocab, tts
 
 
+def talker_hyperparameters(talker: TalkerShape, predictor: CodePredictorShape) -> dict:
+    """`talker_config` hyperparameters in the published spelling (the keys the official code
+    reads; `checkpoint_config.check_talker_config` compares them with a preset)."""
+
+    def common(s: TransformerShape) -> dict:
+        return {
+            "hidden_size": s.hidden_size,
+            "intermediate_size": s.intermediate_size,
+            "num_hidden_layers": s.num_layers,
+            "num_attention_heads": s.num_heads,
+            "num_key_value_heads": s.num_kv_heads,
+            "head_dim": s.head_dim,
+            "rms_norm_eps": s.rms_norm_eps,
+            "rope_theta": s.rope_theta,
+            "hidden_act": "silu",
+            "attention_bias": False,
+        }
+
+    half = talker.head_dim // 2  # any sections covering it compute the same (equal streams)
+    mrope = [24, 20, 20] if half == 64 else [half - 2 * (half // 3), half // 3, half // 3]
+    return {
+        **common(talker),
+        "vocab_size": talker.vocab_size,
+        "text_vocab_size": talker.text_vocab_size,
+        "text_hidden_size": talker.text_hidden_size,
+        "num_code_groups": predictor.num_code_groups,
+        "rope_scaling": {"rope_type": "default", "mrope_section": mrope, "interleaved": True},
+        "code_predictor_config": {
+            **common(predictor),
+            "vocab_size": predictor.codebook_size,
+            "num_code_groups": predictor.num_code_groups,
+        },
+    }
+
+
 def save_talker(
-    module: nn.Module, directory: Path, vocab: CodecVocab, extra_config: dict | None = None
+    module: Qwen3TTSTalkerWeights,
+    directory: Path,
+    vocab: CodecVocab,
+    extra_config: dict | None = None,
 ) -> None:
-    """Write `module` (keys `talker.*`) and a config.json in the published layout."""
+    """Write `module` (keys `talker.*`) and a config.json in the published layout, with the
+    hyperparameters of the shapes `module` was built from."""
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
     save_file(tensors, str(directory / "model.safetensors"))
     v = asdict(vocab)
     talker_config = {
+        **talker_hyperparameters(module.talker_shape, module.predictor_shape),
         "codec_pad_id": v["pad"],
         "codec_bos_id": v["bos"],
         "codec_eos_token_id": v["eos"],
@@ -117,6 +173,7 @@ def save_talker(
         "codec_think_eos_id": v["think_eos"],
         "codec_language_id": v["languages"],
         "spk_id": v["speakers"],
+        "spk_is_dialect": {name: v["dialects"].get(name, False) for name in v["speakers"]},
     }
     cfg = {"talker_config": talker_config, **(extra_config or {})}
     (directory / "config.json").write_text(json.dumps(cfg, indent=2))

@@ -88,6 +88,9 @@ class Qwen3TTSTalkerWeights(nn.Module):
 
     def __init__(self, talker: TalkerShape, predictor: CodePredictorShape) -> None:
         super().__init__()
+        self.talker_shape = talker
+        self.predictor_shape = predictor
+        """The shapes built from: what `loader.save_talker` writes into config.json."""
         self.talker = TalkerModule(talker, predictor)
 
 

@@ -12,6 +12,10 @@ from omniflow.models.qwen3_tts.tokenizer import TextTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 
 DEFAULT_MAX_NEW_TOKENS = 2048
+DEFAULT_NON_STREAMING = True
+"""A request that does not say gets the whole-text prompt layout: the official default for
+CustomVoice (`generate_custom_voice(non_streaming_mode=True)`), so a plain request is laid out
+as the reference lays it out (docs/reference.md)."""
 _seed_source = random.SystemRandom()
 
 
@@ -30,7 +34,7 @@ class TalkerProcessor:
         self.max_model_len = max_model_len
         self.supports_instructions = supports_instructions
         self.voices = tuple(sorted(vocab.speakers))
-        self.languages = ("auto", *sorted(vocab.languages))
+        self.languages = ("auto", *vocab.public_languages)
 
     @property
     def max_new_tokens(self) -> int:
@@ -50,6 +54,11 @@ class TalkerProcessor:
             speech.voice,
             speech.language,
             instruct,
+            non_streaming=(
+                DEFAULT_NON_STREAMING
+                if speech.non_streaming_mode is None
+                else speech.non_streaming_mode
+            ),
         )
         room = self.max_model_len - prompt.prompt_len
         if room < 1:

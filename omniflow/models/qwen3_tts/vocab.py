@@ -1,7 +1,13 @@
 """Qwen3-TTS token ids: codec specials, CustomVoice speakers and languages, text specials.
 
 The defaults are the published 12 Hz CustomVoice values; a real checkpoint's config.json
-overrides them (the loader reads `talker_config.spk_id`, `codec_language_id`, ...).
+overrides them (the loader reads `talker_config.spk_id`, `codec_language_id`,
+`spk_is_dialect`, ...).
+
+Dialects are language ids (`beijing_dialect`, `sichuan_dialect`) that no request names: the
+official prompt uses one when a dialect speaker (`spk_is_dialect`: dylan -> Beijing, eric ->
+Sichuan) speaks Chinese or `auto`, and its list of supported languages leaves out every key
+containing "dialect". `CodecVocab.language_id` is that rule, in one place.
 """
 
 from __future__ import annotations
@@ -10,14 +16,17 @@ from dataclasses import dataclass, field
 
 LANGUAGES = {
     "english": 2050,
-    "german": 2052,
+    "german": 2053,
     "spanish": 2054,
     "chinese": 2055,
     "japanese": 2058,
     "french": 2061,
+    "sichuan_dialect": 2062,
     "korean": 2064,
     "russian": 2069,
     "italian": 2070,
+    "portuguese": 2071,
+    "beijing_dialect": 2074,
 }
 SPEAKERS = {
     "serena": 3066,
@@ -30,6 +39,10 @@ SPEAKERS = {
     "ono_anna": 2873,
     "sohee": 2864,
 }
+DIALECTS = {"dylan": "beijing_dialect", "eric": "sichuan_dialect"}
+"""Speakers whose Chinese is a dialect (`spk_is_dialect`; the others are false)."""
+DIALECT_LANGUAGES = ("chinese", "auto")
+"""The requested languages a dialect speaker's dialect replaces (the official rule)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,22 @@ class CodecVocab:
     """Ids below this are codebook-0 codes."""
     languages: dict[str, int] = field(default_factory=lambda: dict(LANGUAGES))
     speakers: dict[str, int] = field(default_factory=lambda: dict(SPEAKERS))
+    dialects: dict[str, str] = field(default_factory=lambda: dict(DIALECTS))
+    """Speaker -> the language key of its dialect (speakers without one are absent)."""
+
+    @property
+    def public_languages(self) -> tuple[str, ...]:
+        """Languages a request may name: every language id except the dialects, sorted."""
+        return tuple(sorted(k for k in self.languages if "dialect" not in k))
+
+    def language_id(self, language: str, speaker: str | None) -> int | None:
+        """The codec language id of the prompt (None: `auto` without a dialect, the
+        nothink prefix). `language` must be `auto` or one of `public_languages`; a dialect
+        speaker speaking Chinese or `auto` gets its dialect's id instead."""
+        dialect = self.dialects.get(speaker) if speaker is not None else None
+        if dialect is not None and language in DIALECT_LANGUAGES:
+            return self.languages[dialect]
+        return None if language == "auto" else self.languages[language]
 
     def suppressed_ids(self, vocab_size: int) -> tuple[int, ...]:
         """Ids never sampled while decoding: the top 1,024 ids except EOS (reference rule)."""

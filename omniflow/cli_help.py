@@ -1,0 +1,75 @@
+"""`omniflow COMMAND --help`: what a command does and the keys it reads, with their values.
+
+The values are those of the configuration the rest of the command line composes (so
+`omniflow serve experiment=high_concurrency --help` shows that overlay's values), and the
+descriptions are the schema's: the help cannot drift from what the command accepts.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from omniflow.config.schema import BenchConfig, OmniflowSpec, ServerConfig, SynthConfig
+
+USAGE = """usage: omniflow COMMAND [--config-dir DIR] [key=value ...]
+       (or: python -m omniflow COMMAND ...)
+
+commands:
+  config   print the resolved, validated stage graph (YAML)
+  serve    serve the OpenAI-compatible speech API
+  synth    synthesise one text to an audio file
+  bench    benchmark over HTTP on loopback (a Hydra multirun sweep with -m)
+  sweep    summarise a sweep directory
+
+`omniflow COMMAND --help` lists the keys a command reads. Overrides are Hydra's:
+pipeline=qwen3_tts platform=cpu pipeline.stages.talker.window_k=4 experiment=high_concurrency.
+--config-dir DIR adds a directory of your own config groups (e.g. DIR/experiment/mine.yaml,
+then experiment=mine).
+"""
+
+_COMMON = """
+Any other override configures what runs: pipeline=qwen3_tts|qwen3_tts_fused,
+model=qwen3_tts_tiny|qwen3_tts_0_6b|qwen3_tts_1_7b, model.path=DIR (a checkpoint),
+platform=cpu|cuda|auto, experiment=NAME, a.b.c=value (see `omniflow config`).
+"""
+
+_HEADS = {
+    "serve": "usage: omniflow serve [key=value ...]\n\nServe the OpenAI-compatible speech API "
+    "(POST /v1/audio/speech, GET /v1/models,\n/health, /metrics, /docs).\n\nkeys:",
+    "synth": 'usage: omniflow synth text="..." out=FILE [key=value ...]\n\nSynthesise one text '
+    "to an audio file; the format follows out's extension\n(.wav, .flac, .mp3, .opus, .ogg, "
+    ".pcm). Progress goes to stderr; the summary line to stdout.\n\nkeys (bare, or as "
+    "synth.KEY):",
+    "bench": "usage: omniflow bench [-m] [hydra flags] [key=value ...]\n\nServe the "
+    "configured pipeline on loopback and load it over HTTP with the shipped LibriSpeech "
+    "prompts\n(fixed length: EOS ignored). With -m, a Hydra multirun: comma-separated values "
+    "sweep,\none job per combination, then DIR/summary.md and DIR/rtf.png. Hydra's flags "
+    "work:\n--cfg job (print a job's config), --hydra-help, hydra/launcher=joblib (needs the "
+    "[bench] extra),\nhydra.sweep.dir=DIR (default multirun/DATE_TIME; an existing results "
+    "directory is refused).\n\nkeys:",
+}
+
+_SECTIONS: dict[str, tuple[str, type[BaseModel], str]] = {
+    "serve": ("server", ServerConfig, "server."),
+    "synth": ("synth", SynthConfig, ""),
+    "bench": ("bench", BenchConfig, "bench."),
+}
+
+
+def command_help(command: str, spec: OmniflowSpec | None) -> str:
+    """The help text of `serve`, `synth` or `bench`; `spec` gives the current values."""
+    section, model, prefix = _SECTIONS[command]
+    values = getattr(spec, section).model_dump() if spec is not None else {}
+    lines = [_HEADS[command]]
+    for name, field in model.model_fields.items():
+        value = values.get(name, field.default)
+        shown = (
+            "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+        )
+        lines.append(f"  {prefix}{name}={shown}")
+        lines.append(f"      {field.description}")
+    return "\n".join(lines) + "\n" + _COMMON
+
+
+def commands_with_help() -> tuple[str, ...]:
+    return tuple(_SECTIONS)

@@ -1,0 +1,111 @@
+"""Did-you-mean hints for mistyped keys and group options.
+
+A key is looked up level by level in the composed default config (what the YAML lists) and
+in the schema (what may be added with `+`); at the first level where it is missing, the
+closest name there is suggested (difflib). The hint is appended to the one-line error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from omniflow.config.schema import OmniflowSpec
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to `word`, if one is near enough to be a typo of it."""
+    found = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def hint_for_key(key: str, data: dict[str, Any]) -> str:
+    """'; did you mean a.b.c?' for a dotted key missing from `data` and the schema, else ''."""
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        listed = set(node) if isinstance(node, dict) else set()
+        schema = set(schema_fields(parts[:i], data) or ())
+        if part in listed or part in schema:
+            node = node.get(part) if isinstance(node, dict) else None
+            continue
+        guess = closest(part, listed | schema)
+        if guess is None:
+            return ""
+        plus = "" if guess in listed else "+"
+        return f"; did you mean {plus}{'.'.join([*parts[:i], guess, *parts[i + 1 :]])}?"
+    return ""
+
+
+def hint_for_field(key: str, data: dict[str, Any]) -> str:
+    """'; did you mean ...?' for a key the schema refuses (it is in `data`, so only the
+    schema's names at its level are candidates)."""
+    *parent, last = key.split(".")
+    guess = closest(last, schema_fields(parent, data) or ())
+    return f"; did you mean {'.'.join([*parent, guess])}?" if guess else ""
+
+
+def hint_for_option(group: str, option: str, search_dirs: Sequence[Path]) -> str:
+    """'; did you mean group=option?' for an unknown option of a config group."""
+    options = [p.stem for d in search_dirs for p in (d / group).glob("*.yaml")]
+    guess = closest(option, options)
+    return f"; did you mean {group}={guess}?" if guess else ""
+
+
+def schema_fields(path: Sequence[str], data: dict[str, Any]) -> list[str] | None:
+    """Field names of the schema model at `path` (dict keys and stage kinds followed through
+    the composed `data`), or None where `path` is not a model."""
+    annotation: Any = OmniflowSpec
+    node: Any = data
+    for part in path:
+        models = _models_in(annotation)
+        if len(models) > 1:  # a discriminated union: pick by the node's `kind`
+            kind = node.get("kind") if isinstance(node, dict) else None
+            models = [m for m in models if _kind_of(m) == kind]
+        if len(models) == 1:
+            field = models[0].model_fields.get(part)
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif typing.get_origin(_strip(annotation)) is dict:
+            annotation = typing.get_args(_strip(annotation))[1]
+        else:
+            return None
+        node = node.get(part) if isinstance(node, dict) else None
+    models = _models_in(annotation)
+    if len(models) > 1:
+        kind = node.get("kind") if isinstance(node, dict) else None
+        models = [m for m in models if _kind_of(m) == kind]
+    return list(models[0].model_fields) if len(models) == 1 else None
+
+
+def _strip(annotation: Any) -> Any:
+    """The type inside Annotated[...] and Optional[...]."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip(args[0])
+    return annotation
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    annotation = _strip(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+    return []
+
+
+def _kind_of(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("kind")
+    args = typing.get_args(field.annotation) if field is not None else ()
+    return args[0] if len(args) == 1 else None

@@ -1,0 +1,32 @@
+"""What `/docs` and `/openapi.json` say about the speech route.
+
+The route parses its body itself (`routes.parse_body`: every parse error in the API's JSON
+shape, and other frameworks' fields judged before the schema), so FastAPI cannot infer the
+request schema from the route's signature; it is declared here from the same pydantic model
+that validates the body, so the docs cannot drift from what is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+
+
+def speech_openapi() -> dict[str, Any]:
+    """The speech route's request body (SpeechBody's JSON schema) and its responses."""
+    audio = {media: {} for media in dict.fromkeys(MEDIA_TYPES.values())}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": SpeechBody.model_json_schema()}},
+        },
+        "responses": {
+            "200": {
+                "description": "Audio in `response_format`, whole or streamed; with "
+                "`stream_format: sse`, server-sent events.",
+                "content": {**audio, "text/event-stream": {}},
+            },
+            "400": {"description": "Invalid request (the OpenAI error shape, naming `param`)."},
+        },
+    }

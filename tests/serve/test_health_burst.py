@@ -1,0 +1,64 @@
+"""`/health` keeps answering during a burst of 1,000 speech requests (docs/reliability.md).
+
+The server is the embedded default in this process; the burst and the health probe run in
+another process (`omniflow.bench.burst`), so that their CPU work is not the server's. The
+burst is 1,000 connections at once; this test admits 32 at a time (the rest get a 429, which
+costs the server as much to parse), so it finishes in seconds.
+
+What is asserted, and why not "every probe under 100 ms": on this project's 2-core machine
+the median probe during the burst takes ~4 ms, but the one or two probes that arrive while
+the event loop is accepting and parsing the burst's 1,000 connections (about 0.3 ms each in
+uvicorn and Starlette) wait for that work, up to ~0.9 s. A per-probe bound would measure the
+CI machine's load, not the server. So the test asserts the median under 100 ms (a margin of
+~25x here), that every probe answered 200 and none took more than 10 s (the server never
+stops answering), and that every speech request got an answer; the measured figures, for
+the default admission limit, are in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.serve.conftest import LiveServer
+
+ARGS = ["--frames", "1", "--idle", "0"]
+
+
+def test_health_answers_during_a_burst_of_a_thousand_requests():
+    with LiveServer("server.max_concurrent_requests=32") as server:
+        run = subprocess.run(
+            [sys.executable, "-m", "omniflow.bench.burst", "--url", server.url, *ARGS],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        result = json.loads(run.stdout)
+        server.wait_idle()
+    statuses = result["statuses"]
+    assert sum(statuses.values()) == 1000 and set(statuses) <= {"200", "429"}, statuses
+    assert statuses["200"] >= 32 and statuses["429"] > 0
+    health = result["health_during"]
+    assert health["probes"] >= 5 and health["statuses"] == {"200": health["probes"]}
+    assert health["median_ms"] < 100, health
+    assert health["max_ms"] < 10_000, health
+
+
+def test_responses_on_a_kept_alive_connection_do_not_wait_for_a_delayed_ack():
+    """The server's sockets carry TCP_NODELAY (`serve.run.listening_socket`). Without it, a
+    response written as headers then body waits for the client's delayed ACK on every reused
+    connection: ~40 ms per /health on Linux (and per streamed chunk), idle or not."""
+    with LiveServer() as server, httpx.Client() as client:
+        client.get(server.url + "/health")  # open the connection
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            assert client.get(server.url + "/health").status_code == 200
+            times.append(time.perf_counter() - t0)
+    assert statistics.median(times) < 0.02, times

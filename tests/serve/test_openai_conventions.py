@@ -1,0 +1,112 @@
+"""OpenAI's conventions as its SDK and its users expect them: `stream_format="audio"` streams
+(mp3 included, OpenAI's default format), a model can be fetched by id, `created` is a time,
+and `/docs` documents the speech request."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import httpx
+import numpy as np
+import soundfile
+from openai import OpenAI
+
+MODEL = "qwen3-tts-tiny"
+N = 20
+EXTRA = {"seed": 3, "max_new_tokens": N, "ignore_eos": True}
+
+
+def stream(live, fmt: str) -> tuple[httpx.Headers, list[bytes]]:
+    """The SDK's streaming call with stream_format="audio", chunk by chunk."""
+    client = OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL,
+        voice="vivian",
+        input="Hello there.",
+        response_format=fmt,
+        stream_format="audio",
+        extra_body=EXTRA,
+    ) as response:
+        return response.headers, list(response.iter_bytes(chunk_size=None))
+
+
+def test_stream_format_audio_streams_pcm(live):
+    headers, chunks = stream(live, "pcm")
+    assert "content-length" not in headers  # sent as it was produced, not whole
+    assert headers["transfer-encoding"] == "chunked"
+    assert sum(map(len, chunks)) == N * 1920 * 2
+    whole = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={
+            "model": MODEL,
+            "voice": "vivian",
+            "input": "Hello there.",
+            "response_format": "pcm",
+            **EXTRA,
+        },
+    )
+    assert b"".join(chunks) == whole.content
+
+
+def test_mp3_streams_through_a_real_encoder(live):
+    headers, chunks = stream(live, "mp3")
+    assert headers["content-type"] == "audio/mpeg"
+    assert "content-length" not in headers
+    body = b"".join(chunks)
+    assert body[0] == 0xFF and body[1] & 0xE0 == 0xE0  # an MPEG audio frame's sync word
+    audio, sr = soundfile.read(io.BytesIO(body), dtype="float32")
+    assert sr == 24000
+    assert abs(len(audio) - N * 1920) <= 2 * 1152  # LAME's encoder delay and padding
+    pcm = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={
+            "model": MODEL,
+            "voice": "vivian",
+            "input": "Hello there.",
+            "response_format": "pcm",
+            **EXTRA,
+        },
+    ).content
+    # the same audio (lossy): energy within a few percent
+    ref = np.frombuffer(pcm, "<i2").astype(np.float32) / 32767
+    assert abs(np.sqrt(np.mean(audio**2)) / np.sqrt(np.mean(ref**2)) - 1) < 0.1
+
+
+def test_sse_mp3_is_refused_with_the_way_to_stream_it(live):
+    r = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "voice": "vivian",
+            "input": "x",
+            "response_format": "mp3",
+            "stream_format": "sse",
+        },
+    )
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "response_format" and "stream_format 'audio'" in err["message"]
+
+
+def test_a_model_by_id_and_its_creation_time(live):
+    listed = httpx.get(live.url + "/v1/models").json()["data"][0]
+    one = httpx.get(live.url + f"/v1/models/{MODEL}")
+    assert one.status_code == 200 and one.json() == listed
+    assert abs(listed["created"] - time.time()) < 3600  # a Unix time, not 0
+    missing = httpx.get(live.url + "/v1/models/tts-1")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["param"] == "model"
+
+
+def test_docs_show_the_speech_request_schema(live):
+    spec = httpx.get(live.url + "/openapi.json").json()
+    body = spec["paths"]["/v1/audio/speech"]["post"]["requestBody"]
+    schema = body["content"]["application/json"]["schema"]
+    assert {"model", "input", "voice"} <= set(schema["required"])
+    assert "stream_format" in schema["properties"] and "response_format" in schema["properties"]
+    assert schema["additionalProperties"] is False
+    assert httpx.get(live.url + "/docs").status_code == 200
