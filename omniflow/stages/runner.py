@@ -103,6 +103,7 @@ class ARModelRunner:
     def _apply_plan_state(self, plan: StepPlan) -> None:
         for rid in plan.finished_ids:
             self.requests.pop(rid, None)
+            self.sampling.release(rid)
             if rid in plan.preempted_ids:
                 self.model.preempt(rid)
             else:
@@ -218,7 +219,10 @@ class ARModelRunner:
 
     def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
         with self.timer.phase(self.stage_name, "sample"):
-            return self.model.sample_frames(hidden, BatchSampler(self.sampling.prepare(reqs)))
+            batch = self.sampling.prepare(reqs)
+            sample = self.model.sample_frames(hidden, BatchSampler(batch))
+            self.sampling.record(batch, sample.next_tokens)  # the penalty history, on device
+            return sample
 
     def _record(
         self, reqs: list[RunnerRequest], sample: FrameSample

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.models.interface import TokenPolicy
+from omniflow.stages.penalty import PenaltyHistory
 from omniflow.stages.staging import Staging
 
 _M32 = 0xFFFFFFFF
@@ -86,10 +86,13 @@ class SamplingBatch:
     """Host-side hint: some row has top_p < 1 (False skips the nucleus cut)."""
     use_penalty: bool = True
     """Host-side hint: some row has a repetition penalty != 1."""
-    penalty_pairs: tuple[torch.Tensor, torch.Tensor] | None = field(default=None)
-    """(rows, ids) int64: every distinct id of each row's history, rows in order and ids
-    ascending (what `history` expands to); `prepare` builds them so `sample` needs no host
-    lists. None: derived from `history`."""
+    seen: torch.Tensor | None = field(default=None)
+    """[B, V] bool: the ids each row has sampled (what `history` lists), from the
+    device-resident `PenaltyHistory`, so `sample` needs no host lists. None: derived from
+    `history`."""
+    history_slots: tuple[torch.Tensor, tuple[int, ...]] | None = field(default=None)
+    """The rows' `PenaltyHistory` slots (device, host): where `SamplingStaging.record` marks
+    the ids this call samples."""
 
 
 FAST_TOP_K = 256
@@ -100,7 +103,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
     """Sample one id per row of `logits` [B, V]."""
     logits = logits.float()
     b, v = logits.shape
-    if batch.use_penalty and (batch.penalty_pairs is not None or batch.history):
+    if batch.use_penalty and (batch.seen is not None or batch.history):
         logits = _apply_penalty(logits, batch)
     if batch.banned is not None:
         logits = logits.masked_fill(batch.banned, float("-inf"))
@@ -129,30 +132,19 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
 
 
 def _apply_penalty(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied.
-    All rows at once: the (row, id) pairs (prepared by `SamplingStaging`, else laid out here
-    from `history`) are applied in one gather and one scatter (a penalty of 1 leaves its row
-    unchanged)."""
-    if batch.penalty_pairs is not None:
-        r, i = batch.penalty_pairs
-        if r.shape[0] == 0:
-            return logits
-    else:
-        rows: list[int] = []
-        ids: list[int] = []
-        for row, seen in enumerate(batch.history):
-            unique = sorted(set(seen))
-            rows.extend([row] * len(unique))
-            ids.extend(unique)
-        if not rows:
-            return logits
-        r = torch.tensor(rows, device=logits.device, dtype=torch.int64)
-        i = torch.tensor(ids, device=logits.device, dtype=torch.int64)
-    vals = logits[r, i]
-    p = batch.repetition_penalty.to(logits.dtype)[r]
-    logits = logits.clone()
-    logits[r, i] = torch.where(vals > 0, vals / p, vals * p)
-    return logits
+    """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied
+    (a penalty of 1 leaves its row unchanged). All rows at once, from the seen mask (built
+    here from `history` when the batch has no device mask)."""
+    seen = batch.seen
+    if seen is None:
+        seen = torch.zeros(logits.shape, dtype=torch.bool)
+        for row, ids in enumerate(batch.history):
+            if ids:
+                seen[row, list(ids)] = True
+        seen = seen.to(logits.device)
+    p = batch.repetition_penalty.to(logits.dtype)[:, None]
+    penalised = torch.where(logits > 0, logits / p, logits * p)
+    return torch.where(seen, penalised, logits)
 
 
 class BatchSampler:
@@ -273,6 +265,8 @@ class SamplingRow(Protocol):
     seed: int
     tokens: list[int]
     """Tokens sampled so far: the next one's counter, and the penalty's history."""
+    request_id: str
+    """Keys the row's device-resident penalty history."""
 
 
 class SamplingStaging:
@@ -291,15 +285,16 @@ class SamplingStaging:
         self.counters = st.buffer((max_rows,), torch.int64)
         self.bans = st.buffer((64, 2), torch.int64)
         """(row, id) pairs banned on top of the suppressed ids."""
-        self.seen = st.buffer((1024, 2), torch.int64)
-        """(row, id) pairs of the repetition penalty."""
+        self.slots = st.buffer((max_rows,), torch.int64)
+        """Each row's `PenaltyHistory` slot."""
+        self.history = PenaltyHistory(policy.vocab_size, max_rows, device)
         self.suppress = torch.zeros(policy.vocab_size, dtype=torch.bool, device=device)
         self.suppress[list(policy.suppressed_ids)] = True
 
     def prepare(self, rows: Sequence[SamplingRow]) -> SamplingBatch:
         """The batch for these rows' next token: their settings, seeds and counters, the
         model's suppressed ids plus each row's own bans (its suppressed ids; its stop ids,
-        or the model's fallback, while it may not stop), and the penalty's (row, id) pairs."""
+        or the model's fallback, while it may not stop), and the rows' penalty-history masks."""
         b = len(rows)
         if b > self.temperature.capacity:
             raise ValueError(f"{b} rows to sample; staging holds {self.temperature.capacity}")
@@ -327,7 +322,11 @@ class SamplingStaging:
             self.bans.np[: len(ban_pairs)] = ban_pairs
             pairs = self.bans.upload(len(ban_pairs))
             banned[pairs[:, 0], pairs[:, 1]] = True
-        penalty_pairs = self._penalty_pairs(rows) if use_penalty else None
+        # The history is kept for every row (one scatter per step), so a request's mask is
+        # current whenever a penalty is asked for.
+        host_slots = self.history.slots(rows)
+        self.slots.np[:b] = host_slots
+        slots = self.slots.upload(b)
         batch = SamplingBatch(
             temperature=self.temperature.upload(b),
             top_k=self.top_k.upload(b),
@@ -339,20 +338,19 @@ class SamplingStaging:
             top_k_max=max(s.top_k for s in sp) if all(s.top_k > 0 for s in sp) else 0,
             use_top_p=any(s.top_p < 1.0 for s in sp),
             use_penalty=use_penalty,
-            penalty_pairs=penalty_pairs,
+            seen=self.history.rows(slots) if use_penalty else None,
+            history_slots=(slots, tuple(host_slots)),
         )
         self.staging.end()
         return batch
 
-    def _penalty_pairs(self, rows: Sequence[SamplingRow]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's distinct history ids, ascending, laid out as (row, id) pairs."""
-        unique = [np.unique(np.asarray(r.tokens, dtype=np.int64)) for r in rows]
-        n = sum(len(u) for u in unique)
-        self.seen = self.staging.grown(self.seen, n)
-        at = 0
-        for i, u in enumerate(unique):
-            self.seen.np[at : at + len(u), 0] = i
-            self.seen.np[at : at + len(u), 1] = u
-            at += len(u)
-        pairs = self.seen.upload(n)
-        return pairs[:, 0], pairs[:, 1]
+    def record(self, batch: SamplingBatch, ids: torch.Tensor) -> None:
+        """The rows of `batch` (from `prepare`) sampled `ids` [B] (device): add them to the
+        rows' penalty histories. Call once per `prepare`, after the draw."""
+        if batch.history_slots is not None:
+            slots, host = batch.history_slots
+            self.history.record(slots, host, ids)
+
+    def release(self, request_id: str) -> None:
+        """The request left the runner: its history slot may be reused."""
+        self.history.release(request_id)

@@ -182,3 +182,29 @@ def test_mixed_step_as_one_padded_batch_equals_request_by_request(monkeypatch):
     monkeypatch.setattr(inputs, "PADDED_MAX_CELLS", 3 * max(ref.meta.seq_lens) - 1)
     over = build_prefill(model, order, runner.block_size, runner.device, True)
     assert over.meta.padded is None and len(over.meta.context_slots) == 3
+
+
+def test_runner_keeps_each_penalty_history_on_the_device_and_frees_it_at_the_end(monkeypatch):
+    """Through real engine steps the device masks equal each request's tokens, updated by
+    the step's own record (no rebuild from the host after admission), and finished requests
+    give their slots back."""
+    engine, runner, reqs = decoding_runner()
+    history = runner.sampling.history
+    rebuilt: list[int] = []
+    original = history._rebuild
+
+    def counting(slot, tokens):
+        rebuilt.append(slot)
+        original(slot, tokens)
+
+    monkeypatch.setattr(history, "_rebuild", counting)  # this test's runner only
+    for _ in range(3):
+        engine.step()
+    assert rebuilt == []
+    for r in reqs:
+        slot = history.slot_of[r.request_id]
+        assert set(history.seen[slot].nonzero().flatten().tolist()) == set(r.tokens)
+        assert history.recorded[slot] == len(r.tokens)
+    while engine.has_work:
+        engine.step()
+    assert history.slot_of == {}

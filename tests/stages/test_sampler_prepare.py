@@ -3,6 +3,7 @@ draws are bit-identical (same counter-hash noise, same order of operations)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -20,11 +21,15 @@ POLICY = TokenPolicy(
 )
 
 
+_ids = itertools.count()
+
+
 @dataclass
 class Row:
     sampling: SamplingParams
     seed: int
     tokens: list[int] = field(default_factory=list)
+    request_id: str = field(default_factory=lambda: f"row{next(_ids)}")
 
 
 def per_row_batch(rows: list[Row]) -> SamplingBatch:
@@ -111,10 +116,9 @@ def test_prepare_builds_the_per_row_batch_and_draws_the_same_ids():
     for subset in (rows(), rows()[:1], rows()[3:], rows()[::-1]):
         new, old = staging.prepare(subset), per_row_batch(subset)
         assert_same_fields(new, old)
-        pairs = new.penalty_pairs
-        assert pairs is not None
-        expanded = [(i, t) for i, r in enumerate(subset) for t in sorted(set(r.tokens))]
-        assert list(zip(pairs[0].tolist(), pairs[1].tolist(), strict=True)) == expanded
+        assert new.seen is not None
+        for i, r in enumerate(subset):
+            assert set(new.seen[i].nonzero().flatten().tolist()) == set(r.tokens)
         for stream in (0, 1, 7):
             logits = torch.randn(len(subset), VOCAB, generator=g) * 4
             assert torch.equal(sample(logits, new, stream), sample(logits, old, stream))
@@ -152,5 +156,54 @@ def test_staging_is_reused_and_grows_for_long_histories():
     ]
     new = staging.prepare(long)
     assert staging.seeds.dev.data_ptr() == before  # the fixed-address device buffer
-    assert new.penalty_pairs is not None and new.penalty_pairs[0].shape[0] == 2700
+    assert new.seen is not None and int(new.seen.sum()) == 2700
     assert_same_fields(new, per_row_batch(long))
+
+
+def test_penalty_history_follows_each_step_on_the_device_without_rebuilding(monkeypatch):
+    """After the first step a row's mask is updated by `record` alone (a rebuild would fail
+    here), draws equal the per-row construction's at every step, and a slot freed by one
+    request is reused clean by the next."""
+    staging = SamplingStaging(2, POLICY, torch.device("cpu"))
+    sp = SamplingParams(repetition_penalty=1.3, top_k=0, temperature=0.7)
+    live = [Row(sp, seed=5, tokens=[3, 3, 40]), Row(sp, seed=6)]
+    staging.prepare(live)  # first sight: each row is built from its tokens once
+    history = staging.history
+
+    def no_rebuild(slot, tokens):
+        raise AssertionError("rebuilt from the host")
+
+    monkeypatch.setattr(history, "_rebuild", no_rebuild)
+    g = torch.Generator().manual_seed(3)
+    for step in range(6):
+        new, old = staging.prepare(live), per_row_batch(live)
+        assert new.seen is not None
+        for i, r in enumerate(live):
+            assert set(new.seen[i].nonzero().flatten().tolist()) == set(r.tokens), step
+        logits = torch.randn(2, VOCAB, generator=g) * 4
+        ids = sample(logits, new, 0)
+        assert torch.equal(ids, sample(logits, old, 0)), step
+        staging.record(new, ids)
+        for r, t in zip(live, ids.tolist(), strict=True):
+            r.tokens.append(t)
+    monkeypatch.undo()
+    slot = history.slot_of[live[0].request_id]
+    staging.release(live[0].request_id)
+    newcomer = Row(sp, seed=9)
+    batch = staging.prepare([newcomer, live[1]])
+    assert history.slot_of[newcomer.request_id] == slot
+    assert batch.seen is not None and not batch.seen[0].any()
+
+
+def test_penalty_history_rebuilds_a_row_whose_tokens_changed_elsewhere_and_grows():
+    staging = SamplingStaging(1, POLICY, torch.device("cpu"))
+    sp = SamplingParams(repetition_penalty=1.3)
+    row = Row(sp, seed=1, tokens=[7])
+    staging.prepare([row])
+    row.tokens[:] = [8, 9]  # e.g. re-admitted with other tokens: the count differs
+    batch = staging.prepare([row])
+    assert batch.seen is not None and batch.seen[0].nonzero().flatten().tolist() == [8, 9]
+    others = [Row(sp, seed=i, tokens=[i]) for i in range(3)]  # more requests than slots
+    for other in others:
+        staging.prepare([other])
+    assert len(staging.history.slot_of) == 4 and staging.history.seen.shape[0] >= 4

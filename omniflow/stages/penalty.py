@@ -1,0 +1,88 @@
+"""The repetition penalty's history as a device-resident mask, kept up to date per step.
+
+The penalty applies to every id a request has sampled so far. Rebuilding that set on the
+host each step (a sort of the whole history per row, then an upload) costs O(history) per
+row per step: at 128 rows with 500 tokens each it was ~7 ms of host time per step on this
+project's CPU machine, growing with every frame (docs/benchmarks.md). Here each request owns
+one row of a [slots, V] bool mask on the device; a step marks the ids it sampled with one
+scatter (`record`), and a sampling call gathers its rows' masks (`rows`). Nothing grows with
+the history, and nothing is read back.
+
+The mask stays exactly the set of a request's tokens: a row is rebuilt from the host's token
+list whenever the count it has recorded differs from that list's length (a request admitted
+with tokens after preemption, a caller that appended tokens by other means), so `rows` is
+correct whatever happened before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+
+class HistoryRow(Protocol):
+    request_id: str
+    tokens: list[int]
+
+
+class PenaltyHistory:
+    """Per-request seen-id masks in one device tensor, slots reused as requests leave."""
+
+    def __init__(self, vocab_size: int, capacity: int, device: torch.device) -> None:
+        self.vocab_size = vocab_size
+        self.device = device
+        self.seen = torch.zeros(capacity, vocab_size, dtype=torch.bool, device=device)
+        self.slot_of: dict[str, int] = {}
+        self.recorded: list[int] = [0] * capacity
+        """Per slot, how many of its request's tokens the mask holds."""
+        self.free = list(range(capacity - 1, -1, -1))
+
+    def release(self, request_id: str) -> None:
+        """The request left (finished, aborted or preempted): its slot may be reused."""
+        slot = self.slot_of.pop(request_id, None)
+        if slot is not None:
+            self.free.append(slot)
+
+    def slots(self, rows: Sequence[HistoryRow]) -> list[int]:
+        """Each row's slot, with its mask brought in line with its token list."""
+        out = []
+        for r in rows:
+            slot = self.slot_of.get(r.request_id)
+            if slot is None:
+                slot = self._allocate(r.request_id)
+            if self.recorded[slot] != len(r.tokens):
+                self._rebuild(slot, r.tokens)
+            out.append(slot)
+        return out
+
+    def rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """[B, V] bool: the masks of these slots (device index tensor)."""
+        return self.seen.index_select(0, slots)
+
+    def record(self, slots: torch.Tensor, host_slots: Sequence[int], ids: torch.Tensor) -> None:
+        """Row i sampled ids[i] (device tensor): mark it in slot slots[i]. `host_slots` are the
+        same slots as ints, for the counts."""
+        self.seen[slots, ids] = True
+        for s in host_slots:
+            self.recorded[s] += 1
+
+    def _allocate(self, request_id: str) -> int:
+        if not self.free:
+            grow = self.seen.shape[0]
+            extra = torch.zeros(grow, self.vocab_size, dtype=torch.bool, device=self.device)
+            self.seen = torch.cat([self.seen, extra])
+            self.recorded.extend([0] * grow)
+            self.free = list(range(2 * grow - 1, grow - 1, -1))
+        slot = self.free.pop()
+        self.slot_of[request_id] = slot
+        self.recorded[slot] = -1  # forces a rebuild, even for an empty history
+        return slot
+
+    def _rebuild(self, slot: int, tokens: list[int]) -> None:
+        self.seen[slot].zero_()
+        if tokens:
+            ids = torch.tensor(tokens, dtype=torch.int64).to(self.device, non_blocking=True)
+            self.seen[slot, ids] = True
+        self.recorded[slot] = len(tokens)
