@@ -172,6 +172,59 @@ class CodecShape(Frozen):
     sample_rate: int = Field(24000, ge=1, description="Output sample rate.")
 
 
+class CodecEncoderConfig(Frozen):
+    """The speech tokenizer's encoder (24 kHz audio -> 16-codebook 12.5 Hz codes; a Mimi
+    encoder), as `encoder_config` in speech_tokenizer/config.json spells it. Base models."""
+
+    num_filters: int = Field(64, ge=1, description="First SEANet convolution's channels.")
+    kernel_size: int = Field(7, ge=1, description="First convolution's kernel.")
+    last_kernel_size: int = Field(3, ge=1, description="Last convolution's kernel.")
+    residual_kernel_size: int = Field(3, ge=1, description="Residual blocks' kernel.")
+    dilation_growth_rate: int = Field(2, ge=1, description="Dilation growth per residual layer.")
+    num_residual_layers: int = Field(1, ge=1, description="Residual layers per SEANet stage.")
+    compress: int = Field(2, ge=1, description="Residual blocks' channel compression.")
+    upsampling_ratios: tuple[int, ...] = Field(
+        (8, 6, 5, 4), description="SEANet strides (applied in reverse: 24 kHz -> 25 Hz)."
+    )
+    hidden_size: int = Field(512, ge=1, description="Transformer width.")
+    num_hidden_layers: int = Field(8, ge=1, description="Transformer layers.")
+    num_attention_heads: int = Field(8, ge=1, description="Transformer heads.")
+    num_key_value_heads: int = Field(8, ge=1, description="Transformer KV heads.")
+    head_dim: int = Field(64, ge=2, description="Transformer head width.")
+    intermediate_size: int = Field(2048, ge=1, description="Transformer MLP width.")
+    norm_eps: float = Field(1e-5, gt=0, description="Transformer LayerNorm epsilon.")
+    rope_theta: float = Field(1e4, gt=0, description="Transformer RoPE base.")
+    codebook_size: int = Field(2048, ge=2, description="Entries per codebook.")
+    codebook_dim: int = Field(256, ge=1, description="Codebook entry width.")
+    vector_quantization_hidden_dimension: int = Field(
+        256, ge=1, description="Quantizer input width."
+    )
+    num_quantizers: int = Field(32, ge=1, description="Quantizer codebooks in the checkpoint.")
+    num_semantic_quantizers: int = Field(1, ge=1, description="Semantic (first) codebooks.")
+    frame_rate: float = Field(12.5, gt=0, description="Code frames per second.")
+    sampling_rate: int = Field(24000, ge=1, description="Input sample rate.")
+    valid_quantizers: int = Field(
+        16, ge=1, description="Codes kept per frame (`encoder_valid_num_quantizers`)."
+    )
+
+
+class SpeakerEncoderConfig(Frozen):
+    """The ECAPA-TDNN speaker encoder (128-bin log-mel -> speaker embedding), as
+    `speaker_encoder_config` in a Base checkpoint's config.json spells it."""
+
+    mel_dim: int = Field(128, ge=1, description="Log-mel bins.")
+    enc_dim: int = Field(1024, ge=1, description="Embedding width (the talker's hidden size).")
+    enc_channels: tuple[int, ...] = Field(
+        (512, 512, 512, 512, 1536), description="Channels per TDNN layer."
+    )
+    enc_kernel_sizes: tuple[int, ...] = Field((5, 3, 3, 3, 1), description="Kernels per layer.")
+    enc_dilations: tuple[int, ...] = Field((1, 2, 3, 4, 1), description="Dilations per layer.")
+    enc_attention_channels: int = Field(128, ge=1, description="Attentive pooling width.")
+    enc_res2net_scale: int = Field(8, ge=1, description="Res2Net scale.")
+    enc_se_channels: int = Field(128, ge=1, description="Squeeze-excitation width.")
+    sample_rate: int = Field(24000, ge=1, description="Input sample rate.")
+
+
 class ModelConfig(Frozen):
     """A model preset: family, shapes and where the weights come from."""
 
@@ -192,6 +245,14 @@ class ModelConfig(Frozen):
     talker: TalkerShape = Field(description="Talker shape.")
     code_predictor: CodePredictorShape = Field(description="Code predictor shape.")
     codec: CodecShape = Field(description="Codec decoder shape.")
+    codec_encoder: CodecEncoderConfig | None = Field(
+        None, description="Base models (voice clone): the codec encoder's shape; unset: none."
+    )
+    speaker_encoder: SpeakerEncoderConfig | None = Field(
+        None,
+        description="Base models (voice clone): the speaker encoder's shape; unset: a "
+        "CustomVoice model, which refuses voice-clone requests.",
+    )
 
 
 # --------------------------------------------------------------------------- platform

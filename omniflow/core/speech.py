@@ -34,6 +34,19 @@ class SpeechRequest:
     """Prompt text layout, as the official implementation names it: True puts the whole
     text in the prompt, False feeds it one token per decode step; None: the model's default
     (docs/reference.md)."""
+    speaker_embedding: tuple[float, ...] | None = None
+    """Voice clone (Base models): the reference speaker's embedding, as the model's speaker
+    encoder computes it from the reference audio (`models/qwen3_tts/reference.py`). Set, the
+    request is a voice clone and `voice` must be None."""
+    ref_codes: tuple[tuple[int, ...], ...] | None = None
+    """Voice clone in context: the reference audio's codec frames (16 codes each, the codec
+    encoder's), with `ref_text` its transcript. None with a speaker embedding: x-vector only."""
+    ref_text: str | None = None
+    """Transcript of the reference audio (in-context cloning)."""
+
+    @property
+    def is_clone(self) -> bool:
+        return self.speaker_embedding is not None
 
     @classmethod
     def create(
@@ -54,6 +67,9 @@ class SpeechRequest:
         instructions: str | None = None,
         initial_chunk_frames: int | None = None,
         non_streaming_mode: bool | None = None,
+        speaker_embedding: tuple[float, ...] | None = None,
+        ref_codes: tuple[tuple[int, ...], ...] | None = None,
+        ref_text: str | None = None,
     ) -> SpeechRequest:
         """The one way front ends build a request from user-level fields.
 
@@ -78,4 +94,7 @@ class SpeechRequest:
             instructions=style,
             initial_chunk_frames=initial_chunk_frames,
             non_streaming_mode=non_streaming_mode,
+            speaker_embedding=speaker_embedding,
+            ref_codes=ref_codes,
+            ref_text=ref_text,
         )

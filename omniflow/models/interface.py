@@ -87,6 +87,11 @@ class PrefillInputs:
     """[T, G] int64 codes; entries where `code_mask` is False are ignored."""
     code_mask: torch.Tensor
     """[T, G] bool: which codes contribute at each position."""
+    added_rows: torch.Tensor | None = None
+    """[K] int64 positions that get a vector added to their embedding (a voice-clone speaker
+    embedding), or None."""
+    added: torch.Tensor | None = None
+    """[K, hidden] the vectors for `added_rows`."""
 
 
 @dataclass(frozen=True)

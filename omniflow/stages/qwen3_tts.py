@@ -138,6 +138,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         bundle.vocab,
         cfg.max_model_len,
         supports_instructions=ctx.graph.model.supports_instructions,
+        clone=bundle.clone_shape,
     )
     return StageParts(
         scheduler=ARScheduler(cfg, window_k=stage.window_k),

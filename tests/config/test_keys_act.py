@@ -55,6 +55,10 @@ READ: dict[str, tuple[str, str]] = {
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
     "model.supports_instructions": ("stages/qwen3_tts.py", "supports_instructions"),
     "model.codec.sample_rate": ("stages/orchestrator.py", "sample_rate"),
+    # Base presets only (unset in the printed default; their fields are the encoders' shapes,
+    # built in reference.py and checked against the checkpoint by the encoders' loaders)
+    "model.codec_encoder": ("models/qwen3_tts/reference.py", "codec_encoder"),
+    "model.speaker_encoder": ("models/qwen3_tts/reference.py", "speaker_encoder"),
 }
 # Shapes: every field is read where the modules are built.
 for part, fields, where in (

@@ -2,9 +2,8 @@
 
 One list of cases, read by the fixture script (scripts/make_reference_fixtures.py, which
 runs the official `qwen-tts`) and by the tests (which run omniflow). To compare something
-new (the Base prompt layouts: in-context and x-vector only), add its inputs here, its official
-side to `official.py` (and `official.outputs`), its omniflow side to `ours.py` (and
-`ours.measure`), a test, and rerun the script.
+new, add its inputs here, its official side to `official.py` (and `official.outputs`), its
+omniflow side to `ours.py` (and `ours.measure`), a test, and rerun the script.
 """
 
 from __future__ import annotations
@@ -46,6 +45,39 @@ PROMPT_CASES = (
     PromptCase("de_sohee_stream", "Guten Tag.", "sohee", "german", non_streaming=False),
 )
 CASES = {c.name: c for c in PROMPT_CASES}
+
+
+@dataclass(frozen=True)
+class CloneCase:
+    """A Base-model (voice clone) request: a seeded random speaker embedding, and for
+    in-context cloning `ref_frames` seeded random reference frames with `ref_text`."""
+
+    name: str
+    text: str
+    language: str
+    ref_text: str | None = None
+    ref_frames: int = 0
+    non_streaming: bool = False
+
+
+CLONE_CASES = (
+    # streaming text, the ICL text (ref + text + eos) longer than bos + frames: trailing text
+    CloneCase("icl_en_stream_long", "Hello there, friend.", "english", "Hi.", 4),
+    # streaming text shorter than the reference: text padded with tts_pad, no trailing text
+    CloneCase("icl_auto_stream_short", "Yes.", "auto", "Okay", 9),
+    CloneCase("icl_zh_whole", "你好。", "chinese", "早上好", 5, non_streaming=True),
+    CloneCase("xvec_en_stream", "Hello there.", "english"),
+    CloneCase("xvec_auto_whole", "Good morning!", "auto", non_streaming=True),
+)
+
+
+def clone_inputs(case: CloneCase, hidden: int, codebook: int) -> dict[str, torch.Tensor]:
+    """The case's speaker embedding [hidden] and reference codes [ref_frames, 16]."""
+    out = {"speaker": random_hidden(f"clone/{case.name}", (hidden,))}
+    if case.ref_text is not None:
+        out["ref_codes"] = random_codes(f"clone/{case.name}", (case.ref_frames, 16), codebook)
+    return out
+
 
 LOGIT_CASES = ("en_vivian_stream", "en_vivian_whole")
 """Talker logits over the prompt and DECODE_FRAMES teacher-forced decode positions."""

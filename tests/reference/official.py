@@ -27,6 +27,7 @@ from omniflow.config.schema import ModelConfig
 from omniflow.models.qwen3_tts.tokenizer import ByteTokenizer
 from tests.reference.cases import (
     CASES,
+    CLONE_CASES,
     CODEC_FRAMES,
     DECODE_FRAMES,
     ENCODER_SAMPLES,
@@ -36,7 +37,9 @@ from tests.reference.cases import (
     PREDICTOR_ROWS,
     PROMPT_CASES,
     SPEAKER_SAMPLES,
+    CloneCase,
     PromptCase,
+    clone_inputs,
     make_audio,
     random_codes,
     random_hidden,
@@ -402,12 +405,57 @@ def greedy(tts, case: PromptCase, max_new_tokens: int) -> torch.Tensor:
     return codes[0]
 
 
+@torch.no_grad()
+def clone_prompt(tts, case: CloneCase, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The official Base-model prompt embeddings and trailing text embeddings for a voice-clone
+    prompt (what `generate_voice_clone` hands `generate`: the speaker embedding, and in
+    context the reference codes and the tokenized reference turn, `_build_ref_text`'s
+    `<|im_start|>assistant\\n{ref_text}<|im_end|>\\n`)."""
+    tok = ByteTokenizer()
+    icl = case.ref_text is not None
+    ref_ids = [torch.tensor([tok.encode_chat(case.ref_text)[:-3]])] if icl else [None]
+    voice_clone_prompt = {
+        "ref_code": [inputs["ref_codes"]] if icl else [None],
+        "ref_spk_embedding": [inputs["speaker"]],
+        "x_vector_only_mode": [not icl],
+        "icl_mode": [icl],
+    }
+    box: dict[str, Any] = {}
+
+    def capture(**kwargs):
+        box.update(kwargs)
+        raise _Captured
+
+    tts.talker.generate = capture
+    try:
+        tts.generate(
+            input_ids=[torch.tensor([tok.encode_chat(case.text)])],
+            ref_ids=ref_ids,
+            voice_clone_prompt=voice_clone_prompt,
+            languages=[case.language],
+            non_streaming_mode=case.non_streaming,
+            max_new_tokens=4,
+        )
+    except _Captured:
+        pass
+    finally:
+        del tts.talker.generate
+    return {
+        "embeds": box["inputs_embeds"][0].clone(),
+        "trailing": box["trailing_text_hidden"][0].clone(),
+    }
+
+
 def outputs(tts, codec, model) -> dict[str, torch.Tensor]:
     """Every compared quantity; add new comparisons here (and their inputs in cases.py)."""
     out: dict[str, torch.Tensor] = {}
     for case in PROMPT_CASES:
         for key, value in prompt(tts, case).items():
             out[f"prompt/{case.name}/{key}"] = value
+    for case in CLONE_CASES:
+        inputs = clone_inputs(case, model.talker.hidden_size, model.codec.codebook_size)
+        for key, value in {**inputs, **clone_prompt(tts, case, inputs)}.items():
+            out[f"clone/{case.name}/{key}"] = value
     for name in LOGIT_CASES:
         frames = random_codes(f"decode/{name}", (DECODE_FRAMES, 16), model.codec.codebook_size)
         forced = teacher_forced(tts, prompt(tts, CASES[name]), frames)

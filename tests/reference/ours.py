@@ -34,7 +34,7 @@ from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
-from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.models.qwen3_tts.processor import CloneShape, TalkerProcessor
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.speaker_encoder import (
     SpeakerEncoderShape,
@@ -44,7 +44,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
-from tests.reference.cases import PromptCase
+from tests.reference.cases import CloneCase, PromptCase
 from tests.reference.weights import draw_all
 
 CPU = torch.device("cpu")
@@ -94,7 +94,8 @@ class Loaded:
 
 def load(model: ModelConfig) -> Loaded:
     """Everything from the checkpoint directory by omniflow's strict loaders; the encoder and
-    speaker encoder take their shapes from its config files (no preset has them yet)."""
+    speaker encoder take their shapes from its config files (so any preset's talker can be
+    compared; tests/models/test_base_preset.py loads them through the Base preset)."""
     assert model.path is not None
     d = Path(model.path)
     enc_shape = CodecEncoderShape.from_config(
@@ -113,7 +114,11 @@ def load(model: ModelConfig) -> Loaded:
 
 def processor(loaded: Loaded, max_model_len: int = 512) -> TalkerProcessor:
     b = loaded.bundle
-    return TalkerProcessor(b.tokenizer, b.vocab, max_model_len)
+    m = loaded.model
+    clone = CloneShape(
+        m.talker.hidden_size, m.code_predictor.num_code_groups, m.codec.codebook_size
+    )
+    return TalkerProcessor(b.tokenizer, b.vocab, max_model_len, clone=clone)
 
 
 def speech(case: PromptCase, rid: str = "ref", **kw) -> SpeechRequest:
@@ -130,6 +135,21 @@ def speech(case: PromptCase, rid: str = "ref", **kw) -> SpeechRequest:
 
 def prompt(loaded: Loaded, case: PromptCase) -> TalkerPrompt:
     return processor(loaded).make_request(speech(case)).payload
+
+
+def clone_prompt(loaded: Loaded, case: CloneCase, tensors: dict[str, torch.Tensor]) -> TalkerPrompt:
+    """A voice-clone request carrying the fixture's speaker embedding and reference codes."""
+    codes = tensors.get(f"clone/{case.name}/ref_codes")
+    request = SpeechRequest.create(
+        case.text,
+        request_id="ref-clone",
+        language=case.language,
+        non_streaming_mode=case.non_streaming,
+        speaker_embedding=tuple(tensors[f"clone/{case.name}/speaker"].tolist()),
+        ref_codes=None if codes is None else tuple(map(tuple, codes.tolist())),
+        ref_text=case.ref_text,
+    )
+    return processor(loaded).make_request(request).payload
 
 
 @torch.no_grad()
@@ -219,7 +239,13 @@ def measure(loaded: Loaded, tensors: dict[str, torch.Tensor]) -> dict[str, float
     """Max abs difference of every compared quantity (the official `outputs` vs omniflow);
     greedy generations give 0.0 when omniflow's frames start with the official ones, else
     inf. The per-quantity tests in test_reference_fixtures.py say the same, one by one."""
-    from tests.reference.cases import CASES, GREEDY_CASES, LOGIT_CASES, PROMPT_CASES
+    from tests.reference.cases import (
+        CASES,
+        CLONE_CASES,
+        GREEDY_CASES,
+        LOGIT_CASES,
+        PROMPT_CASES,
+    )
 
     def diff(a: torch.Tensor, b: torch.Tensor) -> float:
         return float((a.float() - b.float()).abs().max()) if a.shape == b.shape else math.inf
@@ -228,6 +254,11 @@ def measure(loaded: Loaded, tensors: dict[str, torch.Tensor]) -> dict[str, float
     for case in PROMPT_CASES:
         out[f"prompt/{case.name}"] = diff(
             embeds(loaded, prompt(loaded, case)), tensors[f"prompt/{case.name}/embeds"]
+        )
+    for clone in CLONE_CASES:
+        out[f"clone/{clone.name}"] = diff(
+            embeds(loaded, clone_prompt(loaded, clone, tensors)),
+            tensors[f"clone/{clone.name}/embeds"],
         )
     for name in LOGIT_CASES:
         x = embeds(loaded, prompt(loaded, CASES[name]), tensors[f"logits/{name}/frames"])

@@ -16,6 +16,7 @@ from omniflow.models.qwen3_tts.vocab import CodecVocab
 from tests.reference import ours
 from tests.reference.cases import (
     CASES,
+    CLONE_CASES,
     GREEDY_CASES,
     GREEDY_MAX_NEW_TOKENS,
     LOGIT_CASES,
@@ -125,6 +126,18 @@ def test_prompt_embeddings(fx, loaded, case):
     steps = trailing.shape[0] + 2
     want = torch.cat([trailing, fx.tensors[f"prompt/{case.name}/tts_pad"].expand(2, -1)])
     close(ours.trailing(loaded, p, steps), want, EMBED_TOL)
+
+
+@pytest.mark.parametrize("case", CLONE_CASES, ids=lambda c: c.name)
+def test_voice_clone_prompt_embeddings(fx, loaded, case):
+    """Base-model layouts: in context (ref_text + reference codes + speaker embedding; both
+    text layouts, text longer and shorter than the reference) and speaker embedding only."""
+    p = ours.clone_prompt(loaded, case, fx.tensors)
+    close(ours.embeds(loaded, p), fx.tensors[f"clone/{case.name}/embeds"], EMBED_TOL)
+    trailing = fx.tensors[f"clone/{case.name}/trailing"]
+    pad = fx.tensors["prompt/en_vivian_whole/tts_pad"]
+    want = torch.cat([trailing, pad.expand(2, -1)])
+    close(ours.trailing(loaded, p, trailing.shape[0] + 2), want, EMBED_TOL)
 
 
 @pytest.mark.parametrize("name", LOGIT_CASES)

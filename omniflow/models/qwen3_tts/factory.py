@@ -17,6 +17,8 @@ from omniflow.models.qwen3_tts.loader import (
     weight_files,
 )
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights, init_dummy
+from omniflow.models.qwen3_tts.processor import CloneShape
+from omniflow.models.qwen3_tts.reference import ReferenceEncoders, build_reference_encoders
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.models.qwen3_tts.tokenizer import BPETokenizer, ByteTokenizer, TextTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
@@ -31,6 +33,13 @@ class TalkerBundle:
     talker: Talker
     tokenizer: TextTokenizer
     vocab: CodecVocab
+    reference: ReferenceEncoders | None = None
+    """A Base model's codec and speaker encoders (voice clone); None: CustomVoice."""
+
+    @property
+    def clone_shape(self) -> CloneShape | None:
+        """What voice-clone requests must match; None: they are refused."""
+        return self.reference.clone if self.reference is not None else None
 
 
 def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
@@ -66,4 +75,5 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
                 f"model.talker.text_vocab_size {config.talker.text_vocab_size} is smaller than "
                 f"the byte tokenizer's {ByteTokenizer.VOCAB} ids"
             )
-    return TalkerBundle(Talker(weights, config, vocab), tokenizer, vocab)
+    reference = build_reference_encoders(config)
+    return TalkerBundle(Talker(weights, config, vocab), tokenizer, vocab, reference)

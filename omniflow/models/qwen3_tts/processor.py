@@ -4,11 +4,19 @@ fill the sampling parameters with the model's rules (EOS, suppressed ids, min 2 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+
+import torch
 
 from omniflow.core.request import Request, SamplingParams
 from omniflow.core.speech import SpeechRequest
-from omniflow.models.qwen3_tts.prompt import PromptError, build_prompt
-from omniflow.models.qwen3_tts.tokenizer import TextTokenizer
+from omniflow.models.qwen3_tts.prompt import (
+    PromptError,
+    TalkerPrompt,
+    build_clone_prompt,
+    build_prompt,
+)
+from omniflow.models.qwen3_tts.tokenizer import ROLE_LEN, SUFFIX_LEN, TextTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 
 DEFAULT_MAX_NEW_TOKENS = 2048
@@ -16,6 +24,21 @@ DEFAULT_NON_STREAMING = True
 """A request that does not say gets the whole-text prompt layout: the official default for
 CustomVoice (`generate_custom_voice(non_streaming_mode=True)`), so a plain request is laid out
 as the reference lays it out (docs/reference.md)."""
+DEFAULT_CLONE_NON_STREAMING = False
+"""Voice clone's default layout: the official `generate_voice_clone(non_streaming_mode=False)`."""
+
+
+@dataclass(frozen=True)
+class CloneShape:
+    """What a voice-clone request's reference must match (a Base model's talker)."""
+
+    hidden_size: int
+    """Width of the speaker embedding."""
+    num_groups: int
+    """Codes per reference frame."""
+    codebook_size: int
+
+
 _seed_source = random.SystemRandom()
 
 
@@ -28,11 +51,15 @@ class TalkerProcessor:
         vocab: CodecVocab,
         max_model_len: int,
         supports_instructions: bool = True,
+        clone: CloneShape | None = None,
     ) -> None:
+        """`clone`: the reference shape voice-clone requests must match; None refuses them
+        (a CustomVoice model has no speaker encoder)."""
         self.tokenizer = tokenizer
         self.vocab = vocab
         self.max_model_len = max_model_len
         self.supports_instructions = supports_instructions
+        self.clone = clone
         self.voices = tuple(sorted(vocab.speakers))
         self.languages = ("auto", *vocab.public_languages)
 
@@ -42,24 +69,7 @@ class TalkerProcessor:
         return self.max_model_len
 
     def make_request(self, speech: SpeechRequest) -> Request:
-        instruct = None
-        if speech.instructions:
-            if not self.supports_instructions:
-                raise PromptError("instructions are not supported by this model")
-            instruct = self.tokenizer.encode_instruct(speech.instructions)
-        prompt = build_prompt(
-            self.tokenizer.encode_chat(speech.text),
-            self.tokenizer.specials,
-            self.vocab,
-            speech.voice,
-            speech.language,
-            instruct,
-            non_streaming=(
-                DEFAULT_NON_STREAMING
-                if speech.non_streaming_mode is None
-                else speech.non_streaming_mode
-            ),
-        )
+        prompt = self._clone_prompt(speech) if speech.is_clone else self._voice_prompt(speech)
         room = self.max_model_len - prompt.prompt_len
         if room < 1:
             raise ValueError(
@@ -89,4 +99,74 @@ class TalkerProcessor:
             payload=prompt,
             sampling=sampling,
             seed=seed,
+        )
+
+    def _voice_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
+        instruct = None
+        if speech.instructions:
+            if not self.supports_instructions:
+                raise PromptError("instructions are not supported by this model")
+            instruct = self.tokenizer.encode_instruct(speech.instructions)
+        if speech.ref_codes is not None or speech.ref_text is not None:
+            raise PromptError("ref_codes and ref_text need a speaker_embedding (voice clone)")
+        return build_prompt(
+            self.tokenizer.encode_chat(speech.text),
+            self.tokenizer.specials,
+            self.vocab,
+            speech.voice,
+            speech.language,
+            instruct,
+            non_streaming=(
+                DEFAULT_NON_STREAMING
+                if speech.non_streaming_mode is None
+                else speech.non_streaming_mode
+            ),
+        )
+
+    def _clone_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
+        """A Base-model prompt: in context with ref_codes + ref_text, else x-vector only."""
+        shape = self.clone
+        if shape is None:
+            raise PromptError("this model does not clone voices (a Base model does)")
+        if speech.voice is not None:
+            raise PromptError("a voice clone request names no voice")
+        if speech.instructions:
+            raise PromptError("instructions are not supported with voice clone")
+        assert speech.speaker_embedding is not None
+        emb = torch.tensor(speech.speaker_embedding, dtype=torch.float32)
+        if emb.shape != (shape.hidden_size,) or not bool(emb.isfinite().all()):
+            raise PromptError(
+                f"speaker_embedding must be {shape.hidden_size} finite numbers, "
+                f"got {tuple(emb.shape)}"
+            )
+        ref_ids = None
+        frames: tuple[tuple[int, ...], ...] = ()
+        if speech.ref_codes is not None:
+            if not speech.ref_text or not speech.ref_text.strip():
+                raise PromptError("in-context voice clone needs ref_text")
+            frames = tuple(tuple(int(c) for c in f) for f in speech.ref_codes)
+            if not frames:
+                raise PromptError("ref_codes is empty")
+            for f in frames:
+                if len(f) != shape.num_groups or not all(0 <= c < shape.codebook_size for c in f):
+                    raise PromptError(
+                        f"ref_codes frames must be {shape.num_groups} codes in "
+                        f"[0, {shape.codebook_size})"
+                    )
+            ref_ids = self.tokenizer.encode_chat(speech.ref_text)[ROLE_LEN:-SUFFIX_LEN]
+        elif speech.ref_text is not None:
+            raise PromptError("ref_text needs ref_codes (or leave it out: x-vector only)")
+        return build_clone_prompt(
+            self.tokenizer.encode_chat(speech.text),
+            self.tokenizer.specials,
+            self.vocab,
+            speech.language,
+            emb,
+            ref_ids,
+            frames,
+            non_streaming=(
+                DEFAULT_CLONE_NON_STREAMING
+                if speech.non_streaming_mode is None
+                else speech.non_streaming_mode
+            ),
         )

@@ -15,11 +15,25 @@ A decode step's input is that text id's projected embedding plus the sum of the 
 frame's 16 codebook embeddings. The language id follows `CodecVocab.language_id` (a dialect
 speaker's dialect replaces Chinese and `auto`). docs/reference.md has the comparison with
 the official prompt embeddings.
+
+Base models (voice clone, `build_clone_prompt`) put the reference speaker's embedding where
+the speaker id goes (no speaker id; the codec prefix is [think tags..., SPEAKER, pad, bos]).
+Speaker-embedding only (`x_vector_only_mode`) then takes either text layout above. In-context
+cloning replaces the "first text token + codec bos" position with two streams, T1 text
+positions (ref_text, then the text, then tts_eos) and T2 = 1 + F codec positions (codec bos,
+then the F reference frames, each the sum of its 16 codebook embeddings):
+
+    streaming text        position i pairs text i with codec i for i < T2 (text past its end
+                          is tts_pad); text positions past T2 are the trailing text
+    whole text            T1 positions text + codec pad, then T2 positions tts_pad + codec;
+                          every decode step adds tts_pad
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import torch
 
 from omniflow.models.qwen3_tts.tokenizer import ROLE_LEN, SUFFIX_LEN
 from omniflow.models.qwen3_tts.vocab import CodecVocab, TextSpecials
@@ -41,6 +55,19 @@ class TalkerPrompt:
     trailing_text: tuple[int, ...]
     """Text ids added at decode steps 0, 1, ... (empty in the whole-text layout)."""
     pad_text_id: int
+    ref_frames: tuple[tuple[int, ...], ...] = ()
+    """Voice clone in context: whole reference frames (16 codes, all summed) at positions
+    ref_start, ref_start + 1, ... (their codec_ids are NO_CODEC)."""
+    ref_start: int = -1
+    speaker_embedding: torch.Tensor | None = field(default=None, compare=False)
+    """Voice clone: the speaker encoder's [hidden] vector, added at `speaker_pos` in place
+    of a speaker id (that position's codec id is NO_CODEC)."""
+    speaker_pos: int = -1
+
+    def ref_frame_at(self, pos: int) -> tuple[int, ...] | None:
+        """The reference frame at prompt position `pos`, or None."""
+        i = pos - self.ref_start
+        return self.ref_frames[i] if 0 <= i < len(self.ref_frames) else None
 
     @property
     def prompt_len(self) -> int:
@@ -108,4 +135,68 @@ def build_prompt(
         codec_ids=tuple(codec_ids),
         trailing_text=trailing,
         pad_text_id=specials.tts_pad,
+    )
+
+
+def build_clone_prompt(
+    chat_ids: list[int],
+    specials: TextSpecials,
+    vocab: CodecVocab,
+    language: str,
+    speaker_embedding: torch.Tensor,
+    ref_text_ids: list[int] | None = None,
+    ref_frames: tuple[tuple[int, ...], ...] = (),
+    non_streaming: bool = False,
+) -> TalkerPrompt:
+    """Lay out a Base-model prompt, as the official `generate` does with a voice-clone prompt:
+    in context (`ref_text_ids` and `ref_frames` given: the reference transcript's body ids and
+    its codec frames) or speaker-embedding only (both None/empty)."""
+    text = chat_ids[ROLE_LEN:-SUFFIX_LEN]
+    if not text:
+        raise PromptError("input text is empty")
+    icl = ref_text_ids is not None
+    if icl and (not ref_text_ids or not ref_frames):
+        raise PromptError("in-context voice clone needs a non-empty ref_text and reference codes")
+    prefix = codec_prefix(vocab, None, language)
+    speaker_pos = ROLE_LEN + len(prefix)
+    codec = [*prefix, NO_CODEC, vocab.pad, vocab.bos]
+    n = len(codec)
+    text_ids = list(chat_ids[:ROLE_LEN]) + [specials.tts_pad] * (n - 2) + [specials.tts_bos]
+    codec_ids = [NO_CODEC] * ROLE_LEN + codec[:-1]
+    ref_start = -1
+    trailing: tuple[int, ...] = ()
+    if not icl:
+        # The CustomVoice text layouts with the vector in the speaker slot.
+        if non_streaming:
+            whole = [*text, specials.tts_eos]
+            text_ids += [*whole, specials.tts_pad]
+            codec_ids += [vocab.pad] * len(whole) + [vocab.bos]
+        else:
+            text_ids.append(text[0])
+            codec_ids.append(vocab.bos)
+            trailing = (*text[1:], specials.tts_eos)
+    else:
+        icl_text = [*ref_text_ids, *text, specials.tts_eos]
+        n_codec = 1 + len(ref_frames)
+        if non_streaming:
+            text_ids += icl_text + [specials.tts_pad] * n_codec
+            codec_ids += [vocab.pad] * len(icl_text) + [vocab.bos]
+            ref_start = len(codec_ids)
+            codec_ids += [NO_CODEC] * len(ref_frames)
+        else:
+            head = icl_text[:n_codec]
+            text_ids += head + [specials.tts_pad] * (n_codec - len(head))
+            codec_ids.append(vocab.bos)
+            ref_start = len(codec_ids)
+            codec_ids += [NO_CODEC] * len(ref_frames)
+            trailing = tuple(icl_text[n_codec:])
+    return TalkerPrompt(
+        text_ids=tuple(text_ids),
+        codec_ids=tuple(codec_ids),
+        trailing_text=trailing,
+        pad_text_id=specials.tts_pad,
+        ref_frames=tuple(ref_frames) if icl else (),
+        ref_start=ref_start,
+        speaker_embedding=speaker_embedding,
+        speaker_pos=speaker_pos,
     )
