@@ -29,7 +29,8 @@ then experiment=mine).
 
 _COMMON = """
 Any other override configures what runs: pipeline=qwen3_tts|qwen3_tts_fused,
-model=qwen3_tts_tiny|qwen3_tts_0_6b|qwen3_tts_1_7b, model.path=DIR (a checkpoint),
+model=qwen3_tts_tiny|qwen3_tts_tiny_base|qwen3_tts_0_6b|qwen3_tts_1_7b,
+model.path=DIR (a checkpoint),
 platform=cpu|cuda|auto, experiment=NAME, a.b.c=value (see `omniflow config`).
 """
 
@@ -38,7 +39,9 @@ _HEADS = {
     "(POST /v1/audio/speech, GET /v1/models,\n/health, /metrics, /docs).\n\nkeys:",
     "synth": 'usage: omniflow synth text="..." out=FILE [key=value ...]\n\nSynthesise one text '
     "to an audio file; the format follows out's extension\n(.wav, .flac, .mp3, .opus, .ogg, "
-    ".pcm). Progress goes to stderr; the summary line to stdout.\n\nkeys (bare, or as "
+    ".pcm). Progress goes to stderr; the summary line to stdout.\nVoice clone (a Base "
+    'model):\nref_audio=FILE ref_text="..." or ref_audio=FILE x_vector_only_mode=true.\n\nkeys '
+    "(bare, or as "
     "synth.KEY):",
     "bench": "usage: omniflow bench [-m] [hydra flags] [key=value ...]\n\nServe the "
     "configured pipeline on loopback and load it over HTTP with the shipped LibriSpeech "

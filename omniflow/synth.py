@@ -1,12 +1,14 @@
 """`omniflow synth text="..." out=hello.wav`: one offline request to an audio file.
 
 Bare keys (`text=`, `out=`, `seed=`, `voice=`, `language=`, `max_new_tokens=`,
-`ignore_eos=`, `instructions=`) are the `synth` section's; any other override configures the
+`ignore_eos=`, `instructions=`, and for a voice clone on a Base model `ref_audio=FILE`,
+`ref_text=`, `x_vector_only_mode=`) are the `synth` section's; any other override configures the
 pipeline. The output format follows `out`'s extension and is encoded as the server encodes
 whole responses (serve/encoders.py). Everything that can be checked before generating is:
-the device, the format, and the output directory (a temporary file is created beside `out`
-first, then renamed over it, so a Ctrl-C or a failure never leaves half a file or loses the
-previous one).
+the device, the format, the reference recording (read, decoded and resampled as the server
+does, serve/reference_audio.py, without the server's size limits), and the output directory
+(a temporary file is created beside `out` first, then renamed over it, so a Ctrl-C or a
+failure never leaves half a file or loses the previous one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -32,8 +35,11 @@ from omniflow.errors import ConfigError
 from omniflow.graph import StageGraph
 from omniflow.preflight import check_device
 from omniflow.serve.encoders import encode_whole
+from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference
 
-_STRING_KEYS = {"text", "out", "voice", "language", "instructions"}
+_STRING_KEYS = {"text", "out", "voice", "language", "instructions", "ref_audio", "ref_text"}
+DEFAULT_VOICE = "vivian"
+"""The speaker of a request that names none and is no voice clone."""
 FORMATS = {".wav": "wav", ".flac": "flac", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus"}
 FORMATS |= {".pcm": "pcm", ".raw": "pcm"}
 """Output extension -> encoding (.ogg holds Opus; .pcm/.raw are headerless s16le)."""
@@ -93,15 +99,46 @@ def reserve(out: str) -> Path:
     return Path(tmp)
 
 
+def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
+    """The voice-clone reference as mono samples at `rate`, after the field checks the
+    server makes (compat.py): None for a plain request."""
+    if s.ref_audio is None:
+        for key, value in (("ref_text", s.ref_text), ("x_vector_only_mode", s.x_vector_only_mode)):
+            if value not in (None, False):
+                raise ConfigError(f"synth.{key}", "is a voice-clone key: it needs ref_audio=FILE")
+        return None
+    if s.voice is not None:
+        raise ConfigError("synth.voice", "a voice clone (ref_audio) names no voice")
+    if s.instructions:
+        raise ConfigError("synth.instructions", "not supported with voice clone (ref_audio)")
+    if s.x_vector_only_mode and s.ref_text is not None:
+        raise ConfigError("synth.ref_text", "not used with x_vector_only_mode=true")
+    if not s.x_vector_only_mode and not (s.ref_text and s.ref_text.strip()):
+        raise ConfigError(
+            "synth.ref_text", "the reference's transcript is needed (or x_vector_only_mode=true)"
+        )
+    try:
+        raw = Path(s.ref_audio).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} does not exist") from None
+    except OSError as exc:
+        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r}: {exc.strerror}") from None
+    try:
+        return decode_reference(raw, rate)
+    except ReferenceAudioError as exc:
+        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} {exc}") from None
+
+
 def run_synth(overrides: list[str], config_dir: str | None) -> int:
     spec = compose(synth_overrides(overrides), config_dir)
     graph = build_graph(spec)
     check_device(graph)
     s = spec.synth
     fmt = output_format(s.out)
+    reference = read_reference(s, graph.model.codec.sample_rate)
     tmp = reserve(s.out)
     try:
-        audio, finish, elapsed, rate = _generate(graph, s)
+        audio, finish, elapsed, rate = _generate(graph, s, reference)
         Path(tmp).write_bytes(encode_whole(audio, fmt, rate))
         os.replace(tmp, s.out)
     except SynthError as exc:
@@ -118,22 +155,38 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     return 0
 
 
-def _generate(graph: StageGraph, s: SynthConfig) -> tuple[np.ndarray, str | None, float, int]:
+def _generate(
+    graph: StageGraph, s: SynthConfig, reference: torch.Tensor | None
+) -> tuple[np.ndarray, str | None, float, int]:
     """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
     from omniflow.stages.build import build_pipeline
     from omniflow.stages.orchestrator import AudioEvent
 
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()
+    embedding = codes = None
+    if reference is not None:
+        encoder = orch.reference_encoder()
+        if encoder is None:
+            raise SynthError(
+                f"model {graph.model.name} does not support voice cloning (ref_audio needs a "
+                "Base model, e.g. model=qwen3_tts_tiny_base)"
+            )
+        voice = encoder.encode(reference)
+        embedding = voice.speaker_embedding
+        codes = None if s.x_vector_only_mode else voice.ref_codes
     request = SpeechRequest.create(
         s.text,
         id_prefix="synth",
-        voice=s.voice,
+        voice=s.voice if reference is not None else s.voice or DEFAULT_VOICE,
         language=s.language,
         seed=s.seed,
         max_new_tokens=s.max_new_tokens,
         ignore_eos=s.ignore_eos,
         instructions=s.instructions,
+        speaker_embedding=embedding,
+        ref_codes=codes,
+        ref_text=None if s.x_vector_only_mode else s.ref_text,
     )
     rate = orch.info().sample_rate
     total = s.max_new_tokens if s.ignore_eos else None

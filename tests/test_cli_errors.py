@@ -138,3 +138,27 @@ def test_ctrl_c_during_synth_is_one_line_and_writes_nothing(tmp_path):
     last = stderr.replace("\r", "\n").strip().splitlines()[-1]
     assert last.startswith("omniflow synth: interrupted after ") and "nothing written" in last
     assert list(tmp_path.iterdir()) == []  # no output, no temporary file left behind
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda d: str(d / "missing.wav"), "does not exist"),
+        (
+            lambda d: (d / "notes.wav").write_text("no audio here " * 50) and str(d / "notes.wav"),
+            "is not audio",
+        ),
+    ],
+)
+def test_synth_refuses_a_missing_or_non_audio_reference(tmp_path, make, needle):
+    ref = make(tmp_path)
+    r = omniflow(
+        "synth",
+        "model=qwen3_tts_tiny_base",
+        "platform=cpu",
+        f"ref_audio={ref}",
+        "ref_text=x",
+        f"out={tmp_path / 'o.wav'}",
+    )
+    one_line_error(r, "synth.ref_audio", needle)
+    assert not (tmp_path / "o.wav").exists()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import wave
 
+import numpy as np
 import pytest
 import soundfile
 
@@ -85,3 +86,31 @@ def test_synth_writes_the_format_its_extension_names(tmp_path, capsys, ext, cont
     assert abs(info.frames - 6 * 1920) <= 2 * 1152  # mp3/opus add encoder padding
     assert f", {ext}), " in capsys.readouterr().out  # the summary names the format
     assert [p.name for p in tmp_path.iterdir()] == [f"x.{ext}"]  # no temporary file left
+
+
+def reference_wav(path, rate: int = 16000) -> str:
+    t = np.arange(rate) / rate
+    soundfile.write(path, (0.4 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), rate)
+    return str(path)
+
+
+def test_synth_clones_a_voice_from_a_reference_file(tmp_path, capsys):
+    """ref_audio=FILE on the tiny Base model: the file is read, resampled (16 kHz here) and
+    encoded; in context and x-vector only both write audio, and differ."""
+    from omniflow.synth import run_synth
+
+    ref = reference_wav(tmp_path / "ref.wav")
+    base = ["model=qwen3_tts_tiny_base", *ARGS[1:], f"ref_audio={ref}"]
+    assert run_synth([*base, "ref_text=A low hum.", f"out={tmp_path / 'icl.wav'}"], None) == 0
+    xvec = [*base, "x_vector_only_mode=true", f"out={tmp_path / 'x.wav'}"]
+    assert run_synth(xvec, None) == 0
+    icl_audio, rate = soundfile.read(tmp_path / "icl.wav")
+    x_audio, _ = soundfile.read(tmp_path / "x.wav")
+    assert rate == 24000 and icl_audio.shape == x_audio.shape == (24 * 1920,)
+    assert not np.array_equal(icl_audio, x_audio)
+    # A CustomVoice model has no encoders: one line, status 2, nothing written.
+    custom = [*ARGS, f"ref_audio={ref}", "ref_text=x", f"out={tmp_path / 'c.wav'}"]
+    capsys.readouterr()
+    assert run_synth(custom, None) == 2
+    assert "does not support voice cloning" in capsys.readouterr().err
+    assert not (tmp_path / "c.wav").exists()

@@ -373,9 +373,11 @@ def resolve_ref_context(
 ) -> int | None:
     """Frames of reference codes that prime the stage's decoder (voice clone).
 
-    It acts only where a request can carry reference codes (`accepts_reference`); anywhere
-    else a set value would be accepted and ignored, so it is refused. Where it acts, None
-    falls back to the decoder's attention window and 0 stays 0 (no priming)."""
+    It acts only where a request can carry reference codes: the arch primes its decoder with
+    them (`accepts_reference`) and the model is a Base model (it has a speaker encoder; a
+    CustomVoice model refuses voice-clone requests). Anywhere else a set value would be
+    accepted and ignored, so it is refused. Where it acts, None falls back to the decoder's
+    attention window and 0 stays 0 (no priming)."""
     rkey = f"{key}.ref_context_frames"
     if not decodes_audio:
         if stage.ref_context_frames is not None:
@@ -390,9 +392,19 @@ def resolve_ref_context(
             errors.append(
                 ConfigError(
                     rkey,
-                    f"arch {stage.arch!r} takes no reference audio (voice clone is not built "
-                    "yet), so no request can carry reference codes to prime the decoder; "
-                    "leave it unset",
+                    f"arch {stage.arch!r} takes no reference audio (voice clone), so no "
+                    "request can carry reference codes to prime the decoder; leave it unset",
+                )
+            )
+        return None
+    if model.speaker_encoder is None:
+        if stage.ref_context_frames is not None:
+            errors.append(
+                ConfigError(
+                    rkey,
+                    f"model {model.name!r} is a CustomVoice model (no speaker encoder), which "
+                    "takes no voice clone requests, so none can carry reference codes to "
+                    "prime the decoder; leave it unset or use a Base model",
                 )
             )
         return None

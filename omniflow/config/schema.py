@@ -302,6 +302,19 @@ class ServerConfig(Frozen):
         description="A streamed response whose client takes nothing for this long is "
         "aborted, releasing its KV blocks and decoder slot.",
     )
+    max_ref_audio_s: float = Field(
+        30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Longest voice-clone reference (`ref_audio`, seconds); longer is a 400. "
+        "The reference is encoded whole on the CPU, once per request.",
+    )
+    max_ref_audio_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest voice-clone reference file (`ref_audio`, decoded bytes); larger "
+        "is a 400 before it is decoded.",
+    )
 
 
 class SynthConfig(Frozen):
@@ -311,9 +324,20 @@ class SynthConfig(Frozen):
     out: str = Field(
         "out.wav", description="Output file; its extension picks the format (wav, flac, mp3, ...)."
     )
-    voice: str = Field("vivian", description="Speaker.")
+    voice: str | None = Field(
+        None, description="Speaker; unset: vivian, or none with ref_audio (a voice clone)."
+    )
     language: str = Field("auto", description="Language, or auto.")
     instructions: str | None = Field(None, description="Style instruction.")
+    ref_audio: str | None = Field(
+        None, description="Voice clone (a Base model): the reference recording's file."
+    )
+    ref_text: str | None = Field(
+        None, description="Voice clone: the reference's transcript (in-context cloning)."
+    )
+    x_vector_only_mode: bool = Field(
+        False, description="Voice clone from the speaker embedding alone (no ref_text)."
+    )
     seed: int | None = Field(None, description="Sampling seed.")
     max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
     ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")

@@ -33,5 +33,6 @@ class ModelCapabilities:
     decodes_audio: bool
     """Whether it runs a codec decoder (so `ref_context_frames` may apply to it)."""
     accepts_reference: bool
-    """Whether a request can carry reference codes to prime its decoder (voice clone).
-    Without it `ref_context_frames` has nothing to act on and is refused."""
+    """Whether the component primes its decoder with a request's reference codes (voice
+    clone). Without it, or on a CustomVoice model, `ref_context_frames` has nothing to act
+    on and is refused."""

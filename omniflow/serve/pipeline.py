@@ -1,9 +1,10 @@
 """The part of a running pipeline the server depends on, as a Protocol.
 
-The server reads only `info()` and `stats()`, observes step times, and submits and aborts
-requests. Typing against this (rather than the orchestrator class) keeps the server off the
-orchestrator's internals and lets tests serve a small fake with the same behaviour, e.g. a
-pipeline whose stage has died.
+The server reads only `info()` and `stats()`, observes step times, submits and aborts
+requests, and encodes voice-clone references with `reference_encoder()` (the declared
+capability of a Base model; None on any other). Typing against this (rather than the
+orchestrator class) keeps the server off the orchestrator's internals and lets tests serve a
+small fake with the same behaviour, e.g. a pipeline whose stage has died.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol
 
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.core.speech import SpeechRequest
+from omniflow.stages.builders import ReferenceEncoder
 from omniflow.stages.orchestrator import AudioEvent
 
 Sink = Callable[[AudioEvent], None]
@@ -24,6 +26,10 @@ class Pipeline(Protocol):
     def info(self) -> PipelineInfo: ...
 
     def stats(self) -> PipelineStats: ...
+
+    def reference_encoder(self) -> ReferenceEncoder | None:
+        """A Base model's voice-clone encoders; None: the model does not clone voices."""
+        ...
 
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
 

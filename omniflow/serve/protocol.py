@@ -7,7 +7,7 @@ prompt builder. Unknown fields are refused, so a typo is an error naming the fie
 Numbers and flags are strict: `"7"`, `true` or `"yes"` where an integer or a boolean belongs
 is a 400 rather than a guess (pydantic's lax mode reads `true` as seed 1 and `"yes"` as
 true, so a client's bug would go unnoticed). Fields other frameworks' clients send are
-declared with the values that mean "nothing asked" (see compat.py, which refuses the rest).
+declared here; compat.py checks that they fit together (a voice clone names no voice, ...).
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ class SpeechBody(BaseModel):
 
     model: str = Field(description="Served model name (GET /v1/models).")
     input: str = Field(description="Text to speak.")
-    voice: str = Field(description="A speaker of the model (GET /v1/audio/voices).")
+    voice: str | None = Field(
+        None,
+        description="A speaker of the model (GET /v1/audio/voices); required, except for a "
+        "voice clone (task_type Base), which names none.",
+    )
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
     speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Only 1.0 is supported.")
     instructions: str | None = Field(
@@ -65,7 +69,9 @@ class SpeechBody(BaseModel):
     stream: bool = Field(False, strict=True, description="Stream the audio as it is produced.")
     language: str = Field("auto", description="Language name, or auto.")
     task_type: Literal["CustomVoice", "Base", "VoiceDesign"] = Field(
-        "CustomVoice", description="Qwen3-TTS task; the CustomVoice presets serve CustomVoice."
+        "CustomVoice",
+        description="Qwen3-TTS task: CustomVoice (a preset voice) on CustomVoice models, Base "
+        "(voice clone from ref_audio) on Base models.",
     )
     seed: int | None = Field(None, ge=0, lt=2**62, strict=True, description="Sampling seed.")
     max_new_tokens: int | None = Field(
@@ -87,10 +93,22 @@ class SpeechBody(BaseModel):
         description="Prompt text layout: true the whole text in the prompt, false one text "
         "token per decode step; unset: the model's default (true for CustomVoice).",
     )
-    ref_audio: None = Field(None, description="Voice clone: not built; only null is accepted.")
-    ref_text: None = Field(None, description="Voice clone: not built; only null is accepted.")
-    x_vector_only_mode: Literal[False] | None = Field(
-        None, description="Voice clone: not built; only false or null is accepted."
+    ref_audio: str | None = Field(
+        None,
+        description="Voice clone (task_type Base): the reference recording, base64-encoded "
+        "(WAV, FLAC, any format libsndfile reads) or a data URI data:audio/...;base64,...; "
+        "URLs are not fetched. Resampled to the model's rate; server.max_ref_audio_s and "
+        "server.max_ref_audio_bytes bound it.",
+    )
+    ref_text: str | None = Field(
+        None,
+        description="Voice clone: the reference's transcript (in-context cloning; not used "
+        "with x_vector_only_mode).",
+    )
+    x_vector_only_mode: bool | None = Field(
+        None,
+        strict=True,
+        description="Voice clone from the reference's speaker embedding alone (no ref_text).",
     )
 
     @property

@@ -31,15 +31,16 @@ from starlette.exceptions import HTTPException
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
-from omniflow.serve.compat import refuse_unbuilt
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, error_response, unavailable
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import speech_openapi
 from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.streaming import LiveResponses, SpeechResponse, event_channel
 from omniflow.serve.validation import admit, down_message, down_stages, validate
+from omniflow.stages.builders import EncodedVoice, ReferenceEncoder
 from omniflow.stages.orchestrator import AudioEvent
 
 
@@ -50,6 +51,8 @@ class SpeechService:
         self.pipeline = pipeline
         self.server = server
         self.info = pipeline.info()
+        self.reference = pipeline.reference_encoder()
+        """Voice clone (a Base model's encoders); None: task_type Base is refused."""
         self.metrics = Metrics(pipeline)
         self.responses = LiveResponses()
         """What shutdown ends (`close`)."""
@@ -64,7 +67,8 @@ class SpeechService:
             body = parse_body(await request.body())
             validate(body, self.info, self.server)
             admit(self.pipeline.stats(), self.server)
-            rid, events = self.submit(body)
+            voice = await self.encode_reference(body) if body.task_type == "Base" else None
+            rid, events = self.submit(body, voice)
         except ApiError:
             self.metrics.requests.labels("rejected").inc()
             raise
@@ -85,9 +89,29 @@ class SpeechService:
             return as_mp3_stream(pcm, self.info.sample_rate)
         return await response.respond(body)
 
-    def submit(self, body: SpeechBody) -> tuple[str, asyncio.Queue[AudioEvent]]:
-        """Hand the request to the pipeline; its events arrive on the returned queue."""
+    async def encode_reference(self, body: SpeechBody) -> EncodedVoice:
+        """Decode, resample and encode `ref_audio` on a worker thread: the codec and
+        speaker encoders take tens of milliseconds to seconds of CPU, which on the event
+        loop would stall every other response."""
+        assert self.reference is not None and body.ref_audio  # validate() checked both
+        try:
+            return await asyncio.to_thread(self._encode, self.reference, body.ref_audio)
+        except ReferenceAudioError as exc:
+            raise ApiError(400, f"ref_audio {exc}", "ref_audio") from None
+
+    def _encode(self, encoder: ReferenceEncoder, ref_audio: str) -> EncodedVoice:
+        limit = self.server.max_ref_audio_bytes
+        raw = payload_bytes(ref_audio, limit)
+        audio = decode_reference(raw, self.info.sample_rate, limit, self.server.max_ref_audio_s)
+        return encoder.encode(audio)
+
+    def submit(
+        self, body: SpeechBody, voice: EncodedVoice | None = None
+    ) -> tuple[str, asyncio.Queue[AudioEvent]]:
+        """Hand the request to the pipeline; its events arrive on the returned queue.
+        `voice`: the encoded reference of a voice clone (x-vector only: no codes)."""
         events, sink = event_channel()
+        in_context = voice is not None and not body.x_vector_only_mode
         speech = SpeechRequest.create(
             body.input,
             voice=body.voice,
@@ -98,6 +122,9 @@ class SpeechService:
             instructions=body.instructions,
             initial_chunk_frames=body.initial_chunk_frames,
             non_streaming_mode=body.non_streaming_mode,
+            speaker_embedding=voice.speaker_embedding if voice is not None else None,
+            ref_codes=voice.ref_codes if in_context and voice is not None else None,
+            ref_text=body.ref_text if in_context else None,
         )
         try:
             self.pipeline.submit(speech, sink, self.server.max_buffered_audio_s)
@@ -124,7 +151,6 @@ def parse_body(raw: bytes) -> SpeechBody:
     payload = parse_json(raw)
     if not isinstance(payload, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(payload).__name__}")
-    refuse_unbuilt(payload)
     try:
         return SpeechBody.model_validate(payload)
     except ValidationError as exc:

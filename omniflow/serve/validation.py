@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
+from omniflow.serve.compat import check_task_fields
 from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
 from omniflow.serve.text import check_printable, check_speakable
@@ -30,8 +31,9 @@ def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None
             "input",
         )
     check_speakable(body.input, "input")
+    _check_task(body, info, server)
     voices, languages = list(info.voices), list(info.languages)
-    if body.voice.lower() not in voices:
+    if body.voice is not None and body.voice.lower() not in voices:
         raise ApiError(400, f"unknown voice {clip(body.voice)!r}; available: {voices}", "voice")
     if body.language.lower() not in languages:
         raise ApiError(
@@ -45,16 +47,32 @@ def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None
             "speed",
         )
     _check_instructions(body, info, server)
-    if body.task_type not in info.task_types:
-        raise ApiError(
-            400,
-            f"task_type {body.task_type!r} is not served by {info.model}; it serves "
-            f"{list(info.task_types)}",
-            "task_type",
-        )
     if body.max_new_tokens is not None and body.max_new_tokens > info.max_new_tokens:
         raise ApiError(400, f"max_new_tokens must be <= {info.max_new_tokens}", "max_new_tokens")
     _check_format(body)
+
+
+def _check_task(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
+    """The task the model serves, then the fields that task takes (compat.py)."""
+    if body.task_type not in info.task_types:
+        if body.task_type == "Base":
+            message = (
+                f"model {info.model} does not support voice cloning (task_type Base needs a "
+                "Base model)"
+            )
+        else:
+            message = (
+                f"task_type {body.task_type!r} is not served by {info.model}; it serves "
+                f"{list(info.task_types)}"
+            )
+        raise ApiError(400, message, "task_type")
+    check_task_fields(body)
+    if body.ref_text is not None:
+        if len(body.ref_text) > server.max_input_chars:
+            raise ApiError(
+                400, f"ref_text is longer than {server.max_input_chars} characters", "ref_text"
+            )
+        check_speakable(body.ref_text, "ref_text")
 
 
 def _check_instructions(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:

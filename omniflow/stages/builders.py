@@ -23,6 +23,24 @@ from omniflow.stages.connector import ChunkIntake
 from omniflow.stages.engine import Runner, Scheduler
 
 
+class EncodedVoice(Protocol):
+    """An encoded voice-clone reference: what a `SpeechRequest` carries for a Base model."""
+
+    @property
+    def ref_codes(self) -> tuple[tuple[int, ...], ...]: ...
+
+    @property
+    def speaker_embedding(self) -> tuple[float, ...]: ...
+
+
+class ReferenceEncoder(Protocol):
+    """A Base model's reference encoders (codec encoder + speaker encoder)."""
+
+    def encode(self, audio: torch.Tensor) -> EncodedVoice:
+        """Mono float32 samples at the codec's sample rate -> codes and embedding."""
+        ...
+
+
 class SpeechFrontend(Protocol):
     """The source stage's view of a speech request: what it accepts and how it becomes the
     stage's engine request. Raises ValueError on input it cannot serve."""
@@ -64,6 +82,9 @@ class StageParts:
     """The stage's engine request for an admitted speech request."""
     frontend: SpeechFrontend | None = None
     """Set by source stages (the ones taking the request's text)."""
+    reference: ReferenceEncoder | None = None
+    """Source stages of a Base model: the voice-clone reference encoders (front ends encode
+    a reference recording with them before submitting; `Orchestrator.reference_encoder`)."""
     intake: ChunkIntake | None = None
     """Set by stages that receive chunks from an upstream stage."""
     max_chunk_frames: int | None = None

@@ -1,5 +1,7 @@
 """The code2wav runner: decodes each scheduled chunk by continuing the request's streaming
-decoder slot (frame-exact, no left-context recomputation)."""
+decoder slot (frame-exact, no left-context recomputation). A voice-clone request's slot is
+primed with its reference frames when it is taken (`ReferencePriming`), as the fused
+talker's is."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import torch
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.sched.generation import Chunk
 
 log = logging.getLogger(__name__)
@@ -18,8 +21,9 @@ log = logging.getLogger(__name__)
 class Code2WavRunner:
     """Owns the decoder slots of the requests it is decoding."""
 
-    def __init__(self, decoder: StreamingDecoder) -> None:
+    def __init__(self, decoder: StreamingDecoder, priming: ReferencePriming | None = None) -> None:
         self.decoder = decoder
+        self.priming = priming
         self.slots: dict[str, int] = {}
         self.timer: PhaseTimer = NoTimer()
         self.stage_name = "decoder"
@@ -33,6 +37,8 @@ class Code2WavRunner:
         return (self.decoder.num_in_use, self.decoder.num_slots)
 
     def _release(self, rid: str) -> None:
+        if self.priming is not None:
+            self.priming.discard(rid)
         slot = self.slots.pop(rid, None)
         if slot is not None:
             self.decoder.release(slot)
@@ -46,9 +52,15 @@ class Code2WavRunner:
         chunks: list[Chunk] = [plan.chunks[r] for r in rids]
         try:
             slots = []
+            primed: list[int] = []
+            refs: list[torch.Tensor] = []
             for rid in rids:
                 if rid not in self.slots:
                     self.slots[rid] = self.decoder.allocate()
+                    ref = self.priming.take(rid) if self.priming is not None else None
+                    if ref is not None:
+                        primed.append(self.slots[rid])
+                        refs.append(ref)
                 slots.append(self.slots[rid])
             codes = [
                 torch.tensor(c.frames, dtype=torch.int64).reshape(len(c.frames), -1)
@@ -57,6 +69,8 @@ class Code2WavRunner:
                 for c in chunks
             ]
             with self.timer.phase(self.stage_name, "audio"):
+                if primed:  # PCM discarded: only the state matters
+                    self.decoder.prime(primed, refs)
                 pcm = self.decoder.decode(slots, codes)
         except (RuntimeError, ValueError) as exc:  # a decoder failure ends each request once
             log.exception("code2wav step %d failed", plan.step_id)

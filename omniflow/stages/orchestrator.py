@@ -1,7 +1,8 @@
 """Routes speech requests through the stage graph and streams PCM out in order.
 
 The orchestrator is the one public interface of a running pipeline: serve, synth and the
-benchmarks use `submit`, `abort`, `consumed`, `info`, `stats`, `start`, `stop` and nothing else. It
+benchmarks use `submit`, `abort`, `consumed`, `info`, `stats`, `start`, `stop` (and
+`reference_encoder`, a Base model's voice-clone capability) and nothing else. It
 holds one engine per stage (by name, in topological order) and routes each stage's outputs
 along the graph's edges: frames go to the downstream stage as typed `ReceiveFrames`
 messages; the final stage's PCM goes to the request's sink. Per request it guarantees:
@@ -35,7 +36,7 @@ from omniflow.core.pipeline import (
 from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
 from omniflow.graph import StageGraph
-from omniflow.stages.builders import SpeechFrontend, StageParts
+from omniflow.stages.builders import ReferenceEncoder, SpeechFrontend, StageParts
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.flow import (
     Bound,
@@ -114,7 +115,14 @@ class Orchestrator:
             max_new_tokens=f.max_new_tokens,
             supports_instructions=f.supports_instructions,
             stages=tuple(self._engines),
+            task_types=("Base",) if self.reference_encoder() is not None else ("CustomVoice",),
         )
+
+    def reference_encoder(self) -> ReferenceEncoder | None:
+        """The declared voice-clone capability: a Base model's reference encoders (front
+        ends encode a reference recording with them, off their event loop, and submit the
+        codes and embedding); None: the model does not clone voices."""
+        return self._parts[self._source].reference
 
     def stats(self) -> PipelineStats:
         """Live gauges per stage, the requests in flight and what their buffers hold."""

@@ -12,6 +12,10 @@ factory then caps each request at the length a real model would give the text
 (`speech_frames`); a caller's `max_new_tokens` stays an upper bound and `ignore_eos`
 requests (fixed-length benchmarks) keep their exact length. Real weights keep EOS-driven
 length.
+
+Voice clone: a stage that decodes audio with a resolved `ref_context_frames` holds each
+request's last N reference frames (`ReferencePriming`) from the moment its stage request is
+made until its decoder slot is taken and primed with them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import unicodedata
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,6 +37,7 @@ from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
+from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.processor import DEFAULT_MAX_NEW_TOKENS, TalkerProcessor
 from omniflow.platforms.base import PLATFORMS
 from omniflow.sched.ar import ARScheduler
@@ -91,6 +97,20 @@ def text_length_requests(
     return make_request
 
 
+def primed_requests(
+    make: Callable[[SpeechRequest], Any], priming: ReferencePriming
+) -> Callable[[SpeechRequest], Any]:
+    """`make`, and the request's reference frames held for its decoder slot (dropped with the
+    stage request if it never gets one)."""
+
+    def make_request(speech: SpeechRequest) -> Any:
+        request = make(speech)
+        priming.register(speech, request)
+        return request
+
+    return make_request
+
+
 def _bundle(ctx: BuildContext) -> TalkerBundle:
     if ctx.prebuilt is not None:
         assert isinstance(ctx.prebuilt, TalkerBundle)
@@ -119,8 +139,14 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     # replay as CUDA graphs per batch bucket.
     graphs = ctx.graph.platform.cuda_graphs
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if graphs else None
+    priming = ReferencePriming(stage.ref_context_frames) if decoder is not None else None
     model = build_ar_model(
-        bundle, decoder, frame_sample, max_batch=cfg.max_num_seqs, decode_graphs=graphs
+        bundle,
+        decoder,
+        frame_sample,
+        max_batch=cfg.max_num_seqs,
+        decode_graphs=graphs,
+        priming=priming,
     )
     platform = ctx.graph.platform
     cfg = sized_scheduler(
@@ -140,15 +166,18 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         supports_instructions=ctx.graph.model.supports_instructions,
         clone=bundle.clone_shape,
     )
+    make_request: Callable[[SpeechRequest], Any] = processor.make_request
+    if ctx.graph.model.load == "dummy":
+        make_request = text_length_requests(make_request)
+    if priming is not None:
+        make_request = primed_requests(make_request, priming)
     return StageParts(
         scheduler=ARScheduler(cfg, window_k=stage.window_k),
         runner=runner,
-        make_request=(
-            text_length_requests(processor.make_request)
-            if ctx.graph.model.load == "dummy"
-            else processor.make_request
-        ),
+        make_request=make_request,
         frontend=processor,
+        # Voice clone: a Base model's encoders, offered by the orchestrator to front ends.
+        reference=bundle.reference,
     )
 
 
@@ -168,10 +197,11 @@ def build_code2wav_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         if stage.receives_chunks
         else None
     )
+    priming = ReferencePriming(stage.ref_context_frames)
     return StageParts(
         scheduler=scheduler,
-        runner=Code2WavRunner(_stream_decoder(ctx, cfg.max_num_seqs)),
-        make_request=lambda speech: GenRequest(speech.request_id),
+        runner=Code2WavRunner(_stream_decoder(ctx, cfg.max_num_seqs), priming),
+        make_request=primed_requests(lambda speech: GenRequest(speech.request_id), priming),
         intake=intake,
         max_chunk_frames=cfg.max_num_batched_tokens // per_frame,
     )

@@ -55,6 +55,9 @@ READ: dict[str, tuple[str, str]] = {
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
     "model.supports_instructions": ("stages/qwen3_tts.py", "supports_instructions"),
     "model.codec.sample_rate": ("stages/orchestrator.py", "sample_rate"),
+    # Base presets: the decoding stage primes each voice-clone request's decoder slot with it
+    # (CustomVoice presets refuse it: see REFUSED)
+    f"{S}.ref_context_frames": ("stages/qwen3_tts.py", "ref_context_frames"),
     # Base presets only (unset in the printed default; their fields are the encoders' shapes,
     # built in reference.py and checked against the checkpoint by the encoders' loaders)
     "model.codec_encoder": ("models/qwen3_tts/reference.py", "codec_encoder"),
@@ -88,6 +91,7 @@ for part, fields, where in (
 # key -> an override that would not act, which must be refused
 REFUSED: dict[str, str] = {
     "runtime": "pipeline.runtime=process_per_stage",
+    # on a CustomVoice preset (the default): no request can carry reference codes
     f"{S}.ref_context_frames": "pipeline.stages.talker.ref_context_frames=0",
     f"{S}.kind": "pipeline.stages.code2wav.kind=ar",  # the arch runs in a generation stage
     "model.family": "model.family=other",
@@ -113,6 +117,8 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_concurrent_requests": ("serve/validation.py", "max_concurrent_requests"),
     "server.max_buffered_audio_s": ("serve/routes.py", "max_buffered_audio_s"),
     "server.stalled_client_timeout_s": ("serve/routes.py", "stalled_client_timeout_s"),
+    "server.max_ref_audio_s": ("serve/routes.py", "max_ref_audio_s"),
+    "server.max_ref_audio_bytes": ("serve/routes.py", "max_ref_audio_bytes"),
 }
 
 

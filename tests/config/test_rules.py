@@ -103,7 +103,7 @@ def test_stream_decode_refused_with_prefix_caching_and_other_runtime():
 
 
 def test_ref_context_frames_unset_stays_unset_without_reference_audio():
-    """No request can carry reference codes yet (no arch accepts them): nothing to prime."""
+    """A CustomVoice model takes no reference audio: nothing to prime."""
     assert graph(*FUSED).stages["talker"].ref_context_frames is None
     assert graph(*TWO).stages["code2wav"].ref_context_frames is None
 
@@ -123,17 +123,25 @@ def test_ref_context_frames_set_is_refused_until_requests_carry_reference(base, 
 
 
 def test_ref_context_frames_where_reference_is_accepted_zero_is_a_real_value():
-    """The resolution rule for an arch that accepts reference codes: None -> the decoder's
+    """A Base model's decoding stage (fused talker or code2wav): None -> the decoder's
     window, 0 stays 0 (no priming), never collapsed into the fallback."""
-    spec = compose(FUSED)
-    stage = spec.pipeline.stages["talker"]
-    cap = replace(ARCHS["qwen3_tts_talker"].capabilities, accepts_reference=True)
+    base = "model=qwen3_tts_tiny_base"
+    assert graph(*FUSED, base).stages["talker"].ref_context_frames == 72
+    assert graph(*TWO, base).stages["code2wav"].ref_context_frames == 72
+    zero = graph(*FUSED, base, "pipeline.stages.talker.ref_context_frames=0")
+    assert zero.stages["talker"].ref_context_frames == 0
+    some = graph(*TWO, base, "+pipeline.stages.code2wav.ref_context_frames=24")
+    assert some.stages["code2wav"].ref_context_frames == 24
+    assert some.stages["talker"].ref_context_frames is None  # decodes no audio
+
+
+def test_ref_context_frames_refused_on_an_arch_without_reference_even_on_base():
+    spec = compose([*FUSED, "model=qwen3_tts_tiny_base"])
+    stage = spec.pipeline.stages["talker"].model_copy(update={"ref_context_frames": 4})
+    cap = replace(ARCHS["qwen3_tts_talker"].capabilities, accepts_reference=False)
     errors: list[ConfigError] = []
-    window = spec.model.codec.sliding_window
-    assert resolve_ref_context("k", stage, True, cap, spec.model, errors) == window == 72
-    zero = stage.model_copy(update={"ref_context_frames": 0})
-    assert resolve_ref_context("k", zero, True, cap, spec.model, errors) == 0
-    assert errors == []
+    assert resolve_ref_context("k", stage, True, cap, spec.model, errors) is None
+    assert [e.key for e in errors] == ["k.ref_context_frames"]
 
 
 def test_ref_context_frames_negative_is_refused():

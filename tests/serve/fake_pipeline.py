@@ -71,6 +71,10 @@ class FakePipeline:
     def info(self) -> PipelineInfo:
         return self._info
 
+    def reference_encoder(self) -> None:
+        """A CustomVoice model's: no voice clone."""
+        return None
+
     def stats(self) -> PipelineStats:
         with self._lock:
             n = len(self._live)

@@ -32,6 +32,7 @@ from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.decode_graph import TalkerDecodeGraphs
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGraphs
+from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
@@ -52,6 +53,7 @@ class TalkerARModel:
         frame_graphs: PredictorGraphs | None = None,
         decode_graphs: bool = False,
         step_graphs: DecoderStepGraphs | None = None,
+        priming: ReferencePriming | None = None,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
@@ -71,7 +73,7 @@ class TalkerARModel:
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
         )
-        self.slots = StreamSlots(stream_decoder, step_graphs)
+        self.slots = StreamSlots(stream_decoder, step_graphs, priming)
 
     # ---------------------------------------------------------------- inputs
 
@@ -191,12 +193,14 @@ def build_ar_model(
     frame_sample: FrameSampleFn | None = None,
     max_batch: int = 0,
     decode_graphs: bool = False,
+    priming: ReferencePriming | None = None,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
     per batch bucket up to `max_batch`, captured now (eager on a device without graphs); with
     `decode_graphs` the talker's decode step does too, captured when the runner attaches
-    its KV cache, and so does the streaming decoder's per-frame step (captured now)."""
+    its KV cache, and so does the streaming decoder's per-frame step (captured now). With
+    `priming`, voice-clone requests' decoder slots are primed with their reference frames."""
     graphs = None
     step_graphs = None
     if decode_graphs and stream_decoder is not None:
@@ -211,4 +215,4 @@ def build_ar_model(
             max_batch=max_batch,
         )
         graphs.capture_all()
-    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs)
+    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs, priming)

@@ -156,6 +156,17 @@ class StreamingDecoder:
         return [o for o in out if o is not None]
 
     @torch.no_grad()
+    def prime(self, slots: list[int], codes: list[torch.Tensor]) -> None:
+        """Voice clone: run reference frames codes[i] [n_i, 16] through freshly allocated
+        slots[i] and discard their PCM, so the request's first generated frame is decoded in
+        the reference's context (its KV window and conv histories) rather than from silence.
+
+        The same `decode` as any chunk (rows with the same number of frames run as one batch),
+        eager even where the per-frame step replays CUDA graphs: the state lands in the pool
+        tensors in place, which is all the recorded step reads."""
+        self.decode(slots, codes)
+
+    @torch.no_grad()
     def decode_step(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """One new frame per row: codes [B, 16] int64 of slots `slot_ids` [B] int64, both on
         the decoder's device -> PCM [B, 1920]. Exactly what `decode` computes for the same

@@ -4,7 +4,11 @@ pipeline).
 A request takes a slot of the `StreamingDecoder` at its first frame and decodes each new
 frame's 1,920 samples from it. Preemption parks the slot's state (recompute rebuilds the
 talker's KV, not the decoder's carried audio state) and frees the slot; the resumed request
-gets a slot back with that state restored. Without a decoder every call is a no-op.
+gets a slot back with that state restored (a primed slot's state included, so a resumed
+voice-clone request continues exactly). Without a decoder every call is a no-op.
+
+Voice clone: a slot taken for a request with reference codes waiting in `priming` is primed
+with them (eagerly, grouped by length) before its first frame is decoded, by graph or not.
 """
 
 from __future__ import annotations
@@ -17,15 +21,21 @@ import torch
 from omniflow.models.interface import Frame
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.priming import ReferencePriming
 
 
 class StreamSlots:
     """Which request holds which decoder slot, and the parked state of preempted ones."""
 
     def __init__(
-        self, decoder: StreamingDecoder | None, graphs: DecoderStepGraphs | None = None
+        self,
+        decoder: StreamingDecoder | None,
+        graphs: DecoderStepGraphs | None = None,
+        priming: ReferencePriming | None = None,
     ) -> None:
         self.decoder = decoder
+        self.priming = priming
+        """Reference frames waiting for their request's first frame (None: no voice clone)."""
         self.graphs = graphs
         """The decoder's per-frame step as CUDA graphs per batch bucket (None: eager)."""
         self._slots: dict[str, int] = {}
@@ -41,6 +51,8 @@ class StreamSlots:
 
     def finish(self, request_id: str) -> None:
         self._parked.pop(request_id, None)
+        if self.priming is not None:
+            self.priming.discard(request_id)
         slot = self._slots.pop(request_id, None)
         if slot is not None and self.decoder is not None:
             self.decoder.release(slot)
@@ -66,9 +78,17 @@ class StreamSlots:
         rows = [(rid, f) for rid, f in zip(request_ids, frames, strict=True) if f is not None]
         if not rows:
             return {}
+        primed: list[int] = []
+        refs: list[torch.Tensor] = []
         for rid, _ in rows:
             if rid not in self._slots:
                 self._slots[rid] = dec.allocate()
+                ref = self.priming.take(rid) if self.priming is not None else None
+                if ref is not None:
+                    primed.append(self._slots[rid])
+                    refs.append(ref)
+        if primed:
+            dec.prime(primed, refs)
         if self.graphs is not None and device_frames is not None:
             keep = [i for i, f in enumerate(frames) if f is not None]
             ids = torch.tensor([self._slots[rid] for rid, _ in rows], device=dec.device)
