@@ -116,7 +116,7 @@ def test_ref_context_frames_unset_stays_unset_without_reference_audio():
         (TWO, "+pipeline.stages.code2wav.ref_context_frames=0", "code2wav"),
     ],
 )
-def test_ref_context_frames_set_is_refused_until_requests_carry_reference(base, override, key):
+def test_ref_context_frames_set_is_refused_on_a_customvoice_model(base, override, key):
     err = refused(*base, override)
     assert err.key == f"pipeline.stages.{key}.ref_context_frames"
     assert "reference" in err.reason and "voice clone" in err.reason
