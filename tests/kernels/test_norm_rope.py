@@ -126,7 +126,7 @@ GROUPS = {
 
 def run_interpreted(group: str) -> int:
     """Child entry point (see tests/kernels/interpret.py)."""
-    kernels = (nr._rms_norm_kernel, nr._rms_norm_rope_kernel, nr._add_rms_norm_kernel)
+    kernels = (nr._rms_norm_kernel, nr._rms_norm_rope_kernel)
     kernels += (sm._silu_mul_kernel,)
     return run_checks(group, kernels, GROUPS[group]())
 
