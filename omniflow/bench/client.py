@@ -6,9 +6,10 @@
 Prompts default to the shipped LibriSpeech set (omniflow/bench/data/); --prompts FILE.jsonl
 takes rows of {"text": ..., "seconds": ...}.
 
-Each prompt asks for round(seconds x 12.5) frames with EOS ignored, so runs with dummy
-weights are comparable. Per request: ttfp (request sent -> first audio bytes), e2el (-> end
-of stream), audio seconds (bytes / 48,000), rtf = e2el / audio seconds. Warm-ups are excluded.
+Each prompt asks for round(seconds x 12.5) frames (at most --max-frames) with EOS ignored, so
+runs with dummy weights are comparable. Per request: ttfp (request sent -> first audio bytes),
+e2el (-> end of stream), audio seconds (bytes / 48,000), rtf = e2el / audio seconds. Warm-ups
+are excluded.
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ class Sample:
         return self.e2el / self.audio_s
 
 
-def load_prompts(path: str | Path, limit: int) -> list[Prompt]:
+def load_prompts(path: str | Path, limit: int, max_frames: int = 0) -> list[Prompt]:
+    """The first `limit` prompts of a JSONL file, each capped at `max_frames` (0: no cap)."""
     out = []
     with open(path) as f:
         for line in f:
             row = json.loads(line)
-            out.append(Prompt(row["text"], max(1, round(row["seconds"] * FRAME_RATE))))
+            frames = max(1, round(row["seconds"] * FRAME_RATE))
+            out.append(Prompt(row["text"], min(frames, max_frames) if max_frames else frames))
             if len(out) == limit:
                 break
     return out
@@ -116,6 +119,12 @@ async def run(
         return list(samples), time.perf_counter() - t0
 
 
+def read_samples(path: str | Path) -> tuple[list[Sample], float]:
+    """The samples and wall time a `--out` file holds."""
+    data = json.loads(Path(path).read_text())
+    return [Sample(**s) for s in data["samples"]], data["wall_s"]
+
+
 def summarize(samples: list[Sample], wall: float) -> dict:
     def stats(xs: list[float]) -> dict:
         return {
@@ -143,13 +152,14 @@ def main() -> None:
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
     ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--max-frames", type=int, default=0, help="cap per prompt (0: none)")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--model", default="qwen3-tts-tiny")
     ap.add_argument("--voice", default="vivian")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    prompts = load_prompts(args.prompts, args.num_prompts)
+    prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
     samples, wall = asyncio.run(
         run(args.url, prompts, args.concurrency, args.warmup, args.model, args.voice)
     )
@@ -157,7 +167,10 @@ def main() -> None:
     print(json.dumps(summary, indent=2))
     if args.out:
         Path(args.out).write_text(
-            json.dumps({"summary": summary, "samples": [asdict(s) for s in samples]}, indent=2)
+            json.dumps(
+                {"summary": summary, "wall_s": wall, "samples": [asdict(s) for s in samples]},
+                indent=2,
+            )
         )
 
 

@@ -1,9 +1,14 @@
 """One benchmark job: serve the configured pipeline on loopback, load it over HTTP with the
-shipped prompts in fixed-length mode, and write one result JSON (docs/benchmarks.md)."""
+shipped prompts in fixed-length mode, and write one result JSON (docs/benchmarks.md).
+
+The load generator (`omniflow.bench.client`) runs as its own process, as a real client does.
+In the server's process it would share the interpreter lock with the engine thread and the
+server's event loop: at 128 streams its own per-chunk work slowed every decode step (the
+sweeps up to `sweeps/h200_2026-12-01_kernels/` were measured that way, see docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -11,14 +16,15 @@ import platform
 import shlex
 import statistics
 import subprocess
-from dataclasses import replace
+import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts, run, summarize
+from omniflow.bench.client import DEFAULT_PROMPTS, Sample, load_prompts, read_samples, summarize
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import PipelineStats, WindowCounters
@@ -59,25 +65,25 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     """Run the job; write out_dir/result.json when out_dir is given; return the result."""
     graph = build_graph(spec)
     b = spec.bench
-    prompts = load_prompts(b.prompts or DEFAULT_PROMPTS, b.num_prompts)
-    if b.max_frames:
-        prompts = [replace(p, frames=min(p.frames, b.max_frames)) for p in prompts]
+    prompts_file = b.prompts or DEFAULT_PROMPTS
+    prompts = load_prompts(prompts_file, b.num_prompts, b.max_frames)
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     pipeline = build_pipeline(graph)
     # log lines (rounds, engine stats) print above the request bar, not through it
     with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
         for i in range(b.rounds):
-            samples, wall = asyncio.run(
-                run(
-                    srv.url,
-                    prompts,
-                    b.concurrency,
-                    b.warmup if i == 0 else 0,
-                    graph.model.name,
-                    VOICE,
-                )
-            )
+            client = [
+                f"--url={srv.url}",
+                f"--prompts={prompts_file}",
+                f"--num-prompts={b.num_prompts}",
+                f"--max-frames={b.max_frames}",
+                f"--concurrency={b.concurrency}",
+                f"--warmup={b.warmup if i == 0 else 0}",
+                f"--model={graph.model.name}",
+                f"--voice={VOICE}",
+            ]
+            samples, wall = load_in_child(client)
             summary = summarize(samples, wall)
             rounds.append(summary)
             log.info(
@@ -105,6 +111,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "concurrency": b.concurrency,
             "num_prompts": len(prompts),
             "frames_per_prompt": [p.frames for p in prompts],
+            "client": "separate process",
         },
         "rounds": rounds,
         "summary": _across_rounds(rounds),
@@ -119,6 +126,20 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def load_in_child(args: list[str]) -> tuple[list[Sample], float]:
+    """Run `omniflow.bench.client` with `args` in a child process; its samples and wall time.
+
+    Its progress bar goes to this process's stderr; its stdout (a summary) is dropped, since
+    `omniflow bench` prints the job's own summary there."""
+    with tempfile.TemporaryDirectory(prefix="omniflow-bench-") as tmp:
+        out = Path(tmp) / "samples.json"
+        cmd = [sys.executable, "-m", "omniflow.bench.client", *args, f"--out={out}"]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the load generator failed (exit {done.returncode}): {cmd}")
+        return read_samples(out)
 
 
 def ar_stage(graph: StageGraph) -> ResolvedStage:

@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from omniflow.bench.job import load_in_child
 from omniflow.bench.sweep import sweep_jobs
 
 SMALL = [
@@ -154,3 +157,9 @@ def test_summary_plots_rtf_and_underrun_side_by_side(tmp_path, monkeypatch):
     labels = [t.get_text() for t in rtf.get_legend().get_texts()]
     assert "c=1" in labels and "RTF = 1 (real time)" in labels
     assert "underrun" in under.get_ylabel() and under.get_legend() is not None
+
+
+def test_a_failing_load_generator_fails_the_job():
+    """The client runs as a child process; its failure (here: nothing listens) is the job's."""
+    with pytest.raises(RuntimeError, match="load generator failed"):
+        load_in_child(["--url=http://127.0.0.1:9", "--num-prompts=1", "--warmup=0"])
