@@ -36,7 +36,7 @@ from omniflow.graph import ResolvedStage
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
-from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
+from omniflow.models.qwen3_tts.factory import DTYPES, TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.processor import DEFAULT_MAX_NEW_TOKENS, TalkerProcessor
 from omniflow.platforms.base import PLATFORMS
@@ -125,9 +125,10 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
     model = ctx.graph.model
     path = Path(model.path) if model.load == "checkpoint" and model.path else None
     weights = ctx.share("qwen3_tts.codec", lambda: load_codec(model.codec, path, model.seed + 1))
-    # The codec decoder runs in fp32: it is small, and PCM quality and exactness matter more.
-    weights = weights.to(device=ctx.device, dtype=torch.float32).eval()
-    return StreamingDecoder(weights.decoder, slots, ctx.device, torch.float32)
+    # model.codec_dtype: fp32 by default (PCM exactness); bf16 trades it for throughput.
+    dtype = DTYPES[model.codec_dtype]
+    weights = weights.to(device=ctx.device, dtype=dtype).eval()
+    return StreamingDecoder(weights.decoder, slots, ctx.device, dtype)
 
 
 def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:

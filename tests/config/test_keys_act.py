@@ -52,6 +52,7 @@ READ: dict[str, tuple[str, str]] = {
     "model.path": ("models/qwen3_tts/factory.py", "path"),
     "model.seed": ("models/qwen3_tts/factory.py", "seed"),
     "model.dtype": ("models/qwen3_tts/factory.py", "dtype"),
+    "model.codec_dtype": ("stages/qwen3_tts.py", "codec_dtype"),
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
     "model.supports_instructions": ("stages/qwen3_tts.py", "supports_instructions"),
     "model.codec.sample_rate": ("stages/orchestrator.py", "sample_rate"),
