@@ -86,9 +86,17 @@ def write_kernel_table(prof: torch.profiler.profile, path: str) -> None:
 
 
 def run_batch(
-    model: str, platform: str, pipeline: str, batch: int, frames: int, profile: str | None = None
+    model: str,
+    platform: str,
+    pipeline: str,
+    batch: int,
+    frames: int,
+    profile: str | None = None,
+    overrides: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    graph = build_graph(compose([f"pipeline={pipeline}", f"model={model}", f"platform={platform}"]))
+    graph = build_graph(
+        compose([f"pipeline={pipeline}", f"model={model}", f"platform={platform}", *overrides])
+    )
     t0 = time.perf_counter()
     orch = build_pipeline(graph)
     build_s = time.perf_counter() - t0
@@ -129,6 +137,7 @@ def run_batch(
         "dtype": graph.platform.dtype,
         "batch": batch,
         "frames_per_request": frames,
+        "overrides": list(overrides),
         "errors": errors,
         "build_s": build_s,
         "phases_ms": phases,
@@ -146,6 +155,9 @@ def main() -> None:
     ap.add_argument(
         "--profile", default=None, help="path prefix: write a kernel table per batch size"
     )
+    ap.add_argument(
+        "overrides", nargs="*", help="further config overrides, e.g. model.codec_dtype=bfloat16"
+    )
     args = ap.parse_args()
     # The GPU machine gets a copy of the tree without .git: OMNIFLOW_COMMIT names the commit.
     commit = (
@@ -156,7 +168,15 @@ def main() -> None:
     )
     results = []
     for b in args.batch:
-        r = run_batch(args.model, args.platform, args.pipeline, b, args.frames, args.profile)
+        r = run_batch(
+            args.model,
+            args.platform,
+            args.pipeline,
+            b,
+            args.frames,
+            args.profile,
+            tuple(args.overrides),
+        )
         r["commit"] = commit
         r["date"] = datetime.now(UTC).isoformat(timespec="seconds")
         if torch.cuda.is_available():
