@@ -123,6 +123,14 @@ class FrameSample:
     """[B, G] int64 on the device: each row's input frame for its next position."""
 
 
+@dataclass(frozen=True)
+class SampledStep:
+    """One sampling call's rows: the request of each row, and what the call produced."""
+
+    request_ids: tuple[str, ...]
+    sample: FrameSample
+
+
 class RowSampler(Protocol):
     """Draws one id per row with each row's own settings and seeded noise (the runner's
     sampler). The model decides what to sample; how the noise is drawn stays the runner's."""
@@ -216,12 +224,11 @@ class ARModel(Protocol):
         rebuild, release the rest."""
         ...
 
-    def decode_audio(
-        self, request_ids: Sequence[str], sample: FrameSample
-    ) -> dict[str, np.ndarray]:
-        """After each sampled frame: PCM per request (empty when the model does not
-        stream-decode; rows whose output is None produce none). `sample.next_frames` holds
-        the frames on the device, for a decoder step that stays there."""
+    def decode_audio(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
+        """After one or more consecutive sampling calls (a step, or a window's steps): PCM
+        per request for all the frames they produced, in order (empty when the model does
+        not stream-decode; rows whose output is None produce none). Deferring a window's
+        audio to its end lets the decoder take each request's frames in one pass."""
         ...
 
     def decoder_slots(self) -> tuple[int, int] | None:

@@ -27,8 +27,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request
 from omniflow.core.speech import SpeechRequest
@@ -148,6 +146,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         max_batch=cfg.max_num_seqs,
         decode_graphs=graphs,
         priming=priming,
+        window_k=stage.window_k,
     )
     platform = ctx.graph.platform
     cfg = sized_scheduler(

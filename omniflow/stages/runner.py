@@ -12,6 +12,7 @@ banned ids, frame completion, audio) is the model's (`models/interface.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
-from omniflow.models.interface import ARModel, FrameSample, KVLayout
+from omniflow.models.interface import ARModel, FrameSample, KVLayout, SampledStep
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.stages.sampler import BatchSampler, SamplingStaging
 
@@ -186,7 +187,9 @@ class ARModelRunner:
             return {}
         rows = torch.tensor([row for _, row in batch.sample_rows], device=self.device)
         sampled = [r for r, _ in batch.sample_rows]
-        return self._record(sampled, self._sample(hidden.index_select(0, rows), sampled))
+        sample = self._sample(hidden.index_select(0, rows), sampled)
+        outputs = self._record(sampled, sample)
+        return self._with_audio(outputs, [self._step(sampled, sample)])
 
     def _decode(self, ks: dict[str, int]) -> tuple[dict[str, RequestStepOutput], int]:
         """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
@@ -196,6 +199,7 @@ class ARModelRunner:
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
         parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
+        sampled: list[SampledStep] = []
         steps = 0
         while reqs:
             x, meta = self.decode_batch.inputs()
@@ -206,6 +210,7 @@ class ARModelRunner:
                 r.num_computed += 1
             sample = self._sample(hidden, reqs)
             outs = self._record(reqs, sample)
+            sampled.append(self._step(reqs, sample))
             keep = []
             for i, r in enumerate(reqs):
                 out = outs[r.request_id]
@@ -215,7 +220,8 @@ class ARModelRunner:
             if keep:
                 self.decode_batch.advance(sample, keep)
             reqs = [reqs[i] for i in keep]
-        return {rid: _concat(outs) for rid, outs in parts.items()}, steps
+        outputs = {rid: _concat(outs) for rid, outs in parts.items()}
+        return self._with_audio(outputs, sampled), steps
 
     def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
         with self.timer.phase(self.stage_name, "sample"):
@@ -228,17 +234,29 @@ class ARModelRunner:
         self, reqs: list[RunnerRequest], sample: FrameSample
     ) -> dict[str, RequestStepOutput]:
         """Append each row's token and input frame to its request; one output per row, in
-        row order (the model's post-frame hook adds the audio)."""
-        with self.timer.phase(self.stage_name, "audio"):
-            audio = self.model.decode_audio([r.request_id for r in reqs], sample)
+        row order, without audio (`_with_audio` adds it)."""
         outputs: dict[str, RequestStepOutput] = {}
         for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
             r.tokens.append(token)
             r.frames.append(self.model.input_frame(token, output))
-            outputs[r.request_id] = RequestStepOutput(
-                tokens=(token,), frames=(output,), audio=audio.get(r.request_id)
-            )
+            outputs[r.request_id] = RequestStepOutput(tokens=(token,), frames=(output,))
         return outputs
+
+    @staticmethod
+    def _step(reqs: list[RunnerRequest], sample: FrameSample) -> SampledStep:
+        return SampledStep(tuple(r.request_id for r in reqs), sample)
+
+    def _with_audio(
+        self, outputs: dict[str, RequestStepOutput], steps: list[SampledStep]
+    ) -> dict[str, RequestStepOutput]:
+        """The outputs with the PCM of the frames `steps` sampled (the model's post-frame
+        hook), decoded once for the step or the whole window."""
+        with self.timer.phase(self.stage_name, "audio"):
+            audio = self.model.decode_audio(steps)
+        return {
+            rid: dataclasses.replace(out, audio=audio[rid]) if rid in audio else out
+            for rid, out in outputs.items()
+        }
 
 
 def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:

@@ -23,6 +23,7 @@ from omniflow.models.interface import (
     PositionSpan,
     PrefillInputs,
     RowSampler,
+    SampledStep,
     TokenPolicy,
 )
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
@@ -54,6 +55,7 @@ class TalkerARModel:
         decode_graphs: bool = False,
         step_graphs: DecoderStepGraphs | None = None,
         priming: ReferencePriming | None = None,
+        window_graphs: DecoderStepGraphs | None = None,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
@@ -73,7 +75,7 @@ class TalkerARModel:
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
         )
-        self.slots = StreamSlots(stream_decoder, step_graphs, priming)
+        self.slots = StreamSlots(stream_decoder, step_graphs, priming, window_graphs)
 
     # ---------------------------------------------------------------- inputs
 
@@ -172,10 +174,8 @@ class TalkerARModel:
     def preempt(self, request_id: str) -> None:
         self.slots.preempt(request_id)
 
-    def decode_audio(
-        self, request_ids: Sequence[str], sample: FrameSample
-    ) -> dict[str, np.ndarray]:
-        return self.slots.decode(request_ids, sample.outputs, sample.next_frames)
+    def decode_audio(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
+        return self.slots.decode(steps)
 
     def decoder_slots(self) -> tuple[int, int] | None:
         return self.slots.slots_in_use()
@@ -194,18 +194,25 @@ def build_ar_model(
     max_batch: int = 0,
     decode_graphs: bool = False,
     priming: ReferencePriming | None = None,
+    window_k: int = 0,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
     per batch bucket up to `max_batch`, captured now (eager on a device without graphs); with
     `decode_graphs` the talker's decode step does too, captured when the runner attaches
     its KV cache, and so does the streaming decoder's per-frame step (captured now). With
-    `priming`, voice-clone requests' decoder slots are primed with their reference frames."""
+    `priming`, voice-clone requests' decoder slots are primed with their reference frames.
+    With `window_k` > 1 and decode graphs, a window's `window_k` frames per request are
+    decoded in one replay of a second set of decoder graphs at the window's end."""
     graphs = None
     step_graphs = None
+    window_graphs = None
     if decode_graphs and stream_decoder is not None:
         step_graphs = DecoderStepGraphs(stream_decoder, max_batch)
         step_graphs.capture_all()
+        if window_k > 1:
+            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=window_k)
+            window_graphs.capture_all()
     if frame_sample is not None:
         talker = bundle.talker
         graphs = PredictorGraphs(
@@ -215,4 +222,6 @@ def build_ar_model(
             max_batch=max_batch,
         )
         graphs.capture_all()
-    return TalkerARModel(bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs, priming)
+    return TalkerARModel(
+        bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs, priming, window_graphs
+    )

@@ -1,5 +1,7 @@
 """The fused pipeline's per-step codec decode (one new frame per request -> 1,920 samples) as
-one CUDA graph per batch bucket.
+one CUDA graph per batch bucket; with `frames=n`, n new frames per request at once (the end of
+a K-step window decodes its K frames per request in one replay: one pass of the decoder over
+n frames costs about what one frame does at small batches, where the step is latency-bound).
 
 Eagerly a step is several hundred small kernels (codebook lookups, 8 transformer layers,
 dozens of convs), about 15-18 ms on an H200 at any batch up to 32: bound by launch overhead.
@@ -38,28 +40,35 @@ class DecoderStepGraphs(BucketGraphs):
         buckets: Sequence[int] = BATCH_BUCKETS,
         capture: bool = True,
         warmup_iters: int = 2,
+        frames: int = 1,
     ) -> None:
+        if frames < 1:
+            raise ValueError(f"frames must be >= 1, got {frames}")
         self.decoder = decoder
         self.max_batch = max_batch
+        self.frames = frames
+        """New frames per row in each replay (codes [B, 16] when 1, else [B, frames, 16])."""
         super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters)
         dev = self.device
         pad = decoder.padding_slot
         self.slot_ids = torch.full((max_batch,), pad, device=dev, dtype=torch.int64)
-        self.codes = torch.zeros(max_batch, decoder.num_codebooks, device=dev, dtype=torch.int64)
+        per_row = (decoder.num_codebooks,) if frames == 1 else (frames, decoder.num_codebooks)
+        self.codes = torch.zeros(max_batch, *per_row, device=dev, dtype=torch.int64)
         self.pcm = torch.zeros(
-            max_batch, decoder.samples_per_frame, device=dev, dtype=decoder.dtype
+            max_batch, frames * decoder.samples_per_frame, device=dev, dtype=decoder.dtype
         )
 
     @torch.no_grad()
     def run(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        """PCM [B, 1920] of one new frame per row, as a new tensor (a clone of the static
-        output: the next replay overwrites it). slot_ids [B] int64: distinct allocated slots
-        of the decoder; codes [B, 16] int64. Each slot's state advances by one frame."""
+        """PCM [B, frames * 1920] of `frames` new frames per row, as a new tensor (a clone
+        of the static output: the next replay overwrites it). slot_ids [B] int64: distinct
+        allocated slots of the decoder; codes [B, 16] (frames 1) or [B, frames, 16] int64.
+        Each slot's state advances by `frames` frames."""
         b = slot_ids.shape[0]
-        if slot_ids.shape != (b,) or codes.shape != (b, self.codes.shape[1]):
+        if slot_ids.shape != (b,) or codes.shape != (b, *self.codes.shape[1:]):
             raise ValueError(
                 f"slot_ids {tuple(slot_ids.shape)} and codes {tuple(codes.shape)} do not "
-                f"describe {b} rows of {self.codes.shape[1]} codes"
+                f"describe {b} rows of {tuple(self.codes.shape[1:])} codes"
             )
         if b == 0:
             return self.pcm[:0].clone()

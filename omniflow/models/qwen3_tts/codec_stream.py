@@ -168,18 +168,20 @@ class StreamingDecoder:
 
     @torch.no_grad()
     def decode_step(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        """One new frame per row: codes [B, 16] int64 of slots `slot_ids` [B] int64, both on
-        the decoder's device -> PCM [B, 1920]. Exactly what `decode` computes for the same
-        rows (and the same state left behind), from device ops only: no host read and no
-        shape that depends on a value, so a CUDA graph can record it.
+        """n new frames per row: codes [B, 16] (n = 1) or [B, n, 16] int64 of slots
+        `slot_ids` [B] int64, both on the decoder's device -> PCM [B, n * 1920]. Exactly
+        what `decode` computes for the same rows (and the same state left behind), from
+        device ops only: no host read and no shape that depends on a value, so a CUDA graph
+        can record it.
 
         Nothing is checked (a check would read the host): `slot_ids` must be distinct
         allocated slots, except `padding_slot`, which may repeat (its rows' results and
         state are garbage that nothing reads)."""
+        frames = codes.unsqueeze(1) if codes.dim() == 2 else codes
         state = {name: t.index_select(0, slot_ids) for name, t in self._pool.items()}
         pos = self._pos.index_select(0, slot_ids)
-        pcm = self.decoder.stream(codes.unsqueeze(1), pos, state, self._rope)
+        pcm = self.decoder.stream(frames, pos, state, self._rope)
         for name, t in self._pool.items():
             t.index_copy_(0, slot_ids, state[name].to(t.dtype))
-        self._pos.index_copy_(0, slot_ids, pos + 1)
+        self._pos.index_copy_(0, slot_ids, pos + frames.shape[1])
         return pcm

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from omniflow.models.interface import Frame
+from omniflow.models.interface import Frame, SampledStep
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.priming import ReferencePriming
@@ -32,12 +32,16 @@ class StreamSlots:
         decoder: StreamingDecoder | None,
         graphs: DecoderStepGraphs | None = None,
         priming: ReferencePriming | None = None,
+        window_graphs: DecoderStepGraphs | None = None,
     ) -> None:
         self.decoder = decoder
         self.priming = priming
         """Reference frames waiting for their request's first frame (None: no voice clone)."""
         self.graphs = graphs
         """The decoder's per-frame step as CUDA graphs per batch bucket (None: eager)."""
+        self.window_graphs = window_graphs
+        """The decoder over a whole window's frames per row (`frames` = window_k) as CUDA
+        graphs per batch bucket (None: a window's frames are decoded eagerly)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
 
@@ -63,24 +67,58 @@ class StreamSlots:
             self._parked[request_id] = self.decoder.snapshot(slot)
             self.decoder.release(slot)
 
-    def decode(
-        self,
-        request_ids: Sequence[str],
-        frames: Sequence[Frame | None],
-        device_frames: torch.Tensor | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Each new frame's samples from its request's slot (taken at its first frame);
-        rows without a frame (EOS) produce none. With step graphs, the frames are read from
-        `device_frames` [B, 16] (the sampler's output, already on the device)."""
+    def decode(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
+        """The samples of every new frame of one or more consecutive steps, per request, in
+        order, from its slot (taken at its first frame); rows without a frame (EOS) produce
+        none. One step's frames are read from its `next_frames` on the device by the
+        per-frame graph; a window's frames are decoded per request in one pass, by the
+        window graph where a request has exactly its `frames` new frames."""
         dec = self.decoder
         if dec is None:
             return {}
-        rows = [(rid, f) for rid, f in zip(request_ids, frames, strict=True) if f is not None]
-        if not rows:
+        frames: dict[str, list[Frame]] = {}
+        for step in steps:
+            for rid, f in zip(step.request_ids, step.sample.outputs, strict=True):
+                if f is not None:
+                    frames.setdefault(rid, []).append(f)
+        if not frames:
             return {}
+        self._take_slots(list(frames))
+        if len(steps) == 1 and self.graphs is not None:
+            return self._graph_step(steps[0], list(frames))
+        out: dict[str, np.ndarray] = {}
+        groups: dict[DecoderStepGraphs | None, list[str]] = {}
+        for rid, fs in frames.items():
+            groups.setdefault(self._graphs_for(len(fs)), []).append(rid)
+        for graphs, rids in groups.items():
+            if graphs is None:  # eager: rows with the same number of frames run as one batch
+                codes = [torch.tensor(frames[rid], dtype=torch.int64) for rid in rids]
+                pcm = dec.decode([self._slots[rid] for rid in rids], codes)
+                out.update((rid, p.float().cpu().numpy()) for rid, p in zip(rids, pcm, strict=True))
+                continue
+            ids = torch.tensor([self._slots[rid] for rid in rids], device=dec.device)
+            codes = torch.tensor([frames[rid] for rid in rids], dtype=torch.int64)
+            if graphs.frames == 1:
+                codes = codes[:, 0]
+            pcm = graphs.run(ids, codes.to(dec.device)).float().cpu().numpy()
+            out.update(zip(rids, pcm, strict=True))
+        return {rid: out[rid] for rid in frames}
+
+    def _graphs_for(self, n: int) -> DecoderStepGraphs | None:
+        """The graphs that decode exactly n new frames per row, if any."""
+        for graphs in (self.graphs, self.window_graphs):
+            if graphs is not None and graphs.frames == n:
+                return graphs
+        return None
+
+    def _take_slots(self, request_ids: list[str]) -> None:
+        """A slot for each request at its first frame, primed with its reference frames
+        (voice clone) before anything is decoded in it."""
+        dec = self.decoder
+        assert dec is not None
         primed: list[int] = []
         refs: list[torch.Tensor] = []
-        for rid, _ in rows:
+        for rid in request_ids:
             if rid not in self._slots:
                 self._slots[rid] = dec.allocate()
                 ref = self.priming.take(rid) if self.priming is not None else None
@@ -89,17 +127,18 @@ class StreamSlots:
                     refs.append(ref)
         if primed:
             dec.prime(primed, refs)
-        if self.graphs is not None and device_frames is not None:
-            keep = [i for i, f in enumerate(frames) if f is not None]
-            ids = torch.tensor([self._slots[rid] for rid, _ in rows], device=dec.device)
-            codes = device_frames
-            if len(keep) != len(frames):
-                codes = codes.index_select(0, torch.tensor(keep, device=codes.device))
-            out = self.graphs.run(ids, codes).float().cpu().numpy()  # one copy for all rows
-            return {rid: out[j] for j, (rid, _) in enumerate(rows)}
-        codes = [torch.tensor([f], dtype=torch.int64) for _, f in rows]
-        pcm = dec.decode([self._slots[rid] for rid, _ in rows], codes)
-        return {rid: p.float().cpu().numpy() for (rid, _), p in zip(rows, pcm, strict=True)}
+
+    def _graph_step(self, step: SampledStep, request_ids: list[str]) -> dict[str, np.ndarray]:
+        """One frame per row by the per-frame graph, its codes read on the device."""
+        assert self.graphs is not None and self.decoder is not None
+        outputs = step.sample.outputs
+        keep = [i for i, f in enumerate(outputs) if f is not None]
+        ids = torch.tensor([self._slots[rid] for rid in request_ids], device=self.decoder.device)
+        codes = step.sample.next_frames
+        if len(keep) != len(outputs):
+            codes = codes.index_select(0, torch.tensor(keep, device=codes.device))
+        out = self.graphs.run(ids, codes).float().cpu().numpy()  # one copy for all rows
+        return dict(zip(request_ids, out, strict=True))
 
     def slots_in_use(self) -> tuple[int, int] | None:
         dec = self.decoder
