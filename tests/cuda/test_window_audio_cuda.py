@@ -1,8 +1,10 @@
 """GPU: a window's frames decoded in one replay of the window decoder graph (pytest -m cuda).
 
-The tiny model on CUDA with graphs on: window_k=8 gives the K=0 PCM within one 16-bit step
-(one pass over 8 frames rounds differently from eight one-frame passes), and the talker
-decodes audio once per window."""
+The tiny model on CUDA with graphs on: window_k=8 gives the K=0 codes and, within TF32
+rounding, the K=0 PCM: cuDNN runs the fp32 decoder's convolutions in TF32 (torch's default),
+and one pass over 8 frames picks other kernels than eight one-frame passes (so the two
+differ by ~1e-3 of the signal, where on the CPU they agree to one 16-bit step); and the
+talker decodes audio once per window."""
 
 from __future__ import annotations
 
@@ -33,8 +35,11 @@ def test_window_audio_equals_single_steps_and_is_decoded_once_per_window():
     counter = AudioCalls()
     windowed = pcm("pipeline.stages.talker.window_k=8", counter=counter)
     assert plain.shape == windowed.shape == (3, 33 * 1920)
-    np.testing.assert_allclose(windowed, plain, rtol=0, atol=1 / 32768)
-    assert float(np.abs(plain).mean()) > 1e-3
+    rms = float(np.sqrt(np.mean(plain**2)))
+    err = float(np.sqrt(np.mean((windowed - plain) ** 2)))
+    worst = float(np.abs(windowed - plain).max())
+    print(f"window vs single-step PCM: rms {rms:.3e}, error rms {err:.3e}, max {worst:.3e}")
+    assert rms > 1e-3 and err < 1e-2 * rms and worst < 0.05 * float(np.abs(plain).max())
     # 33 frames: 1 from the prefill, then 4 windows of 8 (requests arriving together share
     # them); far fewer decoder calls than the 33 steps a request takes
     assert counter.calls <= 12

@@ -14,6 +14,7 @@ from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from tests.factories import tiny_decoder
+from tests.models.test_codec_window_graph import step
 
 SPF = 1920
 
@@ -50,9 +51,7 @@ def run(slots: StreamSlots, rows: dict[str, torch.Tensor], start: int = 0, stop:
     out: dict[str, list[np.ndarray]] = {rid: [] for rid in rows}
     for t in range(start, n):
         rids = list(rows)
-        step = torch.stack([rows[r][t] for r in rids])
-        frames = [tuple(f) for f in step.tolist()]
-        pcm = slots.decode(rids, frames, step)
+        pcm = slots.decode([step(rids, [rows[r][t] for r in rids])])
         for rid in rids:
             out[rid].append(pcm[rid])
     return {rid: np.concatenate(p) for rid, p in out.items()}
