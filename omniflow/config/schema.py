@@ -320,6 +320,12 @@ class ServerConfig(Frozen):
         description="Largest voice-clone reference file (`ref_audio`, decoded bytes); larger "
         "is a 400 before it is decoded.",
     )
+    max_voices: int = Field(
+        64,
+        ge=0,
+        description="Voices a Base model's registry (POST /v1/audio/voices) holds; a "
+        "registration past it is a 409 until one is deleted (0: none are kept).",
+    )
 
 
 class SynthConfig(Frozen):

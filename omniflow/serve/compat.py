@@ -7,21 +7,23 @@ Such clients (vLLM-Omni's, for one) add `task_type`, `non_streaming_mode`, `ref_
 prompt's text layout (docs/reference.md). `task_type: "Base"` is a voice clone: `ref_audio`
 is required, `ref_text` too unless `x_vector_only_mode` is true (then it must be left out:
 the embedding-only layout has no transcript), and `voice` and `instructions` are refused
-(the reference is the voice). Any other task names a `voice` and no reference field. Each
-refusal is a 400 naming the field, so nothing a client sends is silently ignored.
+(the reference is the voice), unless `voice` is a registered voice (voices.py), which
+stands for all three reference fields. Any other task names a `voice` and no reference
+field. Each refusal is a 400 naming the field, so nothing a client sends is silently ignored.
 """
 
 from __future__ import annotations
 
-from omniflow.serve.errors import ApiError
+from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import SpeechBody
 
 VOICE_CLONE = ("ref_audio", "ref_text", "x_vector_only_mode")
 """Voice-clone fields: null (and `false` for the flag) mean "not asked"."""
 
 
-def check_task_fields(body: SpeechBody) -> None:
-    """400 naming the first field that does not fit the request's task_type."""
+def check_task_fields(body: SpeechBody, registered: bool = False) -> None:
+    """400 naming the first field that does not fit the request's task_type. `registered`:
+    the request's `voice` is a registered voice of this Base model."""
     if body.task_type != "Base":
         for field in VOICE_CLONE:
             if getattr(body, field) not in (None, False):
@@ -36,15 +38,11 @@ def check_task_fields(body: SpeechBody) -> None:
                 400, "voice: Field required (a preset voice, GET /v1/audio/voices)", "voice"
             )
         return
-    if body.voice is not None:
-        raise ApiError(
-            400,
-            "a voice clone (task_type 'Base') names no voice: the reference recording "
-            "(ref_audio) is the voice; leave out voice",
-            "voice",
-        )
     if body.instructions:
         raise ApiError(400, "instructions are not supported with voice clone", "instructions")
+    if body.voice is not None:
+        _check_registered_voice(body, registered)
+        return
     if not body.ref_audio:
         raise ApiError(400, "task_type 'Base' (voice clone) needs ref_audio", "ref_audio")
     if body.x_vector_only_mode:
@@ -62,3 +60,31 @@ def check_task_fields(body: SpeechBody) -> None:
             "x_vector_only_mode to clone from the speaker embedding alone",
             "ref_text",
         )
+
+
+def _check_registered_voice(body: SpeechBody, registered: bool) -> None:
+    """A Base request naming a voice: it must be a registered one, and the reference fields
+    (which it stands for) must be left out."""
+    if body.ref_audio:
+        raise ApiError(
+            400,
+            "a voice clone from ref_audio names no voice: the reference recording is the "
+            "voice; leave out voice (or ref_audio, to use a registered voice)",
+            "voice",
+        )
+    if not registered:
+        raise ApiError(
+            400,
+            f"voice {clip(body.voice or '')!r} is not a registered voice; a Base model has no "
+            "preset speakers: clone from ref_audio, or register the voice first (POST "
+            "/v1/audio/voices; GET /v1/audio/voices lists them)",
+            "voice",
+        )
+    for field in VOICE_CLONE:
+        if getattr(body, field) not in (None, False):
+            raise ApiError(
+                400,
+                f"{field} with a registered voice: the voice carries its reference; leave "
+                f"out {field}",
+                field,
+            )

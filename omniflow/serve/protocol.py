@@ -55,8 +55,9 @@ class SpeechBody(BaseModel):
     input: str = Field(description="Text to speak.")
     voice: str | None = Field(
         None,
-        description="A speaker of the model (GET /v1/audio/voices); required, except for a "
-        "voice clone (task_type Base), which names none.",
+        description="What GET /v1/audio/voices lists: a preset speaker of a CustomVoice model, "
+        "or on a Base model the id of a registered voice (POST /v1/audio/voices). A voice "
+        "clone from ref_audio names none.",
     )
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
     speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Only 1.0 is supported.")
@@ -71,7 +72,8 @@ class SpeechBody(BaseModel):
     task_type: Literal["CustomVoice", "Base", "VoiceDesign"] = Field(
         "CustomVoice",
         description="Qwen3-TTS task: CustomVoice (a preset voice) on CustomVoice models, Base "
-        "(voice clone from ref_audio) on Base models.",
+        "(voice clone from ref_audio or a registered voice) on Base models. Unset: the "
+        "served model's task (CustomVoice on a model that serves it, else Base).",
     )
     seed: int | None = Field(None, ge=0, lt=2**62, strict=True, description="Sampling seed.")
     max_new_tokens: int | None = Field(
@@ -114,3 +116,34 @@ class SpeechBody(BaseModel):
     @property
     def streaming(self) -> bool:
         return self.stream or self.stream_format is not None
+
+
+class VoiceBody(BaseModel):
+    """`POST /v1/audio/voices`: a voice-clone reference to encode once and keep (Base models).
+
+    The reference fields are the speech request's, checked the same way; the registered
+    voice's id then stands for them as `voice` in speech requests."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "my voice",
+                    "ref_audio": "data:audio/wav;base64,UklGR...",
+                    "ref_text": "What the recording says.",
+                }
+            ]
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=256, description="A label for people.")
+    ref_audio: str = Field(
+        description="The reference recording, as the speech request's ref_audio takes it."
+    )
+    ref_text: str | None = Field(
+        None, description="Its transcript (in-context cloning); none with x_vector_only_mode."
+    )
+    x_vector_only_mode: bool | None = Field(
+        None, strict=True, description="Keep the speaker embedding alone (no ref_text)."
+    )

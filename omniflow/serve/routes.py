@@ -3,12 +3,13 @@
 Everything the routes know about the pipeline comes from `info()` (read once: the served
 model, voices, limits) and `stats()` (live: health, requests in flight). A stage that has
 stopped makes `/health` answer 503 and new speech requests a 503 JSON error, instead of
-requests that hang or fail one by one.
+requests that hang or fail one by one. A Base model's voice registry (`/v1/audio/voices`)
+is voices.py's.
 
 Every answer that is not audio is the API's JSON error, whatever produced it: a body the JSON
 parser refuses (bad UTF-8, nesting past the parser's recursion limit, an integer past Python's
-int-string limit), the schema, validation, admission, or the router (404, 405). GET routes
-also answer HEAD, which load balancers and uptime checks use.
+int-string limit), the schema, validation, admission, or the router (404, 405; handlers.py).
+GET routes also answer HEAD, which load balancers and uptime checks use.
 """
 
 from __future__ import annotations
@@ -18,30 +19,31 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
-from starlette.exceptions import HTTPException
+from pydantic import BaseModel, ValidationError
 
 from omniflow.config.schema import ServerConfig
-from omniflow.core.pipeline import PipelineUnavailable
+from omniflow.core.pipeline import PipelineInfo, PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
 from omniflow.serve.encoders import mp3_stream
-from omniflow.serve.errors import ApiError, clip, error_response, unavailable
+from omniflow.serve.errors import ApiError, clip, unavailable
+from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import speech_openapi
 from omniflow.serve.pipeline import Pipeline
-from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.streaming import LiveResponses, SpeechResponse, event_channel
 from omniflow.serve.validation import admit, down_message, down_stages, validate
+from omniflow.serve.voices import Clone, VoiceService
 from omniflow.stages.builders import EncodedVoice, ReferenceEncoder
 from omniflow.stages.orchestrator import AudioEvent
+
+Body = TypeVar("Body", bound=BaseModel)
 
 
 class SpeechService:
@@ -53,6 +55,8 @@ class SpeechService:
         self.info = pipeline.info()
         self.reference = pipeline.reference_encoder()
         """Voice clone (a Base model's encoders); None: task_type Base is refused."""
+        encode = self.encode_reference if self.reference is not None else None
+        self.voices = VoiceService(self.info, server, encode)
         self.metrics = Metrics(pipeline)
         self.responses = LiveResponses()
         """What shutdown ends (`close`)."""
@@ -64,11 +68,12 @@ class SpeechService:
     async def speech(self, request: Request) -> Response:
         try:
             self.responses.admit()
-            body = parse_body(await request.body())
-            validate(body, self.info, self.server)
+            body = default_task(parse_body(await request.body(), SpeechBody), self.info)
+            saved = self.voices.saved(body)
+            validate(body, self.info, self.server, registered=saved is not None)
             admit(self.pipeline.stats(), self.server)
-            voice = await self.encode_reference(body) if body.task_type == "Base" else None
-            rid, events = self.submit(body, voice)
+            clone = saved or await self.clone_from_reference(body)
+            rid, events = self.submit(body, clone)
         except ApiError:
             self.metrics.requests.labels("rejected").inc()
             raise
@@ -89,13 +94,21 @@ class SpeechService:
             return as_mp3_stream(pcm, self.info.sample_rate)
         return await response.respond(body)
 
-    async def encode_reference(self, body: SpeechBody) -> EncodedVoice:
+    async def clone_from_reference(self, body: SpeechBody) -> Clone | None:
+        """A voice clone's encoded `ref_audio`; None for a request that clones nothing."""
+        if body.task_type != "Base":
+            return None
+        assert body.ref_audio  # validate() checked it (a registered voice is `saved`)
+        voice = await self.encode_reference(body.ref_audio)
+        return Clone.of(voice, body.ref_text, bool(body.x_vector_only_mode))
+
+    async def encode_reference(self, ref_audio: str) -> EncodedVoice:
         """Decode, resample and encode `ref_audio` on a worker thread: the codec and
         speaker encoders take tens of milliseconds to seconds of CPU, which on the event
-        loop would stall every other response."""
-        assert self.reference is not None and body.ref_audio  # validate() checked both
+        loop would stall every other response. The voice registry encodes through here."""
+        assert self.reference is not None  # validate() checked the model clones voices
         try:
-            return await asyncio.to_thread(self._encode, self.reference, body.ref_audio)
+            return await asyncio.to_thread(self._encode, self.reference, ref_audio)
         except ReferenceAudioError as exc:
             raise ApiError(400, f"ref_audio {exc}", "ref_audio") from None
 
@@ -106,15 +119,15 @@ class SpeechService:
         return encoder.encode(audio)
 
     def submit(
-        self, body: SpeechBody, voice: EncodedVoice | None = None
+        self, body: SpeechBody, clone: Clone | None = None
     ) -> tuple[str, asyncio.Queue[AudioEvent]]:
         """Hand the request to the pipeline; its events arrive on the returned queue.
-        `voice`: the encoded reference of a voice clone (x-vector only: no codes)."""
+        `clone`: a voice clone's reference (then `voice`, if any, named the registered
+        voice it came from, and is no preset speaker)."""
         events, sink = event_channel()
-        in_context = voice is not None and not body.x_vector_only_mode
         speech = SpeechRequest.create(
             body.input,
-            voice=body.voice,
+            voice=None if clone is not None else body.voice,
             language=body.language,
             seed=body.seed,
             max_new_tokens=body.max_new_tokens,
@@ -122,9 +135,9 @@ class SpeechService:
             instructions=body.instructions,
             initial_chunk_frames=body.initial_chunk_frames,
             non_streaming_mode=body.non_streaming_mode,
-            speaker_embedding=voice.speaker_embedding if voice is not None else None,
-            ref_codes=voice.ref_codes if in_context and voice is not None else None,
-            ref_text=body.ref_text if in_context else None,
+            speaker_embedding=clone.speaker_embedding if clone is not None else None,
+            ref_codes=clone.ref_codes if clone is not None else None,
+            ref_text=clone.ref_text if clone is not None else None,
         )
         try:
             self.pipeline.submit(speech, sink, self.server.max_buffered_audio_s)
@@ -145,14 +158,23 @@ class SpeechService:
         return JSONResponse({**down, **body}, status_code=503)
 
 
-def parse_body(raw: bytes) -> SpeechBody:
-    """The request body, parsed here (not by FastAPI) so that every parse error, malformed
+def default_task(body: SpeechBody, info: PipelineInfo) -> SpeechBody:
+    """An unset `task_type` means the served model's task: CustomVoice where it is served,
+    else the model's own (Base), so a plain OpenAI request naming a registered voice, or
+    sending ref_audio, clones on a Base model."""
+    if "task_type" in body.model_fields_set or "CustomVoice" in info.task_types:
+        return body
+    return body.model_copy(update={"task_type": info.task_types[0]})
+
+
+def parse_body(raw: bytes, model: type[Body]) -> Body:
+    """A request body, parsed here (not by FastAPI) so that every parse error, malformed
     JSON included, gets the API's JSON error naming the field."""
     payload = parse_json(raw)
     if not isinstance(payload, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(payload).__name__}")
     try:
-        return SpeechBody.model_validate(payload)
+        return model.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
@@ -211,7 +233,18 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
         return model_card
 
     async def voices() -> dict:
-        return {"voices": list(info.voices), "languages": list(info.languages)}
+        return service.voices.listing()
+
+    async def create_voice(request: Request) -> JSONResponse:
+        body = parse_body(await request.body(), VoiceBody)
+        voice = await service.voices.create(body)
+        return JSONResponse(voice.card(), status_code=201)
+
+    async def voice(voice_id: str) -> dict:
+        return service.voices.card(voice_id)
+
+    async def delete_voice(voice_id: str) -> dict:
+        return service.voices.delete(voice_id)
 
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -223,6 +256,15 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     add_get(app, "/v1/models", models)
     add_get(app, "/v1/models/{model_id}", model)
     add_get(app, "/v1/audio/voices", voices)
+    app.add_api_route(
+        "/v1/audio/voices",
+        create_voice,
+        methods=["POST"],
+        summary="Register a voice (Base models)",
+        openapi_extra={"requestBody": json_body(VoiceBody)},
+    )
+    add_get(app, "/v1/audio/voices/{voice_id}", voice)
+    app.add_api_route("/v1/audio/voices/{voice_id}", delete_voice, methods=["DELETE"])
     add_get(app, "/metrics", metrics)
     app.add_api_route(
         "/v1/audio/speech",
@@ -232,6 +274,14 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
         openapi_extra=speech_openapi(),
     )
     return app
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An OpenAPI request body for a route that parses its own (`parse_body`)."""
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": model.model_json_schema()}},
+    }
 
 
 def as_mp3_stream(response: Response, sample_rate: int) -> Response:
@@ -251,45 +301,3 @@ def add_get(app: FastAPI, path: str, endpoint: Callable[..., Any]) -> None:
     where a second operation with the same id would only add a duplicate-id warning."""
     app.add_api_route(path, endpoint, methods=["GET"])
     app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Every error the app answers, the router's included, in the API's JSON shape."""
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, err: ApiError) -> JSONResponse:
-        return error_response(err)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        first = err.errors()[0]
-        loc = [str(p) for p in first["loc"] if p != "body"]
-        param = ".".join(loc) or None
-        message = first["msg"] if param is None else f"{clip(param)}: {first['msg']}"
-        return error_response(ApiError(400, message, param))
-
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(router_error(app, request, exc))
-
-
-def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError:
-    """404 and 405 (and any other HTTPException) as an ApiError. A 405's Allow header lists
-    every method the path answers: the router reports only the first route it matched."""
-    path = clip(request.url.path)
-    if exc.status_code == 404:
-        return ApiError(404, f"no route {path!r}", None, "not_found_error")
-    if exc.status_code == 405:
-        allowed = sorted(
-            method
-            for route in app.routes
-            if isinstance(route, APIRoute) and route.path == request.url.path
-            for method in route.methods
-        )
-        message = (
-            f"method {clip(request.method)} is not allowed on {path!r}; "
-            f"it answers {', '.join(allowed)}"
-        )
-        return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
-    kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
-    return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)

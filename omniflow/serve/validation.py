@@ -15,8 +15,11 @@ from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
 from omniflow.serve.text import check_printable, check_speakable
 
 
-def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
-    """Model-dependent checks the request schema cannot make (the schema made the rest)."""
+def validate(
+    body: SpeechBody, info: PipelineInfo, server: ServerConfig, registered: bool = False
+) -> None:
+    """Model-dependent checks the request schema cannot make (the schema made the rest).
+    `registered`: `voice` names a registered voice of this Base model (voices.py)."""
     if body.model != info.model:
         raise ApiError(
             404,
@@ -31,9 +34,10 @@ def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None
             "input",
         )
     check_speakable(body.input, "input")
-    _check_task(body, info, server)
+    _check_task(body, info, server, registered)
     voices, languages = list(info.voices), list(info.languages)
-    if body.voice is not None and body.voice.lower() not in voices:
+    preset = body.task_type != "Base"  # a voice clone's voice was checked with its task
+    if preset and body.voice is not None and body.voice.lower() not in voices:
         raise ApiError(400, f"unknown voice {clip(body.voice)!r}; available: {voices}", "voice")
     if body.language.lower() not in languages:
         raise ApiError(
@@ -52,7 +56,9 @@ def validate(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None
     _check_format(body)
 
 
-def _check_task(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
+def _check_task(
+    body: SpeechBody, info: PipelineInfo, server: ServerConfig, registered: bool
+) -> None:
     """The task the model serves, then the fields that task takes (compat.py)."""
     if body.task_type not in info.task_types:
         if body.task_type == "Base":
@@ -66,7 +72,7 @@ def _check_task(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> N
                 f"{list(info.task_types)}"
             )
         raise ApiError(400, message, "task_type")
-    check_task_fields(body)
+    check_task_fields(body, registered)
     if body.ref_text is not None:
         if len(body.ref_text) > server.max_input_chars:
             raise ApiError(

@@ -120,6 +120,7 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.stalled_client_timeout_s": ("serve/routes.py", "stalled_client_timeout_s"),
     "server.max_ref_audio_s": ("serve/routes.py", "max_ref_audio_s"),
     "server.max_ref_audio_bytes": ("serve/routes.py", "max_ref_audio_bytes"),
+    "server.max_voices": ("serve/voices.py", "max_voices"),
 }
 
 

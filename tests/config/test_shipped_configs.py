@@ -26,7 +26,14 @@ def test_the_shipped_groups_are_the_expected_ones():
     assert PIPELINES == ["qwen3_tts", "qwen3_tts_fused"]
     assert PLATFORMS == ["auto", "cpu", "cuda", "npu"]
     assert set(EXPERIMENTS) == {None, "high_concurrency", "window_k12"}
-    assert MODELS == ["qwen3_tts_0_6b", "qwen3_tts_1_7b", "qwen3_tts_tiny", "qwen3_tts_tiny_base"]
+    assert MODELS == [
+        "qwen3_tts_0_6b",
+        "qwen3_tts_0_6b_base",
+        "qwen3_tts_1_7b",
+        "qwen3_tts_1_7b_base",
+        "qwen3_tts_tiny",
+        "qwen3_tts_tiny_base",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,12 @@ NOT_AUDIO = b64(b"this is a text file, not a recording " * 20)
             "boolean",
         ),
         (
-            {"ref_audio": GOOD, "ref_text": "x", "task_type": None, "voice": "vivian"},
+            {"ref_audio": None, "task_type": None, "voice": "vivian"},
+            "voice",
+            "has no preset speakers",
+        ),
+        (
+            {"ref_audio": None, "task_type": "CustomVoice", "voice": "vivian"},
             "task_type",
             "it serves ['Base']",
         ),

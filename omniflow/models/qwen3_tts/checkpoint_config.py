@@ -7,6 +7,9 @@ it. So every hyperparameter the official code reads is compared here, and a mism
 `CheckpointError` naming both keys:
 
 - a **preset value** (`model.talker.rope_theta`, ...) must equal the config's value;
+- a Base preset (encoders stated) needs `tts_model_type: base`; the encoders' own shapes
+  are compared by their loaders (`speaker_encoder.check_speaker_encoder_config`,
+  `CodecEncoderShape.from_config`);
 - a **fact omniflow implements** (SiLU, no attention biases, no sliding window in the talker,
   default RoPE with MRoPE sections that cover the head) must hold: omniflow runs plain 1-D
   RoPE, which equals the talker's MRoPE exactly because its three position streams are equal
@@ -157,6 +160,20 @@ def _rope_scaling(section: dict, where: str, head_dim: int, mrope: bool) -> None
         )
 
 
+def _model_type(cfg: dict, model: ModelConfig) -> None:
+    """A Base preset (it states `model.speaker_encoder`) needs a Base checkpoint: the official
+    code builds the speaker encoder, and clones voices, only for `tts_model_type: base`
+    (unset there means None). The other way round is accepted: a CustomVoice preset reads a
+    Base checkpoint's talker and codec, which are laid out alike (it then has no speakers)."""
+    kind = cfg.get("tts_model_type")
+    if model.speaker_encoder is not None and kind != "base":
+        raise ConfigMismatch(
+            f"model.speaker_encoder is set (a Base preset) but the checkpoint's config.json "
+            f"has tts_model_type = {kind!r}; a voice-clone model needs a Base checkpoint "
+            "(tts_model_type 'base'), or serve this one with a CustomVoice preset"
+        )
+
+
 def check_talker_config(cfg: dict, model: ModelConfig) -> None:
     """Refuse a config.json whose talker or code predictor differ from `model`'s preset."""
     tokenizer = cfg.get("tokenizer_type", "qwen3_tts_tokenizer_12hz")
@@ -165,6 +182,7 @@ def check_talker_config(cfg: dict, model: ModelConfig) -> None:
             f"the checkpoint's config.json has tokenizer_type = {tokenizer!r}; omniflow serves "
             "the 12 Hz codec (qwen3_tts_tokenizer_12hz) only"
         )
+    _model_type(cfg, model)
     talker = cfg.get("talker_config", {})
     _against_preset(talker, "talker_config", _TALKER, model.talker, "model.talker")
     groups = _value(talker, "num_code_groups", 32, "talker_config")

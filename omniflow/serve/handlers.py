@@ -1,0 +1,55 @@
+"""Every error the app answers, in the API's JSON shape (errors.py): its own `ApiError`s,
+the request schema's, and the router's (404 for an unknown path, 405 for a method a path
+does not answer, with the Allow header listing the methods it does)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+from omniflow.serve.errors import ApiError, clip, error_response
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error the app answers, the router's included, in the API's JSON shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, err: ApiError) -> JSONResponse:
+        return error_response(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0]
+        loc = [str(p) for p in first["loc"] if p != "body"]
+        param = ".".join(loc) or None
+        message = first["msg"] if param is None else f"{clip(param)}: {first['msg']}"
+        return error_response(ApiError(400, message, param))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(router_error(app, request, exc))
+
+
+def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError:
+    """404 and 405 (and any other HTTPException) as an ApiError. A 405's Allow header lists
+    every method the path answers: the router reports only the first route it matched."""
+    path = clip(request.url.path)
+    if exc.status_code == 404:
+        return ApiError(404, f"no route {path!r}", None, "not_found_error")
+    if exc.status_code == 405:
+        allowed = sorted(
+            method
+            for route in app.routes
+            if isinstance(route, APIRoute) and route.path == request.url.path
+            for method in route.methods
+        )
+        message = (
+            f"method {clip(request.method)} is not allowed on {path!r}; "
+            f"it answers {', '.join(allowed)}"
+        )
+        return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
+    kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
+    return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
