@@ -174,20 +174,40 @@ class ARModelRunner:
     # ------------------------------------------------------------------ steps
 
     def _run(self, order: list[tuple[str, int]]) -> dict[str, RequestStepOutput]:
+        """One step. A mixed step runs its decoding rows (one token at the end of their
+        known tokens) on the decode path, where a CUDA graph replays them, and only the
+        rest on the prefill path: while requests keep arriving, most steps are mixed, and
+        the running requests would otherwise decode eagerly beside every new prompt. The
+        two paths agree bit for bit on the CPU (tests/stages/test_runner_paths.py); all
+        rows are then sampled in one call."""
         reqs = [(self.requests[rid], n) for rid, n in order]
-        if all(n == 1 and r.in_decode for r, n in reqs):
+        decoding = [r for r, n in reqs if n == 1 and r.in_decode]
+        if len(decoding) == len(reqs):
             return self._decode({rid: 1 for rid, _ in order})[0]
-        batch = build_prefill(self.model, reqs, self.block_size, self.device, self.batched_decode)
+        prefill = [(r, n) for r, n in reqs if not (n == 1 and r.in_decode)]
+        hidden: list[torch.Tensor] = []
+        if decoding:
+            self.decode_batch.load(decoding, 1)
+            x, meta = self.decode_batch.inputs()
+            with self.timer.phase(self.stage_name, "forward"):
+                hidden.append(self.model.decode_hidden(x, meta))
+            for r in decoding:
+                r.num_computed += 1
+        batch = build_prefill(
+            self.model, prefill, self.block_size, self.device, self.batched_decode
+        )
         with self.timer.phase(self.stage_name, "forward"):
             embeds = self.model.embed_prefill(batch.inputs)
-            hidden = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
-        for r, n in reqs:
+            out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
+        for r, n in prefill:
             r.num_computed += n
-        if not batch.sample_rows:
+        if batch.sample_rows:
+            rows = torch.tensor([row for _, row in batch.sample_rows], device=self.device)
+            hidden.append(out.index_select(0, rows))
+        sampled = decoding + [r for r, _ in batch.sample_rows]
+        if not sampled:
             return {}
-        rows = torch.tensor([row for _, row in batch.sample_rows], device=self.device)
-        sampled = [r for r, _ in batch.sample_rows]
-        sample = self._sample(hidden.index_select(0, rows), sampled)
+        sample = self._sample(torch.cat(hidden), sampled)
         outputs = self._record(sampled, sample)
         return self._with_audio(outputs, [self._step(sampled, sample)])
 
