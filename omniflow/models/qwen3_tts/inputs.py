@@ -12,57 +12,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from omniflow.models.interface import DecodeInputs, PositionSpan, PrefillInputs
-from omniflow.models.qwen3_tts.prompt import NO_CODEC, TalkerPrompt
+from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.talker import Talker, TalkerInputs
 
 
 def prefill_inputs(
     spans: Sequence[PositionSpan], groups: int, device: torch.device
 ) -> PrefillInputs:
-    """Per position: prompt positions from the request's `TalkerPrompt`, later positions
-    (recompute after preemption) from its stored frames."""
-    text_ids: list[int] = []
-    codes: list[tuple[int, ...]] = []
-    masks: list[tuple[bool, ...]] = []
-    zeros = (0,) * (groups - 1)
-    prompt_mask = (True,) + (False,) * (groups - 1)
-    no_mask = (False,) * groups
-    full_mask = (True,) * groups
+    """Per position: prompt positions sliced from the request's `TalkerPrompt.layout`, later
+    positions (recompute after preemption) from its stored frames."""
+    text_ids: list[np.ndarray] = []
+    codes: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
     added_rows: list[int] = []
     added: list[torch.Tensor] = []
+    row = 0
     for span in spans:
         p: TalkerPrompt = span.payload
-        for pos in range(span.start, span.end):
-            if pos < p.prompt_len:
-                text_ids.append(p.text_ids[pos])
-                frame = p.ref_frame_at(pos)
-                cid = p.codec_ids[pos]
-                if frame is not None:
-                    codes.append(frame)
-                    masks.append(full_mask)
-                else:
-                    codes.append((max(cid, 0), *zeros))
-                    masks.append(prompt_mask if cid != NO_CODEC else no_mask)
-                if pos == p.speaker_pos and p.speaker_embedding is not None:
-                    added_rows.append(len(text_ids) - 1)
-                    added.append(p.speaker_embedding)
-            else:
-                step = pos - p.prompt_len
-                text_ids.append(p.trailing_at(step))
-                codes.append(span.frames[step])
-                masks.append(full_mask)
+        stop = min(span.end, p.prompt_len)
+        if span.start < stop:
+            lay = p.layout(groups)
+            text_ids.append(lay.text_ids[span.start : stop])
+            codes.append(lay.codes[span.start : stop])
+            masks.append(lay.mask[span.start : stop])
+            if p.speaker_embedding is not None and span.start <= p.speaker_pos < stop:
+                added_rows.append(row + p.speaker_pos - span.start)
+                added.append(p.speaker_embedding)
+            row += stop - span.start
+        later = range(max(span.start, p.prompt_len), span.end)
+        if later:
+            steps = [pos - p.prompt_len for pos in later]
+            text_ids.append(np.array([p.trailing_at(s) for s in steps], dtype=np.int64))
+            codes.append(np.array([span.frames[s] for s in steps], dtype=np.int64))
+            masks.append(np.ones((len(steps), groups), dtype=bool))
+            row += len(steps)
     return PrefillInputs(
-        side_ids=torch.tensor(text_ids, dtype=torch.int64, device=device),
-        codes=torch.tensor(codes, dtype=torch.int64, device=device),
-        code_mask=torch.tensor(masks, dtype=torch.bool, device=device),
+        side_ids=_tensor(text_ids, np.int64, (0,), device),
+        codes=_tensor(codes, np.int64, (0, groups), device),
+        code_mask=_tensor(masks, np.bool_, (0, groups), device),
         added_rows=(
             torch.tensor(added_rows, dtype=torch.int64, device=device) if added_rows else None
         ),
         added=torch.stack(added).to(device) if added else None,
     )
+
+
+def _tensor(parts: list[np.ndarray], dtype, empty: tuple[int, ...], device) -> torch.Tensor:
+    array = np.concatenate(parts) if parts else np.zeros(empty, dtype=dtype)
+    return torch.from_numpy(array.astype(dtype, copy=False)).to(device)
 
 
 def embed_prefill(talker: Talker, inputs: PrefillInputs) -> torch.Tensor:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from omniflow.models.qwen3_tts.tokenizer import ROLE_LEN, SUFFIX_LEN
@@ -43,6 +44,15 @@ NO_CODEC = -1
 
 class PromptError(ValueError):
     """A request the talker cannot take (empty text, unknown voice or language)."""
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """Per prompt position: text id [P], codec ids [P, G] and which of them count [P, G]."""
+
+    text_ids: np.ndarray
+    codes: np.ndarray
+    mask: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ class TalkerPrompt:
     """Voice clone: the speaker encoder's [hidden] vector, added at `speaker_pos` in place
     of a speaker id (that position's codec id is NO_CODEC)."""
     speaker_pos: int = -1
+    layout_cache: dict[int, PromptLayout] = field(default_factory=dict, compare=False, repr=False)
+    """`layout` per code-group count (filled on first use)."""
 
     def ref_frame_at(self, pos: int) -> tuple[int, ...] | None:
         """The reference frame at prompt position `pos`, or None."""
@@ -72,6 +84,27 @@ class TalkerPrompt:
     @property
     def prompt_len(self) -> int:
         return len(self.text_ids)
+
+    def layout(self, groups: int) -> PromptLayout:
+        """The prompt positions' inputs as arrays of `groups` codes per position, built once
+        per request: a prefill step slices them instead of looping over positions."""
+        cached = self.layout_cache.get(groups)
+        if cached is None:
+            cached = self.layout_cache[groups] = self._build_layout(groups)
+        return cached
+
+    def _build_layout(self, groups: int) -> PromptLayout:
+        n = self.prompt_len
+        codec = np.asarray(self.codec_ids, dtype=np.int64).reshape(n)
+        codes = np.zeros((n, groups), dtype=np.int64)
+        mask = np.zeros((n, groups), dtype=bool)
+        codes[:, 0] = np.maximum(codec, 0)
+        mask[:, 0] = codec != NO_CODEC
+        if self.ref_frames:  # whole frames: every code counts
+            rows = slice(self.ref_start, self.ref_start + len(self.ref_frames))
+            codes[rows] = np.asarray(self.ref_frames, dtype=np.int64)
+            mask[rows] = True
+        return PromptLayout(np.asarray(self.text_ids, dtype=np.int64).reshape(n), codes, mask)
 
     def trailing_at(self, step: int) -> int:
         """Text id added at decode step `step`."""
