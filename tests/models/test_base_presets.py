@@ -13,7 +13,6 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.core.speech import SpeechRequest
 from omniflow.models.qwen3_tts.checkpoint_config import (
     ConfigMismatch,
     check_codec_config,
@@ -28,6 +27,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
     load_speaker_encoder,
 )
 from tests.factories import Collector, build
+from tests.models.test_base_preset import clone_request
 from tests.reference.cases import make_audio
 
 SIBLING = {"qwen3_tts_0_6b_base": "qwen3_tts_0_6b", "qwen3_tts_1_7b_base": "qwen3_tts_1_7b"}
@@ -262,16 +262,7 @@ def test_a_real_size_base_pipeline_clones_a_voice_on_cuda(name):
         assert encoder is not None
         reference = encoder.encode(make_audio("base-preset", 24000))
         c = Collector()
-        request = SpeechRequest.create(
-            "Hello.",
-            seed=3,
-            max_new_tokens=6,
-            ignore_eos=True,
-            speaker_embedding=reference.speaker_embedding,
-            ref_codes=reference.ref_codes,
-            ref_text="Hi.",
-        )
-        orch.submit(request, c)
+        orch.submit(clone_request("real-size", reference), c)
         assert c.wait(300).terminal.error is None and c.pcm.size == 6 * 1920
     finally:
         orch.stop()
