@@ -3,7 +3,7 @@
     python -m omniflow.bench.burst --url http://127.0.0.1:8000 --requests 1000
 
 Fires `--requests` speech requests at once, each on its own connection (a burst of clients,
-not a pipelined one), while a second thread asks `/health` every `--probe-every` seconds on a
+not a pipelined one), while a second process asks `/health` every `--probe-every` seconds on a
 kept-alive connection, and prints one JSON object: how the speech requests were answered
 (status counts, failures) and the latencies of the health probes sent while the burst was in
 flight (median, p99, max, how many took over 100 ms). The burst writes its requests straight
@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import statistics
-import threading
 import time
 from collections import Counter
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,36 +36,61 @@ BODY = {
     "response_format": "pcm",
     "ignore_eos": True,
 }
+PROBE_START_S = 60.0
 
 
 class HealthProbe:
-    """Asks /health on one kept-alive connection until stopped; records (sent at, seconds,
-    status) per answer."""
+    """Asks /health on one kept-alive connection until stopped, from its own process;
+    records (sent at, seconds, status) per answer, times on the system-wide monotonic clock.
+
+    Its own process, because a thread beside the burst's event loop shares that loop's GIL:
+    while the loop opens and writes 1,000 connections (hundreds of milliseconds of Python in
+    one turn) the probe thread cannot even read its answer, and a slow probe then measures
+    the client, not the server."""
 
     def __init__(self, url: str, every_s: float) -> None:
-        self.url, self.every_s = url, every_s
+        context = multiprocessing.get_context("spawn")
+        self._ready, self._stop = context.Event(), context.Event()
+        self._samples, sender = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=probe_until,
+            args=(url, every_s, self._ready, self._stop, sender),
+            daemon=True,
+        )
         self.samples: list[tuple[float, float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> HealthProbe:
-        self._thread.start()
+        self._process.start()
+        if not self._ready.wait(PROBE_START_S):
+            self._process.kill()
+            raise RuntimeError(f"the health probe did not answer within {PROBE_START_S} s")
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=60) as client:
-            while not self._stop.is_set():
-                t0 = time.perf_counter()
-                status = client.get(self.url + "/health").status_code
-                self.samples.append((t0, time.perf_counter() - t0, status))
-                self._stop.wait(self.every_s)
+        if not self._samples.poll(PROBE_START_S):
+            self._process.kill()
+            raise RuntimeError("the health probe process did not report its samples")
+        self.samples = self._samples.recv()
+        self._process.join()
 
     def between(self, start: float, end: float) -> list[tuple[float, float, int]]:
         return [s for s in self.samples if start <= s[0] <= end]
+
+
+def probe_until(url: str, every_s: float, ready: Event, stop: Event, report: Connection) -> None:
+    """The probe process: one probe that opens the connection, `ready`, then a probe every
+    `every_s` until `stop`; the samples go back on `report`."""
+    samples: list[tuple[float, float, int]] = []
+    with httpx.Client(timeout=60) as client:
+        client.get(url + "/health")
+        ready.set()
+        while not stop.is_set():
+            t0 = time.monotonic()
+            status = client.get(url + "/health").status_code
+            samples.append((t0, time.monotonic() - t0, status))
+            stop.wait(every_s)
+    report.send(samples)
 
 
 def latency_summary(seconds: list[float]) -> dict[str, Any]:
@@ -112,9 +139,9 @@ def burst(
 ) -> dict[str, Any]:
     with HealthProbe(url, probe_every_s) as probe:
         time.sleep(idle_s)  # probes before the burst: the idle figure
-        start = time.perf_counter()
+        start = time.monotonic()
         statuses, wall = asyncio.run(fire(url, n, frames, model))
-        end = time.perf_counter()
+        end = time.monotonic()
     during = probe.between(start, end)
     idle = probe.between(0.0, start)
     return {

@@ -12,9 +12,10 @@ a few kilobytes, then nothing for `--hold` seconds (longer than it takes the ser
 them and then drop them) before reading what is left and starting again. Every `--every`
 seconds it reads /metrics: resident memory, KV blocks and decoder slots in use, requests
 running, waiting and paused, buffered audio. After each round it waits for the gauges to
-return to idle; after the last it fires `--burst` requests at once while probing /health
-(`omniflow.bench.burst`), and writes `soak.json` (settings, per round the samples, totals,
-peaks and the idle check, then the burst) under `--out`.
+return to idle, and reads resident memory again `--settle` seconds later (the server gives
+its free heap back once idle); after the last it fires `--burst` requests at once while
+probing /health (`omniflow.bench.burst`), and writes `soak.json` (settings, per round the
+samples, totals, peaks and the idle check, then the burst) under `--out`.
 """
 
 from __future__ import annotations
@@ -182,8 +183,16 @@ def soak_round(url: str, args: argparse.Namespace, index: int) -> dict[str, Any]
         "stalled_clients": dict(stalls),
         "peak": {k: max(s.get(k, 0) for s in samples) for k in GAUGES} if samples else {},
         "idle_after": idle | {"seconds_to_idle": seconds_to_idle},
+        "rss_settled_mb": settled_rss(url, args.settle),
         "samples": samples,
     }
+
+
+def settled_rss(url: str, settle_s: float) -> float:
+    """Resident memory `settle_s` after the server went idle: it returns its allocator's
+    free heap once idle for `serve.memory.IDLE_TRIM_S` (docs/reliability.md)."""
+    time.sleep(settle_s)  # a fixed wait on purpose: the figure is "some seconds after idle"
+    return gauges(url)["rss_mb"]
 
 
 def main() -> None:
@@ -199,6 +208,9 @@ def main() -> None:
     # to outlast filling it, then the server's own buffer, then the stalled-client timeout.
     ap.add_argument("--hold", type=float, default=240.0, help="seconds a stalled client waits")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    ap.add_argument(
+        "--settle", type=float, default=3.0, help="seconds after idle to read memory again"
+    )
     ap.add_argument("--burst", type=int, default=1000)
     ap.add_argument("--out", default="soak")
     args = ap.parse_args()
@@ -208,7 +220,7 @@ def main() -> None:
     try:
         warm = {"model": "qwen3-tts-tiny", "voice": "vivian", "input": "Warm up."}
         httpx.post(url + "/v1/audio/speech", json=warm, timeout=120).raise_for_status()
-        idle_before = gauges(url)
+        idle_before = gauges(url) | {"rss_settled_mb": settled_rss(url, args.settle)}
         rounds = [soak_round(url, args, i + 1) for i in range(args.rounds)]
         burst_result = burst(url, args.burst, 2, 0.02, "qwen3-tts-tiny") if args.burst else None
         after_burst = wait_idle(url, 120)[1]

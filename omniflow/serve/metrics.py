@@ -11,6 +11,7 @@ and friends, where the platform has them) come from prometheus_client's process 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -44,8 +45,19 @@ STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = 
 )
 
 
+class Activity(Protocol):
+    """Told when the server starts working (a request starts with none running) and when
+    it goes idle (the last running request ends); `memory.IdleTrim` is one."""
+
+    def busy(self) -> None: ...
+
+    def idle(self) -> None: ...
+
+
 class Metrics:
     def __init__(self, pipeline: Pipeline) -> None:
+        self._running = 0
+        self.watchers: list[Activity] = []
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "omniflow_requests", "Speech requests by outcome", ["outcome"], registry=r
@@ -78,6 +90,22 @@ class Metrics:
         pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))
         r.register(StageCollector(pipeline.stats))
         ProcessCollector(registry=r)
+
+    def request_started(self) -> None:
+        """A speech request runs: the in-flight gauge, and `watchers` if it is the only one."""
+        self.in_flight.inc()
+        self._running += 1
+        if self._running == 1:
+            for watcher in self.watchers:
+                watcher.busy()
+
+    def request_ended(self) -> None:
+        """A speech request ended: the in-flight gauge, and `watchers` if none is left."""
+        self.in_flight.dec()
+        self._running -= 1
+        if self._running == 0:
+            for watcher in self.watchers:
+                watcher.idle()
 
 
 class StageCollector(Collector):

@@ -6,12 +6,17 @@ every running request with an error (docs/reliability.md): a streamed SSE respon
 with `speech.audio.error`, a whole one is a JSON 503, a raw stream is cut short; so
 connections close at once, no task is cancelled mid-response (an ASGI traceback), and the
 process exits 0.
+
+`Server` also paces how fast the event loop takes in new connections (`serve.intake`), so that a
+burst of them cannot hold the loop for long in one go: `/health` answers in milliseconds
+during a burst of 1,000 requests (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -27,6 +32,15 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ServerConfig
 from omniflow.logs import UVICORN_LOG_CONFIG
+from omniflow.serve.intake import (
+    ACCEPT_BATCH,
+    INTAKE_LIMIT,
+    INTAKE_TIMEOUT_S,
+    LISTEN_QUEUE,
+    Intake,
+    paced_protocol,
+)
+from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
 from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
@@ -37,20 +51,35 @@ GRACE_S = 10
 
 
 def make_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
-    """The app serving `pipeline`, which starts with the server and stops with it."""
+    """The app serving `pipeline`, which starts with the server and stops with it, and
+    returns the allocator's free memory whenever it goes idle (`memory.IdleTrim`)."""
     app = build_app(pipeline, server)
+    app.state.idle_trim = IdleTrim(malloc_trim(), IDLE_TRIM_S)
+    app.state.service.metrics.watchers.append(app.state.idle_trim)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         pipeline.start()
+        freeze_heap()
         try:
             yield
         finally:
+            gc.unfreeze()
             log.info("stopping engines")
             pipeline.stop()
 
     app.router.lifespan_context = lifespan
     return app
+
+
+def freeze_heap() -> None:
+    """Move everything alive now (modules, weights, the app: ~200,000 objects) out of the
+    garbage collector's reach (`gc.freeze`), after one collection so that no garbage is
+    kept. Otherwise every full collection walks all of them with the event loop stopped:
+    150-220 ms on this project's 2-core machine, and a burst's allocations trigger one. The
+    lifespan undoes it at shutdown (`gc.unfreeze`)."""
+    gc.collect()
+    gc.freeze()
 
 
 def listening_socket(family: socket.AddressFamily) -> socket.socket:
@@ -63,11 +92,22 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, ending the app's running requests first when it shuts down."""
+    """uvicorn's server, taking in connections in small turns (`Intake`), and ending the
+    app's running requests first when it shuts down."""
 
     def __init__(self, config: uvicorn.Config, service: SpeechService) -> None:
+        self.intake = Intake(INTAKE_LIMIT, INTAKE_TIMEOUT_S)
+        config.http = paced_protocol(self.intake)
+        config.backlog = ACCEPT_BATCH  # asyncio's accept batch; the kernel queue: startup
         super().__init__(config)
         self.service = service
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup, then the kernel's accept queue set back to `LISTEN_QUEUE`
+        (asyncio listens with the accept batch; listening again only resizes the queue)."""
+        await super().startup(sockets)
+        for sock in sockets or []:
+            sock.listen(LISTEN_QUEUE)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         running = self.service.pipeline.stats().in_flight

@@ -101,7 +101,7 @@ class SpeechResponse:
         self.stopping = False
         """The server is shutting down: an error now is a 503, not a 500."""
         self.stream: PacedStream | None = None
-        metrics.in_flight.inc()
+        metrics.request_started()
 
     def account(self, ev: AudioEvent) -> None:
         if ev.finished and not self.finished:
@@ -109,7 +109,7 @@ class SpeechResponse:
             outcome = {"abort": "abort", "error": "error"}.get(ev.finish_reason or "", "ok")
             m = self.metrics
             m.requests.labels(outcome).inc()
-            m.in_flight.dec()
+            m.request_ended()
             if outcome == "ok":
                 m.e2e.observe(time.perf_counter() - self.t0)
 

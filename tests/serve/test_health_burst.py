@@ -1,18 +1,17 @@
 """`/health` keeps answering during a burst of 1,000 speech requests (docs/reliability.md).
 
 The server is the embedded default in this process; the burst and the health probe run in
-another process (`omniflow.bench.burst`), so that their CPU work is not the server's. The
-burst is 1,000 connections at once; this test admits 32 at a time (the rest get a 429, which
-costs the server as much to parse), so it finishes in seconds.
+two other processes (`omniflow.bench.burst`), so that their CPU work is not the server's and
+the probe does not wait for the burst's GIL. The burst is 1,000 connections at once; this
+test admits 32 at a time (the rest get a 429, which costs the server as much to parse), so
+it finishes in seconds.
 
-What is asserted, and why not "every probe under 100 ms": on this project's 2-core machine
-the median probe during the burst takes ~4 ms, but the one or two probes that arrive while
-the event loop is accepting and parsing the burst's 1,000 connections (about 0.3 ms each in
-uvicorn and Starlette) wait for that work, up to ~0.9 s. A per-probe bound would measure the
-CI machine's load, not the server. So the test asserts the median under 100 ms (a margin of
-~25x here), that every probe answered 200 and none took more than 10 s (the server never
-stops answering), and that every speech request got an answer; the measured figures, for
-the default admission limit, are in docs/reliability.md.
+Every probe sent while the burst is in flight must answer 200 within 100 ms: the worst one,
+not the median. Without the server's intake pacing (`serve.intake.Intake`), the one or two
+probes that arrived while the event loop took in the burst waited 0.3-0.9 s behind it on
+this project's 2-core machine, and one that met a full garbage collection of the test
+process's heap ~150-220 ms (`serve.run.freeze_heap`); with both, the worst is 20-80 ms, with
+other test runs loading the machine.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ def test_health_answers_during_a_burst_of_a_thousand_requests():
     assert statuses["200"] >= 32 and statuses["429"] > 0
     health = result["health_during"]
     assert health["probes"] >= 5 and health["statuses"] == {"200": health["probes"]}
-    assert health["median_ms"] < 100, health
-    assert health["max_ms"] < 10_000, health
+    assert health["max_ms"] < 100, health
 
 
 def test_responses_on_a_kept_alive_connection_do_not_wait_for_a_delayed_ack():
