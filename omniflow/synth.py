@@ -20,9 +20,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -35,7 +35,9 @@ from omniflow.errors import ConfigError
 from omniflow.graph import StageGraph
 from omniflow.preflight import check_device
 from omniflow.serve.encoders import encode_whole
-from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference
+
+if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
+    import torch
 
 _STRING_KEYS = {"text", "out", "voice", "language", "instructions", "ref_audio", "ref_text"}
 DEFAULT_VOICE = "vivian"
@@ -123,6 +125,8 @@ def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
         raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} does not exist") from None
     except OSError as exc:
         raise ConfigError("synth.ref_audio", f"{s.ref_audio!r}: {exc.strerror}") from None
+    from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference
+
     try:
         return decode_reference(raw, rate)
     except ReferenceAudioError as exc:
