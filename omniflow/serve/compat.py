@@ -25,14 +25,11 @@ def check_task_fields(body: SpeechBody, registered: bool = False) -> None:
     """400 naming the first field that does not fit the request's task_type. `registered`:
     the request's `voice` is a registered voice of this Base model."""
     if body.task_type != "Base":
-        for field in VOICE_CLONE:
-            if getattr(body, field) not in (None, False):
-                raise ApiError(
-                    400,
-                    f"{field} is a voice-clone field: it needs task_type 'Base' (and a Base "
-                    f"model); this request's task_type is {body.task_type!r}",
-                    field,
-                )
+        _refuse_clone_fields(
+            body,
+            "is a voice-clone field: it needs task_type 'Base' (and a Base model); this "
+            f"request's task_type is {body.task_type!r}",
+        )
         if body.voice is None:
             raise ApiError(
                 400, "voice: Field required (a preset voice, GET /v1/audio/voices)", "voice"
@@ -80,11 +77,13 @@ def _check_registered_voice(body: SpeechBody, registered: bool) -> None:
             "/v1/audio/voices; GET /v1/audio/voices lists them)",
             "voice",
         )
+    _refuse_clone_fields(
+        body, "is not used with a registered voice: the voice carries its reference"
+    )
+
+
+def _refuse_clone_fields(body: SpeechBody, why: str) -> None:
+    """400 naming the first voice-clone field the request sets: "<field> <why>"."""
     for field in VOICE_CLONE:
         if getattr(body, field) not in (None, False):
-            raise ApiError(
-                400,
-                f"{field} with a registered voice: the voice carries its reference; leave "
-                f"out {field}",
-                field,
-            )
+            raise ApiError(400, f"{field} {why}; leave out {field}", field)
