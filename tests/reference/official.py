@@ -292,10 +292,9 @@ def _generate_kwargs(case: PromptCase) -> dict:
     }
 
 
-@torch.no_grad()
-def prompt(tts, case: PromptCase) -> dict[str, torch.Tensor]:
-    """The official prompt embeddings, trailing text embeddings and tts_pad embedding, as
-    `generate` hands them to the talker's generation loop (captured there)."""
+def _talker_inputs(tts, **generate_kwargs) -> dict[str, Any]:
+    """What the official `generate` hands its talker's generation loop (captured there, the
+    loop never runs)."""
     box: dict[str, Any] = {}
 
     def capture(**kwargs):
@@ -304,11 +303,19 @@ def prompt(tts, case: PromptCase) -> dict[str, torch.Tensor]:
 
     tts.talker.generate = capture
     try:
-        tts.generate(**_generate_kwargs(case), max_new_tokens=4)
+        tts.generate(**generate_kwargs, max_new_tokens=4)
     except _Captured:
         pass
     finally:
         del tts.talker.generate
+    return box
+
+
+@torch.no_grad()
+def prompt(tts, case: PromptCase) -> dict[str, torch.Tensor]:
+    """The official prompt embeddings, trailing text embeddings and tts_pad embedding, as
+    `generate` hands them to the talker's generation loop (captured there)."""
+    box = _talker_inputs(tts, **_generate_kwargs(case))
     return {
         "embeds": box["inputs_embeds"][0].clone(),
         "trailing": box["trailing_text_hidden"][0].clone(),
@@ -420,26 +427,14 @@ def clone_prompt(tts, case: CloneCase, inputs: dict[str, torch.Tensor]) -> dict[
         "x_vector_only_mode": [not icl],
         "icl_mode": [icl],
     }
-    box: dict[str, Any] = {}
-
-    def capture(**kwargs):
-        box.update(kwargs)
-        raise _Captured
-
-    tts.talker.generate = capture
-    try:
-        tts.generate(
-            input_ids=[torch.tensor([tok.encode_chat(case.text)])],
-            ref_ids=ref_ids,
-            voice_clone_prompt=voice_clone_prompt,
-            languages=[case.language],
-            non_streaming_mode=case.non_streaming,
-            max_new_tokens=4,
-        )
-    except _Captured:
-        pass
-    finally:
-        del tts.talker.generate
+    box = _talker_inputs(
+        tts,
+        input_ids=[torch.tensor([tok.encode_chat(case.text)])],
+        ref_ids=ref_ids,
+        voice_clone_prompt=voice_clone_prompt,
+        languages=[case.language],
+        non_streaming_mode=case.non_streaming,
+    )
     return {
         "embeds": box["inputs_embeds"][0].clone(),
         "trailing": box["trailing_text_hidden"][0].clone(),
