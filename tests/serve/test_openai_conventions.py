@@ -17,6 +17,21 @@ N = 20
 EXTRA = {"seed": 3, "max_new_tokens": N, "ignore_eos": True}
 
 
+def whole_pcm(live) -> bytes:
+    """The same request's PCM, answered whole (not streamed)."""
+    return httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={
+            "model": MODEL,
+            "voice": "vivian",
+            "input": "Hello there.",
+            "response_format": "pcm",
+            **EXTRA,
+        },
+    ).content
+
+
 def stream(live, fmt: str) -> tuple[httpx.Headers, list[bytes]]:
     """The SDK's streaming call with stream_format="audio", chunk by chunk."""
     client = OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
@@ -36,18 +51,7 @@ def test_stream_format_audio_streams_pcm(live):
     assert "content-length" not in headers  # sent as it was produced, not whole
     assert headers["transfer-encoding"] == "chunked"
     assert sum(map(len, chunks)) == N * 1920 * 2
-    whole = httpx.post(
-        live.url + "/v1/audio/speech",
-        timeout=60,
-        json={
-            "model": MODEL,
-            "voice": "vivian",
-            "input": "Hello there.",
-            "response_format": "pcm",
-            **EXTRA,
-        },
-    )
-    assert b"".join(chunks) == whole.content
+    assert b"".join(chunks) == whole_pcm(live)
 
 
 def test_mp3_streams_through_a_real_encoder(live):
@@ -59,17 +63,7 @@ def test_mp3_streams_through_a_real_encoder(live):
     audio, sr = soundfile.read(io.BytesIO(body), dtype="float32")
     assert sr == 24000
     assert abs(len(audio) - N * 1920) <= 2 * 1152  # LAME's encoder delay and padding
-    pcm = httpx.post(
-        live.url + "/v1/audio/speech",
-        timeout=60,
-        json={
-            "model": MODEL,
-            "voice": "vivian",
-            "input": "Hello there.",
-            "response_format": "pcm",
-            **EXTRA,
-        },
-    ).content
+    pcm = whole_pcm(live)
     # the same audio (lossy): energy within a few percent
     ref = np.frombuffer(pcm, "<i2").astype(np.float32) / 32767
     assert abs(np.sqrt(np.mean(audio**2)) / np.sqrt(np.mean(ref**2)) - 1) < 0.1
