@@ -162,3 +162,10 @@ def test_synth_refuses_a_missing_or_non_audio_reference(tmp_path, make, needle):
     )
     one_line_error(r, "synth.ref_audio", needle)
     assert not (tmp_path / "o.wav").exists()
+
+
+def test_synth_checks_run_before_torch_is_loaded():
+    """A mistake is reported before the 1.5 s it takes to import torch (the model's)."""
+    code = "import sys, omniflow.synth; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
