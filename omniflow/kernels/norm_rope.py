@@ -60,6 +60,33 @@ def _rms_norm_kernel(
 
 
 @triton.jit
+def norm_rope_row(base, w_ptr, cos_row, sin_row, eps, HEAD_DIM: tl.constexpr):
+    """One head's RMSNorm then rotary, for the head at `base` (unit stride), as fp32 values
+    rounded as the torch layers round (the caller stores them in the activation dtype).
+    `cos_row`/`sin_row` point at the position's table rows. Shared with the fused
+    attention kernels (`frame_attention`)."""
+    half: tl.constexpr = HEAD_DIM // 2
+    cols = tl.arange(0, HEAD_DIM)
+    partner = (cols + half) % HEAD_DIM
+    x = tl.load(base + cols)
+    h = x.to(tl.float32)
+    var = tl.sum(h * h, axis=0) / HEAD_DIM
+    inv = tl.math.rsqrt(var + eps)
+    w = tl.load(w_ptr + cols).to(tl.float32)
+    w_partner = tl.load(w_ptr + partner).to(tl.float32)
+    # The normalised row and its rotate-half partner, each rounded as the norm rounds.
+    y = (w * (h * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
+    hp = tl.load(base + partner).to(tl.float32)
+    yp = (w_partner * (hp * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
+    rotated = tl.where(cols < half, -yp.to(tl.float32), yp.to(tl.float32))
+    c = tl.load(cos_row + cols).to(tl.float32)
+    s = tl.load(sin_row + cols).to(tl.float32)
+    a = (y.to(tl.float32) * c).to(x.dtype).to(tl.float32)
+    b = (rotated * s).to(x.dtype).to(tl.float32)
+    return (a + b).to(x.dtype)
+
+
+@triton.jit
 def _rms_norm_rope_kernel(
     x_ptr,
     w_ptr,
@@ -80,27 +107,17 @@ def _rms_norm_rope_kernel(
     pid = tl.program_id(0).to(tl.int64)
     token = pid // heads
     head = pid % heads
-    half: tl.constexpr = HEAD_DIM // 2
     cols = tl.arange(0, HEAD_DIM)
-    partner = (cols + half) % HEAD_DIM
-    base = x_ptr + token * stride_xt + head * stride_xh
-    x = tl.load(base + cols)
-    h = x.to(tl.float32)
-    var = tl.sum(h * h, axis=0) / HEAD_DIM
-    inv = tl.math.rsqrt(var + eps)
-    w = tl.load(w_ptr + cols).to(tl.float32)
-    w_partner = tl.load(w_ptr + partner).to(tl.float32)
-    # The normalised row and its rotate-half partner, each rounded as the norm rounds.
-    y = (w * (h * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
-    hp = tl.load(base + partner).to(tl.float32)
-    yp = (w_partner * (hp * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
-    rotated = tl.where(cols < half, -yp.to(tl.float32), yp.to(tl.float32))
     trow = token % table_rows
-    c = tl.load(cos_ptr + trow * stride_ct + cols).to(tl.float32)
-    s = tl.load(sin_ptr + trow * stride_st + cols).to(tl.float32)
-    a = (y.to(tl.float32) * c).to(x.dtype).to(tl.float32)
-    b = (rotated * s).to(x.dtype).to(tl.float32)
-    tl.store(out_ptr + token * stride_ot + head * stride_oh + cols, (a + b).to(x.dtype))
+    y = norm_rope_row(
+        x_ptr + token * stride_xt + head * stride_xh,
+        w_ptr,
+        cos_ptr + trow * stride_ct,
+        sin_ptr + trow * stride_st,
+        eps,
+        HEAD_DIM,
+    )
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + cols, y)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

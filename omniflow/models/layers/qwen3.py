@@ -13,6 +13,7 @@ weights (no extra memory; `state_dict()` and loading see the same names and valu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -22,8 +23,23 @@ from omniflow.config.schema import TransformerShape
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import apply_rotary
 
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Tensor = torch.Tensor
+Attend = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """(layer index, q [..., Hq, D], k [..., Hkv, D], v [..., Hkv, D]) -> out [..., Hq, D]."""
+
+
+@dataclass(frozen=True)
+class PreNormAttend:
+    """An attention that applies the q/k norms and the rotary itself, declared by its type:
+    the layer hands it q and k as projected, with its two norms and the rotary tables. This
+    lets one fused kernel do norms, rotary, cache write and attention (the code predictor's
+    single-token steps on CUDA, `omniflow.kernels.frame_attention`)."""
+
+    fn: Callable[[int, Tensor, Tensor, Tensor, RMSNorm, RMSNorm, Tensor, Tensor], Tensor]
+    """(layer index, q, k, v as projected, q_norm, k_norm, cos, sin) -> out [..., Hq, D]."""
+
+
+AnyAttend = Attend | PreNormAttend
 
 
 class Qwen3Attention(nn.Module):
@@ -54,10 +70,13 @@ class Qwen3Attention(nn.Module):
         return q.view(*lead, hq, d), k.view(*lead, hkv, d), v.view(*lead, hkv, d)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: AnyAttend
     ) -> torch.Tensor:
         lead = x.shape[:-1]
         q, k, v = self.project(x)
+        if isinstance(attend, PreNormAttend):
+            out = attend.fn(self.layer_idx, q, k, v, self.q_norm, self.k_norm, cos, sin)
+            return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
         if x.is_cuda:
             # One launch per tensor for norm + rotary (Triton; CUDA machines only).
             from omniflow.kernels.norm_rope import rms_norm_rope
@@ -126,14 +145,18 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: AnyAttend
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 def run_layers(
-    layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
+    layers: nn.ModuleList,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    attend: AnyAttend,
 ) -> torch.Tensor:
     for layer in layers:
         x = layer(x, cos, sin, attend)
@@ -146,7 +169,7 @@ def run_layers_norm(
     x: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    attend: Attend,
+    attend: AnyAttend,
 ) -> torch.Tensor:
     """`final_norm(run_layers(...))`. On CUDA every residual add is fused with the norm that
     reads it (`add_rms_norm`: the post-attention norm, the next layer's input norm, the final
@@ -170,7 +193,7 @@ def fused_layers_norm(
     x: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    attend: Attend,
+    attend: AnyAttend,
     add_norm: AddNorm,
 ) -> torch.Tensor:
     """The layer stack with each residual add handed to `add_norm` together with the norm

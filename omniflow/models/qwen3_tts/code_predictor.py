@@ -19,7 +19,8 @@ import torch
 
 from omniflow.config.schema import CodePredictorShape
 from omniflow.models.layers.attention import dense_causal_attention
-from omniflow.models.layers.qwen3 import run_layers_norm
+from omniflow.models.layers.norm import RMSNorm
+from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.modules import CodePredictorModule
 
@@ -90,12 +91,7 @@ class CodePredictor:
             cos = cos_all[start : start + length]
             sin = sin_all[start : start + length]
 
-            def attend(layer, q, k, v, start=start, length=length):
-                kc, vc = caches[layer]
-                kc[:, start : start + length] = k
-                vc[:, start : start + length] = v
-                return dense_causal_attention(q, kc, vc, start)
-
+            attend = _attend(caches, start, length, x.is_cuda)
             out = run_layers_norm(m.model.layers, m.model.norm, x, cos, sin, attend)
             logits = m.lm_head[g - 1](out[:, -1])
             code = sample(logits, g)
@@ -104,3 +100,38 @@ class CodePredictor:
             if g < groups - 1:
                 x = m.small_to_mtp_projection(m.model.codec_embedding[g - 1](code)).unsqueeze(1)
         return torch.stack(codes, dim=1)
+
+
+def _attend(caches: KVCaches, start: int, length: int, cuda: bool) -> AnyAttend:
+    """The attention for one pass over positions start..start+length-1. On CUDA a
+    single-token pass (14 of a frame's 15) is one fused launch per layer
+    (`kernels.frame_attention`: norms, rotary, cache write, attention); otherwise the layer
+    applies the norms and rotary and this writes the cache and attends in torch."""
+    if cuda and length == 1:
+        # Imported here: Triton is needed on CUDA machines only.
+        from omniflow.kernels.frame_attention import frame_attention
+
+        def fused(
+            layer: int,
+            q: torch.Tensor,
+            k: torch.Tensor,
+            v: torch.Tensor,
+            q_norm: RMSNorm,
+            k_norm: RMSNorm,
+            cos: torch.Tensor,
+            sin: torch.Tensor,
+        ) -> torch.Tensor:
+            kc, vc = caches[layer]
+            return frame_attention(
+                q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, start
+            )
+
+        return PreNormAttend(fused)
+
+    def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        kc, vc = caches[layer]
+        kc[:, start : start + length] = k
+        vc[:, start : start + length] = v
+        return dense_causal_attention(q, kc, vc, start)
+
+    return attend

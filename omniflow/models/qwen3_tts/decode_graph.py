@@ -15,7 +15,9 @@ What makes the step capturable (`decode_hidden`, the one function both paths run
   ([bucket, max_blocks]), never sized by their values. On CUDA that is the Triton kernel
   `kernels.paged_decode.paged_decode_attention`; on the CPU (nothing is captured there) it is
   its torch reference `kernels.paged_decode_ref.paged_decode_attention_ref`, which equals
-  `Talker.forward` with the batched torch decode attention to ~1e-6 in fp32.
+  `Talker.forward` with the batched torch decode attention to ~1e-6 in fp32. On CUDA the
+  q/k norms, rotary and the K/V write before it are one launch per layer
+  (`kernels.norm_rope_write`, same roundings as the separate kernels).
 
 A padding row is inert: context length 0 (the kernel writes zeros and reads no cache), position
 0, its K/V written to `dummy_slot` (a slot the runner reserves and nothing reads), ids 0.
@@ -31,7 +33,8 @@ from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
-from omniflow.models.layers.qwen3 import run_layers_norm
+from omniflow.models.layers.norm import RMSNorm
+from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.inputs import embed_decode
 from omniflow.models.qwen3_tts.talker import Talker
@@ -79,8 +82,29 @@ def decode_hidden(
         write_kv(kc, vc, k, v, slot_mapping)
         return attention(q, kc, vc, block_tables, context_lens, block_size)
 
+    def fused(
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_norm: RMSNorm,
+        k_norm: RMSNorm,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        # Imported here: Triton is needed on CUDA machines only.
+        from omniflow.kernels.norm_rope_write import norm_rope_write
+
+        kc, vc = kv_caches[layer]
+        qn = norm_rope_write(
+            q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slot_mapping
+        )
+        return attention(qn, kc, vc, block_tables, context_lens, block_size)
+
     t = talker.weights.talker
-    return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, attend)
+    # On CUDA the q/k norms, rotary and K/V write are one launch per layer.
+    chosen: AnyAttend = PreNormAttend(fused) if embeds.is_cuda else attend
+    return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, chosen)
 
 
 class TalkerDecodeGraphs(BucketGraphs):

@@ -1,0 +1,153 @@
+"""The code predictor's single-token attention step in one Triton launch: q/k RMSNorm and
+rotary, the new K/V written into the frame's dense cache, and attention over the (at most
+16) cached positions.
+
+Why: a code-predictor frame is 15 sequential passes of 5 layers, and 14 of those passes feed
+one token per row. Each layer's attention was five launches on the GPU (the q and k
+norm+rotary kernels, two slice copies into the cache, a flash-attention call that costs
+~5 us for a 16-key context): about 16 us of a ~80 us layer at batch 1 (profile in
+docs/benchmarks.md). Here one program per (row, KV head) does all of it.
+
+Semantics, against the torch path it replaces (`rms_norm_rope` on q and k, the cache slice
+assignment, `dense_causal_attention`): q and k are normalised and rotated with the same
+roundings (`norm_rope.norm_rope_row`), so the cached K/V are identical; the scores, softmax
+and weighted sum run in fp32 with one rounding of the output (flash attention rounds the
+probabilities to bf16 before the second product), so the output agrees to bf16 rounding,
+not bitwise. GQA as `enable_gqa`: query head i reads KV head i // (Hq / Hkv).
+
+The new token's K/V are used from registers for its own position, so no program reads a
+cache row it wrote in the same launch (no barrier needed), and padding rows (zeros) stay
+finite. Graph-safe: `start` is a Python int fixed per call site, shapes fix the launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from omniflow.kernels.norm_rope import norm_rope_row
+
+
+@triton.jit
+def _frame_attention_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    qw_ptr,
+    kw_ptr,
+    cos_row,
+    sin_row,
+    kc_ptr,
+    vc_ptr,
+    out_ptr,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_vb,
+    stride_vh,
+    stride_cb,
+    stride_cs,
+    stride_ch,
+    stride_ob,
+    stride_oh,
+    start,
+    eps,
+    scale,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    S_BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    cols = tl.arange(0, HEAD_DIM)
+    k_row = k_ptr + b * stride_kb + h * stride_kh
+    k = norm_rope_row(k_row, kw_ptr, cos_row, sin_row, eps, HEAD_DIM)
+    v = tl.load(v_ptr + b * stride_vb + h * stride_vh + cols)
+    cache = b * stride_cb + h * stride_ch
+    tl.store(kc_ptr + cache + start * stride_cs + cols, k)
+    tl.store(vc_ptr + cache + start * stride_cs + cols, v)
+    pos = tl.arange(0, S_BLOCK)
+    old = (pos < start)[:, None]
+    offs = cache + pos[:, None] * stride_cs + cols[None, :]
+    keys = tl.load(kc_ptr + offs, mask=old, other=0.0).to(tl.float32)
+    vals = tl.load(vc_ptr + offs, mask=old, other=0.0).to(tl.float32)
+    new = (pos == start)[:, None]
+    keys = tl.where(new, k.to(tl.float32)[None, :], keys)
+    vals = tl.where(new, v.to(tl.float32)[None, :], vals)
+    visible = pos <= start
+    for g in tl.static_range(GROUP):
+        qh = h * GROUP + g
+        q = norm_rope_row(
+            q_ptr + b * stride_qb + qh * stride_qh, qw_ptr, cos_row, sin_row, eps, HEAD_DIM
+        )
+        scores = tl.sum(q.to(tl.float32)[None, :] * keys, axis=1) * scale
+        scores = tl.where(visible, scores, float("-inf"))
+        p = tl.exp(scores - tl.max(scores, axis=0))
+        p = p / tl.sum(p, axis=0)
+        o = tl.sum(p[:, None] * vals, axis=0)
+        tl.store(out_ptr + b * stride_ob + qh * stride_oh + cols, o.to(out_ptr.dtype.element_ty))
+
+
+def frame_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_norm_weight: torch.Tensor,
+    k_norm_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    start: int,
+) -> torch.Tensor:
+    """One token per row at position `start`: q [B, 1, Hq, D], k, v [B, 1, Hkv, D] as they
+    come out of the projection (before the q/k norms and rotary); cos, sin [1, D] (the
+    position's table row); caches [B, S, Hkv, D], positions < start already filled. Writes
+    the token's normalised, rotated K and its V at `start` and returns the attention output
+    [B, 1, Hq, D]."""
+    bsz, length, hq, d = q.shape
+    hkv = k.shape[2]
+    s = k_cache.shape[1]
+    if length != 1 or k.shape != (bsz, 1, hkv, d) or v.shape != k.shape:
+        raise ValueError(f"frame_attention: one token per row, got q {tuple(q.shape)}")
+    if hq % hkv or not 0 <= start < s:
+        raise ValueError(f"frame_attention: {hq} q heads, {hkv} kv heads, start {start} of {s}")
+    if k_cache.shape != (bsz, s, hkv, d) or v_cache.stride() != k_cache.stride():
+        raise ValueError(f"frame_attention: cache {tuple(k_cache.shape)} for {tuple(k.shape)}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("cache", k_cache), ("cos", cos), ("sin", sin)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"frame_attention: {name} needs unit stride on its last axis")
+    out = torch.empty((bsz, 1, hq, d), device=q.device, dtype=q.dtype)
+    _frame_attention_kernel[(bsz, hkv)](
+        q,
+        k,
+        v,
+        q_norm_weight,
+        k_norm_weight,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        out,
+        q.stride(0),
+        q.stride(2),
+        k.stride(0),
+        k.stride(2),
+        v.stride(0),
+        v.stride(2),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        out.stride(0),
+        out.stride(2),
+        start,
+        eps,
+        d**-0.5,
+        GROUP=hq // hkv,
+        HEAD_DIM=d,
+        S_BLOCK=triton.next_power_of_2(s),
+    )
+    return out

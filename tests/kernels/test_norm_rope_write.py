@@ -1,0 +1,92 @@
+"""The talker decode's fused q/k norm + rotary + K/V write (`kernels.norm_rope_write`) equals
+the separate steps it replaces: `RMSNorm` + `apply_rotary` on q and k, `write_kv` at the slots.
+CPU: the Triton interpreter; GPU: the 1.7B talker's heads in bf16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.kernels import norm_rope_write as nw
+from omniflow.models.layers.attention import write_kv
+from omniflow.models.layers.rotary import Rotary, apply_rotary
+from tests.kernels.interpret import run_checks, run_group_in_child
+from tests.kernels.test_frame_attention import norms
+
+
+def case(t, hq, hkv, d, slots, dtype, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=g)).to(device=device, dtype=dtype)
+
+    # q/k/v as views of one packed projection output, as the layer hands them over.
+    packed = rnd(t, (hq + 2 * hkv) * d, scale=2)
+    q, k, v = packed.split([hq * d, hkv * d, hkv * d], dim=-1)
+    q, k, v = q.view(t, hq, d), k.view(t, hkv, d), v.view(t, hkv, d)
+    kc, vc = rnd(slots, hkv, d), rnd(slots, hkv, d)
+    positions = torch.randint(0, 4000, (t,), generator=g)
+    cos, sin = Rotary(d, 1_000_000.0).cos_sin(positions, dtype)
+    slot_mapping = torch.randperm(slots, generator=g)[:t].to(device)
+    q_norm, k_norm = norms(d, dtype, device, seed)
+    return q, k, v, q_norm, k_norm, cos.to(device), sin.to(device), kc, vc, slot_mapping
+
+
+def check(t, hq, hkv, d, slots, dtype, device="cpu", seed=0):
+    q, k, v, qn, kn, cos, sin, kc, vc, sm = case(t, hq, hkv, d, slots, dtype, device, seed)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    q_ref = apply_rotary(qn.reference(q), cos, sin)
+    k_ref = apply_rotary(kn.reference(k), cos, sin)
+    write_kv(kc_ref, vc_ref, k_ref, v, sm)
+    got = nw.norm_rope_write(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, sm)
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    assert got.shape == q.shape and got.dtype == q.dtype
+    torch.testing.assert_close(got, q_ref, atol=tol, rtol=tol)
+    torch.testing.assert_close(kc, kc_ref, atol=tol, rtol=tol)
+    assert torch.equal(vc, vc_ref)
+    untouched = torch.ones(slots, dtype=torch.bool)
+    untouched[sm.cpu()] = False
+    assert torch.equal(kc[untouched.to(kc.device)], kc_ref[untouched.to(kc.device)])
+
+
+def check_refusals():
+    q, k, v, qn, kn, cos, sin, kc, vc, sm = case(3, 4, 2, 16, 32, torch.float32)
+    for args, word in (
+        ((q, k, v, cos[:2], sm), "cos"),
+        ((q, k, v, cos, sm[:2]), "slots"),
+        ((q, k[:, :1], v[:, :1], cos, sm), "cache"),
+    ):
+        qq, kk, vv, cc, ss = args
+        try:
+            nw.norm_rope_write(qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, sin, kc, vc, ss)
+        except ValueError as err:
+            assert word in str(err), err
+        else:
+            raise AssertionError(f"no error for {word}")
+
+
+GROUPS = {
+    "write": lambda: [
+        ("fp32 GQA 2", lambda: check(3, 4, 2, 16, 40, torch.float32)),
+        ("fp32 GQA 3", lambda: check(5, 6, 2, 32, 64, torch.float32, seed=1)),
+        ("bf16", lambda: check(4, 4, 4, 16, 32, torch.bfloat16, seed=2)),
+        ("refusals", check_refusals),
+    ],
+}
+
+
+def run_interpreted(group: str) -> int:
+    """Child entry point (see tests/kernels/interpret.py)."""
+    return run_checks(group, (nw._norm_rope_write_kernel,), GROUPS[group]())
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_kernel_matches_torch_in_triton_interpreter(group):
+    run_group_in_child("tests.kernels.test_norm_rope_write", group)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tokens", [1, 128])
+def test_cuda_real_shapes(tokens):
+    """The 1.7B talker's heads (16 q, 8 kv, D 128) in bf16."""
+    check(tokens, 16, 8, 128, 4096, torch.bfloat16, "cuda", seed=tokens)
