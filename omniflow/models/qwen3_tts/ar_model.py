@@ -132,29 +132,27 @@ class TalkerARModel:
 
     @torch.no_grad()
     def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
-        """Codebook 0 with each request's own settings; then, for the rows that did not
-        sample EOS, codebooks 1..15 by the code predictor under the subtalker policy."""
+        """Codebook 0 with each request's own settings; then codebooks 1..15 by the code
+        predictor under the subtalker policy.
+
+        Every row's frame is completed, EOS rows included, and their codes discarded: which
+        rows are acoustic is then learnt from the one read-back at the end (codebook 0 and
+        the frame together), so the predictor is queued right behind codebook 0 instead of
+        after a device-to-host wait. A row's codes do not depend on the other rows (the
+        draws are keyed by each row's seed and counter)."""
         code0 = sampler.draw(self.talker.logits(hidden), 0)
-        tokens = code0.tolist()
-        acoustic = [i for i, c in enumerate(tokens) if c != self.eos]
-        outputs: list[Frame | None] = [None] * len(tokens)
-        if len(acoustic) == len(tokens):  # the steady state: every row is a frame
-            full = self._complete(hidden, code0, sampler.with_policy(None, *_SUBTALKER))
-            next_frames = full
-        else:
-            next_frames = torch.zeros(
-                len(tokens), self.frame_width, dtype=torch.int64, device=code0.device
-            )
-            next_frames[:, 0] = code0
-            full = next_frames[:0]
-            if acoustic:
-                idx = torch.tensor(acoustic, device=code0.device)
-                sub = sampler.with_policy(idx, *_SUBTALKER)
-                full = self._complete(hidden.index_select(0, idx), code0.index_select(0, idx), sub)
-                next_frames.index_copy_(0, idx, full)
-        for i, frame in zip(acoustic, full.tolist(), strict=True):
-            outputs[i] = tuple(frame)
-        return FrameSample(tuple(tokens), tuple(outputs), code0, next_frames)
+        full = self._complete(hidden, code0, sampler.with_policy(None, *_SUBTALKER))
+        rows = full.tolist()  # the step's one read-back: column 0 is codebook 0
+        tokens = tuple(row[0] for row in rows)
+        pairs = zip(tokens, rows, strict=True)
+        outputs = tuple(None if t == self.eos else tuple(row) for t, row in pairs)
+        if any(o is None for o in outputs):
+            # An EOS row's next input frame is its code0 alone (it feeds nothing further).
+            eos = (code0 == self.eos)[:, None]
+            alone = torch.zeros_like(full)
+            alone[:, 0] = code0
+            full = torch.where(eos, alone, full)
+        return FrameSample(tokens, outputs, code0, full)
 
     def _complete(self, hidden: torch.Tensor, code0: torch.Tensor, sub: RowSampler):
         if self.frame_graphs is None:
