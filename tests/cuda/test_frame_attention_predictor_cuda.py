@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from omniflow.models.qwen3_tts import code_predictor as cp
+from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.platforms.base import prepare_device
-from tests.cuda.test_predictor_graph_cuda import DEV, parts_1_7b, tiny_parts
+from tests.cuda.test_predictor_graph_cuda import DEV, parts_1_7b
+from tests.factories import tiny_model_config
 
 pytestmark = pytest.mark.cuda
 
@@ -38,10 +40,12 @@ def predict(predictor, embedding, hidden, code0, fused: bool, monkeypatch):
 @pytest.mark.parametrize("name", ["tiny", "1.7b"])
 def test_fused_predictor_equals_the_torch_attention_path(name, monkeypatch):
     prepare_device("cuda")
-    predictor, embedding = tiny_parts() if name == "tiny" else parts_1_7b()
     if name == "tiny":
-        predictor.module.float()
-        embedding.float()
+        talker = build_talker(tiny_model_config().model_copy(update={"dtype": "float32"}), DEV)
+        predictor = talker.talker.predictor
+        embedding = talker.talker.weights.talker.model.codec_embedding
+    else:
+        predictor, embedding = parts_1_7b()
     dtype = embedding.weight.dtype
     gen = torch.Generator().manual_seed(3)
     b = 8

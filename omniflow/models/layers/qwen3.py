@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from omniflow.config.schema import TransformerShape
+from omniflow.models.layers.linear import linear, run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import apply_rotary
 
@@ -66,7 +67,7 @@ class Qwen3Attention(nn.Module):
         if self.qkv_weight is None:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         else:
-            q, k, v = F.linear(x, self.qkv_weight).split([hq * d, hkv * d, hkv * d], dim=-1)
+            q, k, v = linear(x, self.qkv_weight).split([hq * d, hkv * d, hkv * d], dim=-1)
         return q.view(*lead, hq, d), k.view(*lead, hkv, d), v.view(*lead, hkv, d)
 
     def forward(
@@ -76,7 +77,7 @@ class Qwen3Attention(nn.Module):
         q, k, v = self.project(x)
         if isinstance(attend, PreNormAttend):
             out = attend.fn(self.layer_idx, q, k, v, self.q_norm, self.k_norm, cos, sin)
-            return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+            return run_linear(self.o_proj, out.reshape(*lead, self.num_heads * self.head_dim))
         if x.is_cuda:
             # One launch per tensor for norm + rotary (Triton; CUDA machines only).
             from omniflow.kernels.norm_rope import rms_norm_rope
@@ -87,7 +88,7 @@ class Qwen3Attention(nn.Module):
             q = apply_rotary(self.q_norm(q), cos, sin)
             k = apply_rotary(self.k_norm(k), cos, sin)
         out = attend(self.layer_idx, q, k, v)
-        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+        return run_linear(self.o_proj, out.reshape(*lead, self.num_heads * self.head_dim))
 
 
 class Qwen3MLP(nn.Module):
@@ -106,12 +107,12 @@ class Qwen3MLP(nn.Module):
         if self.gate_up_weight is None:
             gate, up = self.gate_proj(x), self.up_proj(x)
         else:
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate, up = linear(x, self.gate_up_weight).chunk(2, dim=-1)
         if x.is_cuda:
             # One launch for the gating (Triton; CUDA machines only).
             from omniflow.kernels.silu_mul import silu_mul
 
-            return self.down_proj(silu_mul(gate, up))
+            return run_linear(self.down_proj, silu_mul(gate, up))
         return self.down_proj(F.silu(gate) * up)
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from omniflow.config.schema import CodePredictorShape
 from omniflow.models.layers.attention import dense_causal_attention
+from omniflow.models.layers.linear import run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
@@ -67,6 +69,11 @@ class CodePredictor:
             for _ in range(s.num_layers)
         ]
 
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """The talker-width -> predictor-width projection (none where the widths match)."""
+        proj = self.module.small_to_mtp_projection
+        return run_linear(proj, x) if isinstance(proj, nn.Linear) else proj(x)
+
     @torch.no_grad()
     def predict(
         self,
@@ -82,7 +89,7 @@ class CodePredictor:
         groups = self.shape.num_code_groups
         if caches is None:
             caches = self.new_caches(hidden.shape[0], hidden.device, hidden.dtype)
-        x = m.small_to_mtp_projection(torch.stack([hidden, code0_embed], dim=1))
+        x = self._project(torch.stack([hidden, code0_embed], dim=1))
         cos_all, sin_all = self.rope_tables(x.device, x.dtype)
         codes: list[torch.Tensor] = []
         start = 0
@@ -93,12 +100,12 @@ class CodePredictor:
 
             attend = _attend(caches, start, length, x.is_cuda)
             out = run_layers_norm(m.model.layers, m.model.norm, x, cos, sin, attend)
-            logits = m.lm_head[g - 1](out[:, -1])
+            logits = run_linear(m.lm_head[g - 1], out[:, -1])
             code = sample(logits, g)
             codes.append(code)
             start += length
             if g < groups - 1:
-                x = m.small_to_mtp_projection(m.model.codec_embedding[g - 1](code)).unsqueeze(1)
+                x = self._project(m.model.codec_embedding[g - 1](code)).unsqueeze(1)
         return torch.stack(codes, dim=1)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from omniflow.config.schema import ModelConfig
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
+from omniflow.models.layers.linear import run_linear
 from omniflow.models.layers.qwen3 import fuse_projections, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -90,7 +91,7 @@ class Talker:
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.weights.talker.codec_head(hidden)
+        return run_linear(self.weights.talker.codec_head, hidden)
 
     @torch.no_grad()
     def complete_frames(
