@@ -1,7 +1,7 @@
 """On CUDA the code predictor's single-token passes run the fused attention kernel
 (`kernels.frame_attention`); the frame it predicts equals the torch attention path's on the
-same device: the same greedy codes, logits within fp32 rounding (tiny model, fp32) and within
-bf16 rounding at the 1.7B shapes."""
+same device: the same greedy codes and logits within fp32 rounding (tiny model, fp32), and
+logits within bf16 rounding at the 1.7B shapes (where a near tie may flip a greedy code)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,18 @@ def test_fused_predictor_equals_the_torch_attention_path(name, monkeypatch):
     fused, logits_f, on = predict(predictor, embedding, hidden, code0, True, monkeypatch)
     plain, logits_p, off = predict(predictor, embedding, hidden, code0, False, monkeypatch)
     assert on and not off
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    # Logits of the first pass (two tokens, no fused kernel) are equal; later ones close.
-    assert torch.equal(logits_f[0], logits_p[0])
+    fp32 = dtype == torch.float32
+    # The first pass (two tokens) has no fused kernel: equal logits, equal codes.
+    assert torch.equal(logits_f[0], logits_p[0]) and torch.equal(fused[:, 0], plain[:, 0])
+    # Every later pass of a row whose codes so far agree sees the same inputs: its logits
+    # differ only by the attention's rounding. In fp32 no code differs at all; in bf16 a
+    # near tie can flip a greedy code (random weights), after which the row is not compared.
     same_so_far = (fused == plain).cumprod(dim=1).bool()
-    assert same_so_far[:, -1].float().mean() >= (1.0 if dtype == torch.float32 else 0.75)
+    if fp32:
+        assert same_so_far.all()
+    assert same_so_far[:, 0].all()
     for g in range(1, 15):
         rows = same_so_far[:, g - 1]
-        torch.testing.assert_close(logits_f[g][rows], logits_p[g][rows], atol=tol, rtol=tol)
+        a, b = logits_f[g][rows], logits_p[g][rows]
+        rel = ((a - b).norm() / b.norm()).item()
+        assert rel < (1e-5 if fp32 else 2e-2), (g, rel)
