@@ -96,8 +96,13 @@ GROUPS = {
 
 
 def run_interpreted(group: str) -> int:
-    """Child entry point (see tests/kernels/interpret.py)."""
-    return run_checks(group, (fa._frame_attention_kernel,), GROUPS[group]())
+    """Child entry point (see tests/kernels/interpret.py). The talker's fused
+    norm+rotary+write checks (tests/kernels/test_norm_rope_write.py) run in the same child:
+    each child pays ~3 s of imports."""
+    from tests.kernels import test_norm_rope_write as nrw
+
+    kernels = (fa._frame_attention_kernel, nrw.nw._norm_rope_write_kernel)
+    return run_checks(group, kernels, GROUPS[group]() + nrw.GROUPS["write"]())
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

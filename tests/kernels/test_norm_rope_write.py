@@ -1,6 +1,7 @@
 """The talker decode's fused q/k norm + rotary + K/V write (`kernels.norm_rope_write`) equals
 the separate steps it replaces: `RMSNorm` + `apply_rotary` on q and k, `write_kv` at the slots.
-CPU: the Triton interpreter; GPU: the 1.7B talker's heads in bf16."""
+CPU: the Triton interpreter (run from test_frame_attention.py's child); GPU: the 1.7B
+talker's heads in bf16."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import torch
 from omniflow.kernels import norm_rope_write as nw
 from omniflow.models.layers.attention import write_kv
 from omniflow.models.layers.rotary import Rotary, apply_rotary
-from tests.kernels.interpret import run_checks, run_group_in_child
 from tests.kernels.test_frame_attention import norms
 
 
@@ -75,14 +75,8 @@ GROUPS = {
 }
 
 
-def run_interpreted(group: str) -> int:
-    """Child entry point (see tests/kernels/interpret.py)."""
-    return run_checks(group, (nw._norm_rope_write_kernel,), GROUPS[group]())
-
-
-@pytest.mark.parametrize("group", sorted(GROUPS))
-def test_kernel_matches_torch_in_triton_interpreter(group):
-    run_group_in_child("tests.kernels.test_norm_rope_write", group)
+# The interpreter run of GROUPS happens in tests/kernels/test_frame_attention.py's child
+# (one child for both attention-side kernels saves its ~3 s of imports).
 
 
 @pytest.mark.cuda
