@@ -10,6 +10,12 @@ Each prompt asks for round(seconds x 12.5) frames (at most --max-frames) with EO
 runs with dummy weights are comparable. Per request: ttfp (request sent -> first audio bytes),
 e2el (-> end of stream), audio seconds (bytes / 48,000), rtf = e2el / audio seconds. Warm-ups
 are excluded.
+
+A measured request that fails (a transport error, a status other than 200, or a 200 stream
+whose audio is not exactly the frames it asked for) is recorded as a `Failure` with its error
+text and counted, never retried (a retry would hide a server bug) and never fatal to the run:
+one dropped connection at concurrency 128 used to lose the whole job's numbers. A failing
+warm-up request still fails the run: a server that cannot serve it is broken.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,7 +35,11 @@ from tqdm import tqdm
 
 FRAME_RATE = 12.5
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"
-BYTES_PER_SECOND = 2 * 24000
+SAMPLE_RATE = 24000
+BYTES_PER_SECOND = 2 * SAMPLE_RATE  # PCM16 mono
+BYTES_PER_FRAME = 2 * round(SAMPLE_RATE / FRAME_RATE)  # 1,920 samples per frame
+MAX_ERRORS = 5
+"""Distinct error texts a summary lists (the rest are counted together)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,31 @@ class Sample:
     @property
     def rtf(self) -> float:
         return self.e2el / self.audio_s
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A measured request that did not deliver its audio."""
+
+    prompt: int
+    """Index of its prompt in the run."""
+    error: str
+    """What went wrong, e.g. `ReadError: ...`, `HTTP 503: ...`, `short audio: got N of M bytes`."""
+    after_s: float
+    """Seconds from sending the request until it failed."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run's measured requests: the completed ones, the failed ones and the wall time."""
+
+    samples: list[Sample]
+    failures: list[Failure]
+    wall_s: float
+
+
+class BadResponse(Exception):
+    """The server answered, but not with the audio asked for (status, or length)."""
 
 
 def load_prompts(path: str | Path, limit: int, max_frames: int = 0) -> list[Prompt]:
@@ -81,7 +118,7 @@ async def one(
     underrun = 0.0
     async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+            raise BadResponse(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         async for chunk in r.aiter_bytes():
             if not chunk:
                 continue
@@ -92,12 +129,30 @@ async def one(
             underrun = max(underrun, (now - ttfp) - size / BYTES_PER_SECOND)
             size += len(chunk)
     e2el = time.perf_counter() - t0
+    want = p.frames * BYTES_PER_FRAME
+    if size != want:
+        kind = "short" if size < want else "long"
+        raise BadResponse(f"{kind} audio: got {size} of {want} bytes")
     return Sample(ttfp or e2el, e2el, size / BYTES_PER_SECOND, underrun)
+
+
+async def measured(
+    client: httpx.AsyncClient, url: str, model: str, voice: str, i: int, p: Prompt, seed: int
+) -> Sample | Failure:
+    """One measured request: its sample, or what made it fail (transport or response)."""
+    t0 = time.perf_counter()
+    try:
+        return await one(client, url, model, voice, p, seed)
+    except (httpx.TransportError, BadResponse) as exc:
+        text = str(exc) or "(no message)"
+        error = text if isinstance(exc, BadResponse) else f"{type(exc).__name__}: {text}"
+        return Failure(i, error[:300], time.perf_counter() - t0)
 
 
 async def run(
     url: str, prompts: list[Prompt], concurrency: int, warmup: int, model: str, voice: str
-) -> tuple[list[Sample], float]:
+) -> Outcome:
+    """Warm-ups one by one (any failure raises), then every prompt at `concurrency`."""
     # httpx pools at most 100 connections by default: at concurrency 128 the last 28 requests
     # waited for the first ones to end (measured as a second wave on the GPU, half the
     # throughput). One connection per concurrent request, all kept alive between requests.
@@ -107,30 +162,54 @@ async def run(
             await one(client, url, model, voice, prompts[i % len(prompts)], seed=i)
         sem = asyncio.Semaphore(concurrency)
 
-        async def bounded(i: int, p: Prompt) -> Sample:
+        async def bounded(i: int, p: Prompt) -> Sample | Failure:
             async with sem:
-                return await one(client, url, model, voice, p, seed=1000 + i)
+                return await measured(client, url, model, voice, i, p, seed=1000 + i)
 
         t0 = time.perf_counter()
         with tqdm(total=len(prompts), desc="requests", unit=" req", leave=False) as bar:
 
-            async def counted(i: int, p: Prompt) -> Sample:
-                sample = await bounded(i, p)
+            async def counted(i: int, p: Prompt) -> Sample | Failure:
+                result = await bounded(i, p)
                 bar.update(1)
-                return sample
+                return result
 
-            samples = await asyncio.gather(*(counted(i, p) for i, p in enumerate(prompts)))
-        return list(samples), time.perf_counter() - t0
+            results = await asyncio.gather(*(counted(i, p) for i, p in enumerate(prompts)))
+        wall = time.perf_counter() - t0
+    samples = [r for r in results if isinstance(r, Sample)]
+    failures = [r for r in results if isinstance(r, Failure)]
+    return Outcome(samples, failures, wall)
 
 
-def read_samples(path: str | Path) -> tuple[list[Sample], float]:
-    """The samples and wall time a `--out` file holds."""
+def write_outcome(path: str | Path, outcome: Outcome, summary: dict) -> None:
+    """The `--out` file: the summary, and every sample and failure."""
+    data = {
+        "summary": summary,
+        "wall_s": outcome.wall_s,
+        "samples": [asdict(s) for s in outcome.samples],
+        "failures": [asdict(f) for f in outcome.failures],
+    }
+    Path(path).write_text(json.dumps(data, indent=2))
+
+
+def read_samples(path: str | Path) -> Outcome:
+    """The samples, failures and wall time a `--out` file holds."""
     data = json.loads(Path(path).read_text())
-    return [Sample(**s) for s in data["samples"]], data["wall_s"]
+    return Outcome(
+        [Sample(**s) for s in data["samples"]],
+        [Failure(**f) for f in data.get("failures", [])],
+        data["wall_s"],
+    )
 
 
-def summarize(samples: list[Sample], wall: float) -> dict:
-    def stats(xs: list[float]) -> dict:
+def summarize(outcome: Outcome) -> dict:
+    """Counts, the most frequent errors, and latency and throughput over the completed
+    requests only (None when none completed)."""
+    samples = outcome.samples
+
+    def stats(xs: list[float]) -> dict | None:
+        if not xs:
+            return None
         return {
             "median": statistics.median(xs),
             "mean": statistics.fmean(xs),
@@ -140,15 +219,29 @@ def summarize(samples: list[Sample], wall: float) -> dict:
 
     total_audio = sum(s.audio_s for s in samples)
     return {
-        "requests": len(samples),
+        "requests": len(samples) + len(outcome.failures),
+        "completed": len(samples),
+        "failed": len(outcome.failures),
+        "errors": error_counts([f.error for f in outcome.failures]),
         "ttfp_s": stats([s.ttfp for s in samples]),
         "e2el_s": stats([s.e2el for s in samples]),
         "rtf": stats([s.rtf for s in samples]),
         "underrun_s": stats([s.underrun_s for s in samples]),
         "audio_seconds": total_audio,
-        "audio_throughput": total_audio / wall,
-        "wall_s": wall,
+        "audio_throughput": total_audio / outcome.wall_s,
+        "wall_s": outcome.wall_s,
     }
+
+
+def error_counts(errors: list[str]) -> list[dict]:
+    """The MAX_ERRORS most frequent error texts with their counts (ties: first seen first),
+    then the rest together, so the counts add up to the failures."""
+    ranked = Counter(errors).most_common()
+    out = [{"error": e, "count": n} for e, n in ranked[:MAX_ERRORS]]
+    rest = ranked[MAX_ERRORS:]
+    if rest:
+        out.append({"error": f"({len(rest)} other errors)", "count": sum(n for _, n in rest)})
+    return out
 
 
 def main() -> None:
@@ -164,18 +257,20 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
-    samples, wall = asyncio.run(
+    outcome = asyncio.run(
         run(args.url, prompts, args.concurrency, args.warmup, args.model, args.voice)
     )
-    summary = summarize(samples, wall) | {"concurrency": args.concurrency}
+    summary = summarize(outcome) | {"concurrency": args.concurrency}
     print(json.dumps(summary, indent=2))
-    if args.out:
-        Path(args.out).write_text(
-            json.dumps(
-                {"summary": summary, "wall_s": wall, "samples": [asdict(s) for s in samples]},
-                indent=2,
-            )
+    if outcome.failures:
+        first = outcome.failures[0]
+        print(
+            f"{summary['failed']} of {summary['requests']} requests failed "
+            f"(first: prompt {first.prompt}, {first.error})",
+            file=sys.stderr,
         )
+    if args.out:
+        write_outcome(args.out, outcome, summary)
 
 
 if __name__ == "__main__":

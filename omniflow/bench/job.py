@@ -5,6 +5,10 @@ The load generator (`omniflow.bench.client`) runs as its own process, as a real 
 In the server's process it would share the interpreter lock with the engine thread and the
 server's event loop: at 128 streams its own per-chunk work slowed every decode step (the
 sweeps up to `sweeps/h200_2026-12-01_kernels/` were measured that way, see docs/benchmarks.md).
+
+Requests that fail are data, not the end of the job: each round records how many failed and
+why, its latency and throughput cover the completed requests, and a warning names the first
+error. Only a job in which no request completed at all fails (after writing its result).
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from typing import Any
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from omniflow.bench.client import DEFAULT_PROMPTS, Sample, load_prompts, read_samples, summarize
+from omniflow.bench.client import (
+    DEFAULT_PROMPTS,
+    Outcome,
+    error_counts,
+    load_prompts,
+    read_samples,
+    summarize,
+)
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import PipelineStats, WindowCounters
@@ -69,6 +80,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     prompts = load_prompts(prompts_file, b.num_prompts, b.max_frames)
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
+    errors: list[str] = []
     pipeline = build_pipeline(graph)
     # log lines (rounds, engine stats) print above the request bar, not through it
     with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
@@ -83,17 +95,11 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 f"--model={graph.model.name}",
                 f"--voice={VOICE}",
             ]
-            samples, wall = load_in_child(client)
-            summary = summarize(samples, wall)
+            outcome = load_in_child(client)
+            summary = summarize(outcome)
             rounds.append(summary)
-            log.info(
-                "round %d/%d: rtf %.3f (median), ttfp %.3f s, %.2f audio-s/s",
-                i + 1,
-                b.rounds,
-                summary["rtf"]["median"],
-                summary["ttfp_s"]["median"],
-                summary["audio_throughput"],
-            )
+            errors += [f.error for f in outcome.failures]
+            log_round(i + 1, b.rounds, summary, outcome)
         registry = srv.app.state.service.metrics.registry
         step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": ar.name})
         audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
@@ -114,7 +120,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "client": "separate process",
         },
         "rounds": rounds,
-        "summary": _across_rounds(rounds),
+        "summary": _across_rounds(rounds, errors),
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
         "windows": windows,
         "commit": commit(),
@@ -125,11 +131,42 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+    if not any(r["completed"] for r in rounds):
+        raise RuntimeError(
+            f"no request completed: all {len(errors)} failed (first: {errors[0]})"
+            + (f"; the failures are in {out_dir / 'result.json'}" if out_dir else "")
+        )
     return result
 
 
-def load_in_child(args: list[str]) -> tuple[list[Sample], float]:
-    """Run `omniflow.bench.client` with `args` in a child process; its samples and wall time.
+def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> None:
+    """The round's medians (when any request completed) and a warning naming its failures."""
+    if summary["completed"]:
+        log.info(
+            "round %d/%d: rtf %.3f (median), ttfp %.3f s, %.2f audio-s/s",
+            n,
+            total,
+            summary["rtf"]["median"],
+            summary["ttfp_s"]["median"],
+            summary["audio_throughput"],
+        )
+    if outcome.failures:
+        first = outcome.failures[0]
+        log.warning(
+            "round %d/%d: %d of %d requests failed (first: prompt %d after %.2f s: %s)",
+            n,
+            total,
+            summary["failed"],
+            summary["requests"],
+            first.prompt,
+            first.after_s,
+            first.error,
+        )
+
+
+def load_in_child(args: list[str]) -> Outcome:
+    """Run `omniflow.bench.client` with `args` in a child process; its samples, failures and
+    wall time. A failed request is in the outcome; a failing child (e.g. its warm-up) raises.
 
     Its progress bar goes to this process's stderr; its stdout (a summary) is dropped, since
     `omniflow bench` prints the job's own summary there."""
@@ -158,16 +195,25 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
     return flat
 
 
-def _across_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median over rounds of each round's median, with the spread (min, max)."""
+def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str, Any]:
+    """Request counts and errors over all rounds; the median over rounds of each round's
+    median, with the spread (min, max), over the rounds where any request completed (None
+    if none did)."""
+    done = [r for r in rounds if r["completed"]]
 
-    def agg(values: list[float]) -> dict[str, float]:
+    def agg(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None
         return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
     return {
-        "rtf": agg([r["rtf"]["median"] for r in rounds]),
-        "ttfp_s": agg([r["ttfp_s"]["median"] for r in rounds]),
-        "e2el_s": agg([r["e2el_s"]["median"] for r in rounds]),
-        "audio_throughput": agg([r["audio_throughput"] for r in rounds]),
-        "underrun_s": agg([r["underrun_s"]["max"] for r in rounds]),
+        "requests": sum(r["requests"] for r in rounds),
+        "completed": sum(r["completed"] for r in rounds),
+        "failed": sum(r["failed"] for r in rounds),
+        "errors": error_counts(errors),
+        "rtf": agg([r["rtf"]["median"] for r in done]),
+        "ttfp_s": agg([r["ttfp_s"]["median"] for r in done]),
+        "e2el_s": agg([r["e2el_s"]["median"] for r in done]),
+        "audio_throughput": agg([r["audio_throughput"] for r in rounds]),  # 0: none completed
+        "underrun_s": agg([r["underrun_s"]["max"] for r in done]),
     }

@@ -5,7 +5,9 @@
 
 Hydra runs the jobs (bench/app.py); each writes DIR/<n>/result.json. When the sweep ends,
 `SweepSummary` (a Hydra callback) writes DIR/summary.md (a table) and DIR/rtf.png (median
-RTF and worst player underrun per job, bench/plot.py; needs the `[bench]` extra).
+RTF and worst player underrun per job, bench/plot.py; needs the `[bench]` extra). The table's
+`failed` column counts the job's failed requests over all rounds (its numbers cover the
+completed ones; result.json has the error texts); `-` stands for a number no request gave.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def summarize(directory: Path) -> str:
     swept = _swept(results)
     head = [
         *swept,
+        "failed",
         "RTF median (min-max)",
         "first audio s",
         "e2e s",
@@ -121,14 +124,16 @@ def summarize(directory: Path) -> str:
     for r in results:
         s = r["summary"]
         w = r.get("windows") or {}
+        rtf = s["rtf"]
         rows.append(
             [
                 *(_value(r, k) for k in swept),
-                f"{s['rtf']['median']:.3f} ({s['rtf']['min']:.3f}-{s['rtf']['max']:.3f})",
-                f"{s['ttfp_s']['median']:.3f}",
-                f"{s['e2el_s']['median']:.2f}",
-                f"{s['audio_throughput']['median']:.2f}",
-                f"{s['underrun_s']['max']:.3f}",
+                str(_failed(r)),
+                f"{rtf['median']:.3f} ({rtf['min']:.3f}-{rtf['max']:.3f})" if rtf else "-",
+                _num(s["ttfp_s"], "median", 3),
+                _num(s["e2el_s"], "median", 2),
+                _num(s["audio_throughput"], "median", 2),
+                _num(s["underrun_s"], "max", 3),
                 f"{r['talker_ms_per_frame']:.1f}" if r.get("talker_ms_per_frame") else "-",
                 f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})" if w else "-",
             ]
@@ -140,7 +145,8 @@ def summarize(directory: Path) -> str:
     )
     cfg = first["config"]
     xlabel = swept[-1] if swept else "job"
-    plot = plot_sweep(_points(results, swept), xlabel, directory / "rtf.png")
+    points = _points(results, swept)
+    plot = plot_sweep(points, xlabel, directory / "rtf.png") if points else None
     text = (
         f"# Sweep {directory.name}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, "
         f"{cfg['platform']} ({cfg['dtype']}), {cfg['num_prompts']} prompts per round, "
@@ -151,6 +157,16 @@ def summarize(directory: Path) -> str:
     return text
 
 
+def _failed(result: dict[str, Any]) -> int:
+    """Failed requests over the job's rounds (results from before failures were recorded
+    have none: that client ended the job at the first failure)."""
+    return sum(r.get("failed", 0) for r in result["rounds"])
+
+
+def _num(stat: dict[str, float] | None, key: str, digits: int) -> str:
+    return f"{stat[key]:.{digits}f}" if stat else "-"
+
+
 def _points(results: list[dict[str, Any]], swept: list[str]) -> list[Point]:
     """x: the last swept key (or the job's order); one series per value of the others."""
     xkey = swept[-1] if swept else None
@@ -158,6 +174,8 @@ def _points(results: list[dict[str, Any]], swept: list[str]) -> list[Point]:
     for i, r in enumerate(results):
         name = ", ".join(f"{k.rsplit('.', 1)[-1]}={_value(r, k)}" for k in swept[:-1])
         s = r["summary"]
+        if s["rtf"] is None:  # no request completed: nothing to plot
+            continue
         points.append(
             Point(
                 series=name or "median RTF",

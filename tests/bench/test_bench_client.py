@@ -16,7 +16,7 @@ CONCURRENCY = 120
 
 class Gate:
     """An ASGI app whose speech route answers only once CONCURRENCY requests are in flight
-    together (or, after 20 s, with a 503 that fails the client)."""
+    together (or, after 20 s, with a 503: a failed request)."""
 
     def __init__(self) -> None:
         self.in_flight = 0
@@ -59,8 +59,9 @@ def test_the_client_runs_every_request_of_its_concurrency_at_once():
     try:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         prompts = [Prompt("hi", 1)] * CONCURRENCY
-        samples, _ = asyncio.run(run(url, prompts, CONCURRENCY, 0, "m", "v"))
-        assert len(samples) == CONCURRENCY and app.peak == CONCURRENCY
+        outcome = asyncio.run(run(url, prompts, CONCURRENCY, 0, "m", "v"))
+        assert outcome.failures == [] and len(outcome.samples) == CONCURRENCY
+        assert app.peak == CONCURRENCY
     finally:
         server.should_exit = True
         thread.join(10)

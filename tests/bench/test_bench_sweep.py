@@ -54,6 +54,8 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         assert res["config"]["frames_per_prompt"] == [4, 4]
         assert res["summary"]["rtf"]["median"] > 0
         assert len(res["rounds"]) == 1 and res["rounds"][0]["requests"] == 2
+        # the served streams carry exactly the frames asked for: none fails the length check
+        assert res["rounds"][0]["completed"] == 2 and res["summary"]["failed"] == 0
         assert abs(res["rounds"][0]["audio_seconds"] - 2 * 4 * 1920 / 24000) < 1e-9
         assert res["command"].startswith("python -m omniflow bench ") and res["device"]
     assert "pipeline.stages.talker.window_k=4" in results[1]["command"]
@@ -63,7 +65,8 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
     assert windows["executed_windows"] > 0
     assert windows["executed_steps"] == 3 * windows["executed_windows"]
     summary = (out / "summary.md").read_text()
-    assert summary.count("\n| 0 |") == 1 and summary.count("\n| 4 |") == 1
+    assert summary.count("\n| 0 | 0 |") == 1 and summary.count("\n| 4 | 0 |") == 1
+    assert "| pipeline.stages.talker.window_k | failed |" in summary
     assert "![median RTF and worst underrun per job](rtf.png)" in summary
     assert (out / "rtf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "RTF median" in r.stdout and f"results: {out}" in r.stdout  # the callback ran
@@ -160,6 +163,7 @@ def test_summary_plots_rtf_and_underrun_side_by_side(tmp_path, monkeypatch):
 
 
 def test_a_failing_load_generator_fails_the_job():
-    """The client runs as a child process; its failure (here: nothing listens) is the job's."""
+    """The client runs as a child process; its failure (here: nothing listens, so the warm-up
+    fails; a measured request that fails is recorded instead) is the job's."""
     with pytest.raises(RuntimeError, match="load generator failed"):
-        load_in_child(["--url=http://127.0.0.1:9", "--num-prompts=1", "--warmup=0"])
+        load_in_child(["--url=http://127.0.0.1:9", "--num-prompts=1", "--warmup=1"])
