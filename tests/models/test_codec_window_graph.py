@@ -66,8 +66,9 @@ def step(ids: list[str], frames: list[torch.Tensor | None]) -> SampledStep:
 
 def test_stream_slots_decode_a_window_per_request_in_one_pass():
     """Three steps of a window: x, y and z each sample three frames, w stops (EOS) at the
-    third step. x, y, z go through the 3-frame graph in one run; w's two frames are decoded
-    eagerly; each request's PCM equals its frames decoded one step at a time."""
+    third step. x, y, z go through the 3-frame graph in one run; w's two frames through the
+    per-frame graph, once per frame (never the eager decoder while graphs exist); each
+    request's PCM equals its frames decoded one step at a time."""
     a, ref = pair(num_slots=6)
     per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
     windowed = Counted(a, max_batch=4, buckets=(1, 2, 4), frames=3)
@@ -77,7 +78,7 @@ def test_stream_slots_decode_a_window_per_request_in_one_pass():
     steps = [step(ids, [c[i, s] for i in range(4)]) for s in range(2)]
     steps.append(step(ids, [c[0, 2], c[1, 2], c[2, 2], None]))
     pcm = slots.decode(steps)
-    assert windowed.rows == [3] and per_frame.rows == []
+    assert windowed.rows == [3] and per_frame.rows == [1, 1]
     assert list(pcm) == ids and [len(pcm[r]) for r in ids] == [5760, 5760, 5760, 3840]
     ref_slots = [ref.allocate() for _ in ids]
     for s in range(3):
@@ -88,4 +89,23 @@ def test_stream_slots_decode_a_window_per_request_in_one_pass():
             assert torch.allclose(got, o, atol=1e-5, rtol=0), (ids[i], s)
     # one step alone takes the per-frame graph, from the frames on the device
     one = slots.decode([step(["x", "y"], [c[0, 0], c[1, 0]])])
-    assert per_frame.rows == [2] and windowed.rows == [3] and len(one["x"]) == 1920
+    assert per_frame.rows == [1, 1, 2] and windowed.rows == [3] and len(one["x"]) == 1920
+
+
+def test_without_graphs_a_window_is_decoded_eagerly():
+    """No graphs (a kill switch, or a decoder built without them): every group of rows runs
+    the eager decoder once, with the same PCM as one step at a time."""
+    a, ref = pair(num_slots=4)
+    slots = StreamSlots(a, None, None, None)
+    ids = ["x", "w"]
+    c = window(2, 3, 60)
+    steps = [step(ids, [c[0, s], c[1, s] if s < 2 else None]) for s in range(3)]
+    pcm = slots.decode(steps)
+    assert [len(pcm[r]) for r in ids] == [5760, 3840]
+    ref_slots = [ref.allocate() for _ in ids]
+    for s in range(3):
+        rows = [0, 1] if s < 2 else [0]
+        out = ref.decode([ref_slots[i] for i in rows], [c[i, s : s + 1] for i in rows])
+        for i, o in zip(rows, out, strict=True):
+            got = torch.from_numpy(pcm[ids[i]][s * 1920 : (s + 1) * 1920])
+            assert torch.allclose(got, o, atol=1e-5, rtol=0), (ids[i], s)

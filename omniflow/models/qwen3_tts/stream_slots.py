@@ -72,7 +72,8 @@ class StreamSlots:
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
         none. One step's frames are read from its `next_frames` on the device by the
         per-frame graph; a window's frames are decoded per request in one pass, by the
-        window graph where a request has exactly its `frames` new frames."""
+        window graph where a request has exactly its `frames` new frames, else by the
+        per-frame graph once per frame."""
         dec = self.decoder
         if dec is None:
             return {}
@@ -87,29 +88,34 @@ class StreamSlots:
         if len(steps) == 1 and self.graphs is not None:
             return self._graph_step(steps[0], list(frames))
         out: dict[str, np.ndarray] = {}
-        groups: dict[DecoderStepGraphs | None, list[str]] = {}
+        groups: dict[int, list[str]] = {}
         for rid, fs in frames.items():
-            groups.setdefault(self._graphs_for(len(fs)), []).append(rid)
-        for graphs, rids in groups.items():
-            if graphs is None:  # eager: rows with the same number of frames run as one batch
-                codes = [torch.tensor(frames[rid], dtype=torch.int64) for rid in rids]
-                pcm = dec.decode([self._slots[rid] for rid in rids], codes)
-                out.update((rid, p.float().cpu().numpy()) for rid, p in zip(rids, pcm, strict=True))
-                continue
-            ids = torch.tensor([self._slots[rid] for rid in rids], device=dec.device)
-            codes = torch.tensor([frames[rid] for rid in rids], dtype=torch.int64)
-            if graphs.frames == 1:
-                codes = codes[:, 0]
-            pcm = graphs.run(ids, codes.to(dec.device)).float().cpu().numpy()
-            out.update(zip(rids, pcm, strict=True))
+            groups.setdefault(len(fs), []).append(rid)
+        for n, rids in groups.items():
+            out.update(self._decode_group(rids, [frames[rid] for rid in rids], n))
         return {rid: out[rid] for rid in frames}
 
-    def _graphs_for(self, n: int) -> DecoderStepGraphs | None:
-        """The graphs that decode exactly n new frames per row, if any."""
-        for graphs in (self.graphs, self.window_graphs):
-            if graphs is not None and graphs.frames == n:
-                return graphs
-        return None
+    def _decode_group(
+        self, rids: list[str], frames: list[list[Frame]], n: int
+    ) -> dict[str, np.ndarray]:
+        """Rows with n new frames each: the window graph when it takes exactly n frames;
+        else the per-frame graph replayed n times (a request's last, shorter window; the
+        eager decoder step took 14.7 ms at batch 1 on the H200, a replay ~3 ms,
+        docs/benchmarks.md); eager only without graphs."""
+        dec = self.decoder
+        assert dec is not None
+        codes = torch.tensor(frames, dtype=torch.int64)  # [rows, n, 16]
+        if self.window_graphs is not None and self.window_graphs.frames == n:
+            graphs, passes = self.window_graphs, [codes]
+        elif self.graphs is not None:
+            graphs, passes = self.graphs, [codes[:, j] for j in range(n)]
+        else:  # eager: the rows run as one batch
+            pcm = dec.decode([self._slots[rid] for rid in rids], list(codes))
+            return {rid: p.float().cpu().numpy() for rid, p in zip(rids, pcm, strict=True)}
+        ids = torch.tensor([self._slots[rid] for rid in rids], device=dec.device)
+        parts = [graphs.run(ids, c.to(dec.device)) for c in passes]
+        pcm = torch.cat(parts, dim=1).float().cpu().numpy()  # one copy for all rows
+        return dict(zip(rids, pcm, strict=True))
 
     def _take_slots(self, request_ids: list[str]) -> None:
         """A slot for each request at its first frame, primed with its reference frames
