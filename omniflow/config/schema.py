@@ -308,6 +308,15 @@ class ServerConfig(Frozen):
         description="A streamed response whose client takes nothing for this long is "
         "aborted, releasing its KV blocks and decoder slot.",
     )
+    keep_alive_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long an idle kept-alive connection stays open. Longer than the "
+        "clients' own pool expiry (httpx: 5 s), so that the client, not the server, closes an "
+        "idle connection: a server that closes one just as the client reuses it fails that "
+        "request before its headers (uvicorn's default is 5 s).",
+    )
     max_ref_audio_s: float = Field(
         30.0,
         gt=0,

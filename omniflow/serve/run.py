@@ -142,7 +142,12 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, log_level="warning", log_config=UVICORN_LOG_CONFIG)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            log_config=UVICORN_LOG_CONFIG,
+            timeout_keep_alive=server.keep_alive_timeout_s,
+        )
         self.server = Server(config, self.app.state.service)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -185,6 +190,7 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
         log_level=server.log_level,
         log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
         timeout_graceful_shutdown=GRACE_S,
+        timeout_keep_alive=server.keep_alive_timeout_s,
     )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: make that
     # a clean exit instead of a traceback or a signal death.

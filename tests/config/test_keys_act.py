@@ -118,6 +118,7 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_concurrent_requests": ("serve/validation.py", "max_concurrent_requests"),
     "server.max_buffered_audio_s": ("serve/routes.py", "max_buffered_audio_s"),
     "server.stalled_client_timeout_s": ("serve/routes.py", "stalled_client_timeout_s"),
+    "server.keep_alive_timeout_s": ("serve/run.py", "keep_alive_timeout_s"),
     "server.max_ref_audio_s": ("serve/routes.py", "max_ref_audio_s"),
     "server.max_ref_audio_bytes": ("serve/routes.py", "max_ref_audio_bytes"),
     "server.max_voices": ("serve/voices.py", "max_voices"),
