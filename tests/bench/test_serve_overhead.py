@@ -1,0 +1,22 @@
+"""`omniflow.bench.serve_overhead`: the synthetic pipeline served to the real load generator
+(child process) on loopback. It must deliver every request's exact audio (the client counts a
+wrong length as a failure) and time the same steps with and without HTTP."""
+
+from __future__ import annotations
+
+import argparse
+
+from omniflow.bench.serve_overhead import run_case
+
+
+def test_a_small_case_serves_every_frame_and_reports_both_step_times():
+    args = argparse.Namespace(
+        concurrency=2, num_prompts=3, frames=5, device_ms=2.0, host_ms=0.5, syncs=2
+    )
+    r = run_case(args, window=2)
+    assert r["failed"] == 0 and r["errors"] == []
+    assert r["no_http"]["steps"] == 6  # 5 frames in windows of 2: 3 windows of 2 steps
+    assert r["http"]["steps"] >= 6
+    assert 2.0 <= r["no_http"]["step_ms_median"] < 50.0  # 2 ms asleep + 0.5 ms spinning
+    assert r["events_per_s"] > 0 and r["audio_throughput"] > 0
+    assert 0 < r["mean_rows_per_step"] <= 2
