@@ -53,7 +53,7 @@ INFO = PipelineInfo(
     sample_rate=24000,
     max_new_tokens=4096,
     supports_instructions=False,
-    stages=("talker",),
+    stages=("synthetic",),
 )
 
 
@@ -90,7 +90,7 @@ class SyntheticPipeline:
     def stats(self) -> PipelineStats:
         with self._lock:
             n = len(self._live)
-        return PipelineStats(in_flight=n, stages=(StageStats("talker", True, n, 0),))
+        return PipelineStats(in_flight=n, stages=(StageStats(INFO.stages[0], True, n, 0),))
 
     def reference_encoder(self) -> None:
         return None
