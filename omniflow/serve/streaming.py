@@ -175,6 +175,7 @@ class SpeechResponse:
                 if ev.finished:
                     return
                 ev = await (self.watch.next(self.events) if poll else self.events.get())
+                ev = merge_waiting(ev, self.events)
                 self.account(ev)
         finally:
             if not self.finished:  # client went away (or the server is stopping)
@@ -194,6 +195,34 @@ class SpeechResponse:
             raise self.failed(last.error)
         audio = np.concatenate(parts)
         return Response(encode_whole(audio, fmt, self.sample_rate), media_type=MEDIA_TYPES[fmt])
+
+
+def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
+    """`ev` and every event of the same request already waiting behind it, as one: their PCM
+    concatenated, the last one's progress and ending. A response costs ~100-300 us of event
+    loop per event it sends (docs/benchmarks.md, "What serving costs"); when the loop falls
+    behind the engine (many streams, one event per frame each), a request's events queue up,
+    and sending them as one chunk does that work once. A loop that keeps up finds nothing
+    waiting, so latency is unchanged."""
+    if ev.finished or events.empty():
+        return ev
+    parts = [ev.pcm] if ev.pcm is not None else []
+    last = ev
+    while not last.finished and not events.empty():
+        last = events.get_nowait()
+        if last.pcm is not None:
+            parts.append(last.pcm)
+    if last is ev:
+        return ev
+    pcm = None if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return AudioEvent(
+        ev.request_id,
+        pcm=pcm,
+        frames=last.frames,
+        finished=last.finished,
+        finish_reason=last.finish_reason,
+        error=last.error,
+    )
 
 
 async def raw_stream(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
