@@ -36,6 +36,7 @@ from omniflow.bench.client import (
     read_samples,
     summarize,
 )
+from omniflow.bench.step_kinds import StepKindTimer
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import PipelineStats, WindowCounters
@@ -82,6 +83,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
     pipeline = build_pipeline(graph)
+    steps = StepKindTimer()
+    pipeline.set_phase_timer(steps)
     # log lines (rounds, engine stats) print above the request bar, not through it
     with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
         for i in range(b.rounds):
@@ -123,11 +126,21 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "summary": _across_rounds(rounds, errors),
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
         "windows": windows,
+        "steps": steps.summary(),
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
         "device": device_name(graph.platform.device),
     }
+    for stage, kinds in result["steps"].items():
+        log.info(
+            "steps of %s: %s",
+            stage,
+            "; ".join(
+                f"{v['count']} {kind.split('_')[0]}, median {v['median_ms']:.1f} ms"
+                for kind, v in kinds.items()
+            ),
+        )
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))

@@ -58,8 +58,16 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         assert res["rounds"][0]["completed"] == 2 and res["summary"]["failed"] == 0
         assert abs(res["rounds"][0]["audio_seconds"] - 2 * 4 * 1920 / 24000) < 1e-9
         assert res["command"].startswith("python -m omniflow bench ") and res["device"]
+        # every step of the served stage, by kind: the prompts' prefill is a mixed step, the
+        # rest decode steps (a window counted once)
+        kinds = res["steps"]["talker"]
+        assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 1
+        assert 0 < kinds["decode_step"]["median_ms"] and 0 < kinds["mixed_step"]["total_s"]
     assert "pipeline.stages.talker.window_k=4" in results[1]["command"]
     assert results[0]["windows"] is None
+    # K=0: each of the 3 frames after the prefill's is its own decode step, for both prompts
+    # (together or apart); K=4: windows, each one decode step
+    assert results[0]["steps"]["talker"]["decode_step"]["count"] >= 3
     # 4 frames per prompt: the prefill samples 1, one window of 3 steps does the rest
     windows = results[1]["windows"]
     assert windows["executed_windows"] > 0
