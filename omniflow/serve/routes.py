@@ -37,7 +37,7 @@ from omniflow.serve.openapi import speech_openapi
 from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
-from omniflow.serve.streaming import LiveResponses, SpeechResponse, event_channel
+from omniflow.serve.streaming import LiveResponses, LoopHandoff, SpeechResponse, event_channel
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.serve.voices import Clone, VoiceService
 from omniflow.stages.builders import EncodedVoice, ReferenceEncoder
@@ -60,6 +60,8 @@ class SpeechService:
         self.metrics = Metrics(pipeline)
         self.responses = LiveResponses()
         """What shutdown ends (`close`)."""
+        self.handoff: LoopHandoff | None = None
+        """Engine threads -> the serving loop (made on the first request, on that loop)."""
 
     def close(self) -> None:
         """Shutdown begins: new speech requests get a 503, running ones end with an error."""
@@ -124,7 +126,9 @@ class SpeechService:
         """Hand the request to the pipeline; its events arrive on the returned queue.
         `clone`: a voice clone's reference (then `voice`, if any, named the registered
         voice it came from, and is no preset speaker)."""
-        events, sink = event_channel()
+        if self.handoff is None:
+            self.handoff = LoopHandoff(asyncio.get_running_loop())
+        events, sink = event_channel(self.handoff)
         speech = SpeechRequest.create(
             body.input,
             voice=None if clone is not None else body.voice,

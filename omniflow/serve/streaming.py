@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -41,13 +42,41 @@ SHUTDOWN_SEND_GRACE_S = 2.0
 """At shutdown, how long a send to a client that is not reading may still wait."""
 
 
-def event_channel() -> tuple[asyncio.Queue[AudioEvent], Sink]:
-    """A queue on the running loop and a sink any thread may call to feed it."""
-    loop = asyncio.get_running_loop()
+class LoopHandoff:
+    """Events from the engine threads onto the event loop's queues, with one wake-up of the
+    loop per burst instead of one per event.
+
+    Why: `call_soon_threadsafe` writes to the loop's self-pipe on every call, a system call
+    of ~40 us on the engine thread, and an engine step emits one event per request: at 128
+    requests that was ~5 ms of every step spent waking the loop (cProfile of the engine
+    thread, CPU, c128). Here an event is appended under a lock and only the first of a
+    burst schedules the drain; each request's events keep their order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[AudioEvent], AudioEvent]] = []
+
+    def put(self, events: asyncio.Queue[AudioEvent], ev: AudioEvent) -> None:
+        with self._lock:
+            self._pending.append((events, ev))
+            if len(self._pending) > 1:
+                return  # a drain is already scheduled
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for events, ev in pending:
+            events.put_nowait(ev)
+
+
+def event_channel(handoff: LoopHandoff) -> tuple[asyncio.Queue[AudioEvent], Sink]:
+    """A queue on the handoff's loop and a sink any thread may call to feed it."""
     events: asyncio.Queue[AudioEvent] = asyncio.Queue()
 
     def sink(ev: AudioEvent) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, ev)
+        handoff.put(events, ev)
 
     return events, sink
 
