@@ -1,7 +1,8 @@
 """One speech request's response, from the pipeline's events to HTTP bytes.
 
-The engines run on their own threads; their events cross into the HTTP event loop through
-`call_soon_threadsafe` onto a per-request asyncio queue, so the loop never runs a model step.
+The engines run on their own threads; their events cross into the HTTP event loop onto a
+per-request asyncio queue (`LoopHandoff`: one loop wake-up per burst of events), so the loop
+never runs a model step.
 The response waits for the first audio before choosing a status, so a request that fails
 before any audio is a proper JSON error, never an empty 200; after that it is sent whole,
 streamed as raw bytes, or streamed as server-sent events. A client that goes away aborts its
