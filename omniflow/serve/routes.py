@@ -61,7 +61,7 @@ class SpeechService:
         self.responses = LiveResponses()
         """What shutdown ends (`close`)."""
         self.handoff: LoopHandoff | None = None
-        """Engine threads -> the serving loop (made on the first request, on that loop)."""
+        """Engine threads -> the serving loop (made on a request, for the loop serving it)."""
 
     def close(self) -> None:
         """Shutdown begins: new speech requests get a 503, running ones end with an error."""
@@ -126,8 +126,9 @@ class SpeechService:
         """Hand the request to the pipeline; its events arrive on the returned queue.
         `clone`: a voice clone's reference (then `voice`, if any, named the registered
         voice it came from, and is no preset speaker)."""
-        if self.handoff is None:
-            self.handoff = LoopHandoff(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        if self.handoff is None or self.handoff.loop is not loop:
+            self.handoff = LoopHandoff(loop)
         events, sink = event_channel(self.handoff)
         speech = SpeechRequest.create(
             body.input,

@@ -54,7 +54,8 @@ class LoopHandoff:
     burst schedules the drain; each request's events keep their order."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
+        """The loop whose queues this feeds (a server builds one per serving loop)."""
         self._lock = threading.Lock()
         self._pending: list[tuple[asyncio.Queue[AudioEvent], AudioEvent]] = []
 
@@ -63,7 +64,12 @@ class LoopHandoff:
             self._pending.append((events, ev))
             if len(self._pending) > 1:
                 return  # a drain is already scheduled
-        self._loop.call_soon_threadsafe(self._drain)
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: nothing will drain, say so every time
+            with self._lock:
+                self._pending.clear()
+            raise
 
     def _drain(self) -> None:
         with self._lock:
@@ -229,8 +235,8 @@ class SpeechResponse:
 
 def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
     """`ev` and every event of the same request already waiting behind it, as one: their PCM
-    concatenated, the last one's progress and ending. A response costs ~100-300 us of event
-    loop per event it sends (docs/benchmarks.md, "What serving costs"); when the loop falls
+    concatenated, the furthest progress, the last one's ending. A response costs ~100-300 us
+    of event loop per event it sends (docs/benchmarks.md, "What serving costs"); when the loop falls
     behind the engine (many streams, one event per frame each), a request's events queue up,
     and sending them as one chunk does that work once. A loop that keeps up finds nothing
     waiting, so latency is unchanged."""
@@ -238,8 +244,10 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
         return ev
     parts = [ev.pcm] if ev.pcm is not None else []
     last = ev
+    frames = ev.frames  # progress: an ending event may not carry it
     while not last.finished and not events.empty():
         last = events.get_nowait()
+        frames = max(frames, last.frames)
         if last.pcm is not None:
             parts.append(last.pcm)
     if last is ev:
@@ -248,7 +256,7 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
     return AudioEvent(
         ev.request_id,
         pcm=pcm,
-        frames=last.frames,
+        frames=max(last.frames, frames),
         finished=last.finished,
         finish_reason=last.finish_reason,
         error=last.error,

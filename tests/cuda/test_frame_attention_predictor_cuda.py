@@ -18,11 +18,21 @@ pytestmark = pytest.mark.cuda
 
 
 def predict(predictor, embedding, hidden, code0, fused: bool, monkeypatch):
-    """Codes [B, 15] and the 15 logits, greedy, with the fused path on or forced off."""
+    """Codes [B, 15], the 15 logits (greedy) and how many fused-kernel launches `predict`
+    made, with the fused path on or forced off."""
+    from omniflow.kernels import frame_attention as fa
+
     original = cp._attend
     if not fused:
         monkeypatch.setattr(cp, "_attend", lambda c, s, n, cuda: original(c, s, n, False))
-    seen_fused = []
+    launches = []
+    kernel = fa.frame_attention
+
+    def counted(*args, **kwargs):
+        launches.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(fa, "frame_attention", counted)
     logits_seen = []
 
     def greedy(logits, g):
@@ -30,11 +40,11 @@ def predict(predictor, embedding, hidden, code0, fused: bool, monkeypatch):
         return logits.argmax(-1)
 
     with torch.no_grad():
-        seen_fused.append(isinstance(cp._attend([], 1, 1, True), cp.PreNormAttend))
         emb0 = embedding(code0)
         codes = predictor.predict(hidden, emb0, greedy)
     monkeypatch.setattr(cp, "_attend", original)
-    return codes, torch.stack(logits_seen), seen_fused[0]
+    monkeypatch.setattr(fa, "frame_attention", kernel)
+    return codes, torch.stack(logits_seen), len(launches)
 
 
 @pytest.mark.parametrize("name", ["tiny", "1.7b"])
@@ -53,7 +63,9 @@ def test_fused_predictor_equals_the_torch_attention_path(name, monkeypatch):
     code0 = torch.randint(0, 1024, (b,), generator=gen).to(DEV)
     fused, logits_f, on = predict(predictor, embedding, hidden, code0, True, monkeypatch)
     plain, logits_p, off = predict(predictor, embedding, hidden, code0, False, monkeypatch)
-    assert on and not off
+    # every layer of every single-token pass took the fused kernel; forced off, none did
+    single = predictor.shape.num_code_groups - 2  # passes after the 2-token first one
+    assert on == single * predictor.shape.num_layers and off == 0
     fp32 = dtype == torch.float32
     # The first pass (two tokens) has no fused kernel: equal logits, equal codes.
     assert torch.equal(logits_f[0], logits_p[0]) and torch.equal(fused[:, 0], plain[:, 0])

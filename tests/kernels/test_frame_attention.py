@@ -37,21 +37,28 @@ def reference(q, k, v, q_norm, k_norm, cos, sin, kc, vc, start):
     return dense_causal_attention(q.float(), kc.float(), vc.float(), start).to(q.dtype)
 
 
-def case(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0):
+def case(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0, packed=False):
+    """Inputs of one pass; `packed`: q/k/v as views of one projection output, as the layer
+    hands them over (row stride (hq + 2 hkv) d)."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, scale=1.0):
         return (scale * torch.randn(*shape, generator=g)).to(device=device, dtype=dtype)
 
-    q, k, v = rnd(b, 1, hq, d, scale=2), rnd(b, 1, hkv, d, scale=2), rnd(b, 1, hkv, d)
+    if packed:
+        qkv = rnd(b, 1, (hq + 2 * hkv) * d, scale=2)
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q, k, v = q.view(b, 1, hq, d), k.view(b, 1, hkv, d), v.view(b, 1, hkv, d)
+    else:
+        q, k, v = rnd(b, 1, hq, d, scale=2), rnd(b, 1, hkv, d, scale=2), rnd(b, 1, hkv, d)
     kc, vc = rnd(b, s, hkv, d), rnd(b, s, hkv, d)
     q_norm, k_norm = norms(d, dtype, device, seed)
     cos, sin = Rotary(d, 1_000_000.0).cos_sin(torch.tensor([start]), dtype)
     return q, k, v, q_norm, k_norm, cos.to(device), sin.to(device), kc, vc
 
 
-def check(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0):
-    q, k, v, qn, kn, cos, sin, kc, vc = case(b, hq, hkv, d, s, start, dtype, device, seed)
+def check(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0, packed=False):
+    q, k, v, qn, kn, cos, sin, kc, vc = case(b, hq, hkv, d, s, start, dtype, device, seed, packed)
     kc_ref, vc_ref = kc.clone(), vc.clone()
     want = reference(q, k, v, qn, kn, cos, sin, kc_ref, vc_ref, start)
     got = fa.frame_attention(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, start)
@@ -90,6 +97,7 @@ GROUPS = {
         ("start 15 (last slot)", lambda: check(2, 6, 2, 32, 16, 15, torch.float32, seed=2)),
         ("S not a power of two", lambda: check(2, 2, 2, 16, 12, 7, torch.float32, seed=3)),
         ("bf16", lambda: check(2, 4, 2, 16, 16, 9, torch.bfloat16, seed=4)),
+        ("packed q/k/v views", lambda: check(3, 4, 2, 16, 16, 6, torch.float32, packed=True)),
         ("refusals", check_refusals),
     ],
 }
@@ -155,7 +163,7 @@ def test_cuda_real_shapes_and_graph_replay(batch):
     """The 1.7B predictor's heads (16 q, 8 kv, D 128, 16 slots) in bf16 at every position,
     then one launch captured in a CUDA graph replays on new inputs."""
     for start in range(16):
-        check(batch, 16, 8, 128, 16, start, torch.bfloat16, "cuda", seed=start)
+        check(batch, 16, 8, 128, 16, start, torch.bfloat16, "cuda", start, packed=start % 2 == 1)
     q, k, v, qn, kn, cos, sin, kc, vc = case(batch, 16, 8, 128, 16, 6, torch.bfloat16, "cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

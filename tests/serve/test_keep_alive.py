@@ -55,9 +55,10 @@ def test_idle_connections_close_after_the_configured_time():
     assert took is not None and took < 2.0, took
 
 
-def test_the_default_keeps_an_idle_connection_past_uvicorns_five_seconds_setting():
-    """The default (75 s) is what the server is configured with; an idle connection is still
-    open a second later (a 0.3 s setting closed it within that time, above)."""
+def test_the_default_is_handed_to_uvicorn_and_keeps_an_idle_connection_open():
+    """The default (75 s, past clients' 5 s pool expiry) is what uvicorn is configured with;
+    an idle connection is still open and usable a second later (a 0.3 s setting closed it
+    within that time, above). `omniflow serve` itself: tests/serve/test_serve_cli.py."""
     spec = compose(["platform=cpu"]).server
     assert spec.keep_alive_timeout_s == 75.0
     with ServerThread(FakePipeline(), spec) as server:

@@ -8,6 +8,7 @@ import asyncio
 import threading
 
 import numpy as np
+import pytest
 
 from omniflow.serve.streaming import LoopHandoff, event_channel
 from omniflow.stages.orchestrator import AudioEvent
@@ -73,3 +74,49 @@ def test_events_from_several_threads_all_arrive_on_a_real_loop():
     for k in range(4):  # each producer's events in its own order
         mine = [f for f in got if f // 1000 == k]
         assert mine == sorted(mine)
+
+
+def test_a_closed_loop_is_reported_on_every_event_not_swallowed():
+    """Nothing can drain into a closed loop: each put says so (before, the first failure left
+    an event pending and every later put returned silently, its event lost)."""
+    loop = asyncio.new_event_loop()
+    loop.close()
+    handoff = LoopHandoff(loop)
+    q: asyncio.Queue[AudioEvent] = asyncio.Queue()
+    for i in range(3):
+        with pytest.raises(RuntimeError, match="closed"):
+            handoff.put(q, ev("r", i))
+
+
+def test_a_service_served_from_another_loop_gets_a_handoff_for_that_loop():
+    """The test client without `with` runs each request on a fresh event loop; every request
+    must still get its audio (a handoff bound to the first loop would feed a dead one)."""
+    from starlette.testclient import TestClient
+
+    from omniflow.config.compose import compose
+    from omniflow.serve.routes import build_app
+    from tests.serve.fake_pipeline import FakePipeline
+
+    pipe = FakePipeline()
+    pipe.start()
+    client = TestClient(build_app(pipe, compose(["platform=cpu"]).server))
+    body = {
+        "model": "qwen3-tts-tiny",
+        "voice": "vivian",
+        "input": "hi",
+        "response_format": "pcm",
+        "max_new_tokens": 2,
+    }
+    answers: list[tuple[int, int]] = []
+
+    def two_requests() -> None:
+        for _ in range(2):
+            r = client.post("/v1/audio/speech", json=body)
+            answers.append((r.status_code, len(r.content)))
+
+    # A daemon thread: were the audio fed to a dead loop, the request would wait forever.
+    worker = threading.Thread(target=two_requests, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    pipe.stop()
+    assert answers == [(200, 2 * 1920 * 2)] * 2

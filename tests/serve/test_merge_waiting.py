@@ -27,6 +27,11 @@ def pcm(start: int, n: int = 4) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.float32)
 
 
+def ramp(start: int, n: int = 4) -> np.ndarray:
+    """Samples start/100 .. (start+n-1)/100: inside [-1, 1], so their order survives PCM16."""
+    return np.arange(start, start + n, dtype=np.float32) / 100
+
+
 def test_nothing_waiting_returns_the_event_itself():
     ev = AudioEvent("r", pcm=pcm(0), frames=1)
     assert merge_waiting(ev, queue_of()) is ev
@@ -59,6 +64,13 @@ def test_merging_stops_at_the_end_and_keeps_an_error():
     assert q.get_nowait() is late  # nothing past the end is taken
 
 
+def test_the_merged_event_keeps_the_furthest_progress():
+    """An ending event that carries no frame count does not erase the progress before it."""
+    first = AudioEvent("r", pcm=pcm(0), frames=1)
+    q = queue_of(AudioEvent("r", pcm=pcm(4), frames=2), AudioEvent("r", finished=True))
+    assert merge_waiting(first, q).frames == 2
+
+
 def test_an_ending_event_is_not_merged_with_anything():
     end = AudioEvent("r", finished=True, finish_reason="length")
     q = queue_of(AudioEvent("r", pcm=pcm(0)))
@@ -77,7 +89,7 @@ class InstantPipeline(FakePipeline):
     def submit(self, speech, sink, max_buffered_s=None) -> None:
         frames = speech.max_new_tokens or 1
         for i in range(frames):
-            sink(AudioEvent(speech.request_id, pcm=pcm(4 * i), frames=i + 1))
+            sink(AudioEvent(speech.request_id, pcm=ramp(4 * i), frames=i + 1))
         sink(AudioEvent(speech.request_id, finished=True, finish_reason="length", frames=frames))
 
     def consumed(self, request_id: str, samples: int) -> None:
@@ -100,5 +112,6 @@ def test_a_response_sends_waiting_events_as_one_chunk():
         r = httpx.post(server.url + "/v1/audio/speech", json=body)
     assert r.status_code == 200
     got = np.frombuffer(r.content, dtype=np.int16)
-    assert got.size == 24
+    want = np.round(np.arange(24, dtype=np.float32) / 100 * 32767).astype(np.int16)
+    assert np.array_equal(got, want)
     assert pipe.consumed_calls == [4, 20]

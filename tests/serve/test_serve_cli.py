@@ -12,6 +12,8 @@ import time
 import httpx
 import pytest
 
+from tests.serve.test_keep_alive import closed_within, idle_connection
+
 
 def start(*overrides: str) -> tuple[subprocess.Popen[str], str, list[str]]:
     proc = subprocess.Popen(
@@ -39,8 +41,14 @@ def start(*overrides: str) -> tuple[subprocess.Popen[str], str, list[str]]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_embedded_default_serves_and_stops_cleanly(sig):
-    proc, url, lines = start()
+    proc, url, lines = start("server.keep_alive_timeout_s=0.5")
     try:
+        # `omniflow serve` hands server.keep_alive_timeout_s to uvicorn: an idle kept-alive
+        # connection is closed after 0.5 s (tests/serve/test_keep_alive.py: the default)
+        sock = idle_connection(url)
+        took = closed_within(sock, 10.0)
+        sock.close()
+        assert took is not None and took < 5.0, took
         dummy = [ln for ln in lines if "dummy weights" in ln.lower()]
         assert len(dummy) == 1 and "model.path=DIR" in dummy[0], dummy  # said once
         r = httpx.post(

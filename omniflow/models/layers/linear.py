@@ -16,7 +16,9 @@ from torch.nn import functional as F
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)`, through the skinny GEMM for a tuned single-row case."""
+    """`F.linear(x, weight, bias)`, through the skinny GEMM for a tuned single-row case.
+    There a bias is added after the product is rounded to the activation dtype (cuBLAS
+    rounds once, after the bias): one more rounding, within the dtype's tolerance."""
     if x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype:
         # Imported here: Triton is needed on CUDA machines only.
         from omniflow.kernels.skinny_gemm import TUNED_ONE_ROW, skinny_linear
