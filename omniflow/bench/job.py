@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
     pipeline = build_pipeline(graph)
-    steps = StepKindTimer()
+    steps = StepKindTimer(
+        device_sync(graph.platform.device) if b.phase_timing == "device" else None
+    )
     pipeline.set_phase_timer(steps)
     # log lines (rounds, engine stats) print above the request bar, not through it
     with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
@@ -121,6 +124,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "num_prompts": len(prompts),
             "frames_per_prompt": [p.frames for p in prompts],
             "client": "separate process",
+            "phase_timing": b.phase_timing,
         },
         "rounds": rounds,
         "summary": _across_rounds(rounds, errors),
@@ -190,6 +194,16 @@ def load_in_child(args: list[str]) -> Outcome:
         if done.returncode != 0:
             raise RuntimeError(f"the load generator failed (exit {done.returncode}): {cmd}")
         return read_samples(out)
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """Waits for the device's queued work (CUDA); a no-op elsewhere, where work is
+    synchronous."""
+    if device.startswith("cuda"):
+        import torch  # the bench imports torch only where a device needs it
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
 
 
 def ar_stage(graph: StageGraph) -> ResolvedStage:

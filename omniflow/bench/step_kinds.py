@@ -6,8 +6,9 @@ A `PhaseTimer` that times only the whole-step phases (`decode_step`: every sched
 decodes, a window counted once; `mixed_step`: anything with a prefill) on the host clock,
 without synchronising the device: each step ends with its codes read back to the host anyway,
 so the wall time of a step is its real duration, and timing it perturbs nothing. The other
-phases (forward, sample, audio) are not timed here (`bench.talker_baseline` times them with a
-device synchronisation around each).
+phases (forward, sample, audio) are timed only with `bench.phase_timing=device`, which
+synchronises the device around every phase (as `bench.talker_baseline` does): exact phases,
+slower steps.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -23,22 +24,29 @@ STEP_PHASES = ("decode_step", "mixed_step")
 
 
 class StepKindTimer:
-    """Wall seconds of every decode and mixed step, per stage."""
+    """Wall seconds of every decode and mixed step, per stage; with `sync` (a device
+    synchronisation, `bench.phase_timing=device`) every phase, synchronised before and after
+    so that each phase's device work is inside its own time."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
+        self.sync = sync
         self.seconds: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]:
-        if name not in STEP_PHASES:
+        if self.sync is None and name not in STEP_PHASES:
             return nullcontext()
         return self._timed(self.seconds[stage][name])
 
     @contextmanager
     def _timed(self, into: list[float]) -> Iterator[None]:
+        if self.sync is not None:
+            self.sync()
         t0 = time.perf_counter()
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             into.append(time.perf_counter() - t0)
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:

@@ -374,6 +374,13 @@ class BenchConfig(Frozen):
     rounds: int = Field(3, ge=1, description="Measured rounds.")
     max_frames: int | None = Field(None, ge=1, description="Cap on frames per request.")
     out_dir: str | None = Field(None, description="Where the job's result JSON goes.")
+    phase_timing: Literal["steps", "device"] = Field(
+        "steps",
+        description="What result.json's `steps` times: `steps`, each served step by kind "
+        "(decode / mixed) on the host clock, perturbing nothing; `device`, also the forward, "
+        "sample and audio phases, with a device synchronisation around each (exact phases, "
+        "slower steps: for finding where a served step's time goes, not for throughput).",
+    )
 
 
 class OmniflowSpec(Frozen):

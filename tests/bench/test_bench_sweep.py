@@ -62,6 +62,8 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         # rest decode steps (a window counted once)
         kinds = res["steps"]["talker"]
         assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 1
+        assert set(kinds) == {"mixed_step", "decode_step"}  # phases only when asked
+        assert res["config"]["phase_timing"] == "steps"
         assert kinds["decode_step"]["median_ms"] > 0 and kinds["mixed_step"]["total_s"] > 0
     assert "pipeline.stages.talker.window_k=4" in results[1]["command"]
     assert results[0]["windows"] is None
@@ -175,3 +177,21 @@ def test_a_failing_load_generator_fails_the_job():
     fails; a measured request that fails is recorded instead) is the job's."""
     with pytest.raises(RuntimeError, match="load generator failed"):
         load_in_child(["--url=http://127.0.0.1:9", "--num-prompts=1", "--warmup=1"])
+
+
+def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path):
+    """`bench.phase_timing=device`: the forward, sample and audio phases of the served
+    stage are timed too (one synchronised time per call); a wrong value names the key."""
+    out = tmp_path / "job"
+    r = omniflow("bench", *SMALL, "bench.phase_timing=device", f"bench.out_dir={out}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "result.json").read_text())
+    assert res["config"]["phase_timing"] == "device"
+    kinds = res["steps"]["talker"]
+    assert {"forward", "sample", "audio", "decode_step", "mixed_step"} <= set(kinds)
+    # every step samples and decodes audio once; a mixed step may run two forwards
+    steps = kinds["decode_step"]["count"] + kinds["mixed_step"]["count"]
+    assert kinds["sample"]["count"] == steps and kinds["audio"]["count"] == steps
+    assert kinds["forward"]["count"] >= steps
+    bad = omniflow("bench", *SMALL, "bench.phase_timing=gpu", cwd=tmp_path)
+    assert bad.returncode == 2 and "bench.phase_timing" in bad.stderr
