@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from omniflow.bench.client import (
     read_samples,
     summarize,
 )
-from omniflow.bench.step_kinds import StepKindTimer
+from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import PipelineStats, WindowCounters
@@ -194,16 +193,6 @@ def load_in_child(args: list[str]) -> Outcome:
         if done.returncode != 0:
             raise RuntimeError(f"the load generator failed (exit {done.returncode}): {cmd}")
         return read_samples(out)
-
-
-def device_sync(device: str) -> Callable[[], None]:
-    """Waits for the device's queued work (CUDA); a no-op elsewhere, where work is
-    synchronous."""
-    if device.startswith("cuda"):
-        import torch  # the bench imports torch only where a device needs it
-
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
 
 
 def ar_stage(graph: StageGraph) -> ResolvedStage:

@@ -64,3 +64,13 @@ class StepKindTimer:
             }
             for stage, kinds in self.seconds.items()
         }
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """Waits for the device's queued work (CUDA); a no-op elsewhere, where work is
+    synchronous."""
+    if device.startswith("cuda"):
+        import torch  # imported only where a device needs it
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None

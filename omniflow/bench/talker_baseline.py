@@ -21,39 +21,17 @@ import queue
 import statistics
 import subprocess
 import time
-from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import torch
 
+from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
 from omniflow.stages.build import build_pipeline
 from omniflow.stages.orchestrator import AudioEvent
-
-
-class SyncTimer:
-    """Phase times in ms per (stage, phase); device-synchronised on CUDA."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.ms: dict[tuple[str, str], list[float]] = defaultdict(list)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    @contextmanager
-    def phase(self, stage: str, name: str) -> Iterator[None]:
-        self._sync()
-        t0 = time.perf_counter()
-        yield
-        self._sync()
-        self.ms[(stage, name)].append((time.perf_counter() - t0) * 1e3)
 
 
 def summary(xs: list[float]) -> dict[str, float]:
@@ -100,7 +78,7 @@ def run_batch(
     t0 = time.perf_counter()
     orch = build_pipeline(graph)
     build_s = time.perf_counter() - t0
-    timer = SyncTimer(torch.device(graph.platform.device))
+    timer = StepKindTimer(device_sync(graph.platform.device))  # every phase, synchronised
     orch.set_phase_timer(timer)
     ends: queue.Queue[AudioEvent] = queue.Queue()
     prof = kernel_profiler(graph.platform.device) if profile else None
@@ -127,8 +105,9 @@ def run_batch(
         write_kernel_table(prof, f"{profile}.b{batch}.txt")
     info = orch.info()
     phases: dict[str, Any] = {}
-    for (stage, name), xs in sorted(timer.ms.items()):
-        phases[f"{stage}.{name}"] = summary(xs)
+    for stage, names in sorted(timer.seconds.items()):
+        for name, xs in sorted(names.items()):
+            phases[f"{stage}.{name}"] = summary([1e3 * x for x in xs])
     return {
         "model": model,
         "pipeline": pipeline,

@@ -69,3 +69,13 @@ def run_group_in_child(module: str, group: str) -> None:
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+
+
+def expect_refusal(fn: Callable[..., object], args: tuple[object, ...], word: str) -> None:
+    """Child side (plain asserts, no pytest): `fn(*args)` raises a ValueError naming `word`."""
+    try:
+        fn(*args)
+    except ValueError as err:
+        assert word in str(err), err
+    else:
+        raise AssertionError(f"no refusal ({word})")
