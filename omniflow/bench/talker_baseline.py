@@ -9,7 +9,18 @@ Builds the pipeline with the normal builder (`build_pipeline`), installs a timin
 phases are exact but the step is a little slower than untimed) and runs `batch` fixed-length
 requests (dummy weights, EOS ignored) through the started pipeline. `decode_step` counts only
 steps in which every request computes its next frame (`mixed_step`: the others); `forward`,
-`sample` and `audio` are per call and include the prefill step's.
+`sample` and `audio` are per call and include a mixed step's decode rows; `prefill` is a mixed
+step's prefill forward (embedding and layers).
+
+`--requests N` (more than the batch) keeps `batch` requests in flight until N have ended,
+each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a
+busy server, where most steps are mixed, measured without HTTP.
+
+    python -m omniflow.bench.talker_baseline --model qwen3_tts_1_7b --platform cuda \
+        --batch 128 --requests 512 --frames 50 pipeline.stages.talker.scheduler.max_num_seqs=128
+
+A batch larger than the stage's `scheduler.max_num_seqs` is refused: the scheduler would run
+only that many rows per step, and the figures would be for a smaller batch than asked.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ from typing import Any
 
 import torch
 
+from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
+from omniflow.bench.job import ar_stage
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
@@ -71,10 +84,20 @@ def run_batch(
     frames: int,
     profile: str | None = None,
     overrides: tuple[str, ...] = (),
+    requests: int = 0,
 ) -> dict[str, Any]:
     graph = build_graph(
         compose([f"pipeline={pipeline}", f"model={model}", f"platform={platform}", *overrides])
     )
+    stage = ar_stage(graph)
+    rows = stage.scheduler.max_num_seqs
+    if batch > rows:
+        key = f"pipeline.stages.{stage.name}.scheduler.max_num_seqs"
+        raise SystemExit(
+            f"--batch {batch} exceeds {key}={rows}: a step would run at most {rows} rows. "
+            f"Pass {key}={batch} (and enough KV blocks) as an override."
+        )
+    total = max(requests, batch)
     t0 = time.perf_counter()
     orch = build_pipeline(graph)
     build_s = time.perf_counter() - t0
@@ -86,9 +109,15 @@ def run_batch(
     try:
         if prof is not None:
             prof.start()
-        for i in range(batch):
+        texts = (
+            [p.text for p in load_prompts(DEFAULT_PROMPTS, total)]
+            if requests
+            else [f"Benchmark sentence number {i}." for i in range(total)]
+        )
+
+        def submit(i: int) -> None:
             speech = SpeechRequest.create(
-                f"Benchmark sentence number {i}.",
+                texts[i % len(texts)],
                 request_id=f"r{i}",
                 voice="vivian",
                 seed=i,
@@ -96,7 +125,16 @@ def run_batch(
                 ignore_eos=True,
             )
             orch.submit(speech, lambda ev: ev.finished and ends.put(ev))
-        errors = [e.error for e in (ends.get(timeout=600) for _ in range(batch)) if e.error]
+
+        for i in range(batch):
+            submit(i)
+        errors = []
+        for done in range(total):
+            event = ends.get(timeout=600)
+            if event.error:
+                errors.append(event.error)
+            if done + batch < total:  # one ends, the next arrives: `batch` stay in flight
+                submit(done + batch)
     finally:
         if prof is not None:
             prof.stop()
@@ -115,6 +153,7 @@ def run_batch(
         "platform": graph.platform.name,
         "dtype": graph.platform.dtype,
         "batch": batch,
+        "requests": total,
         "frames_per_request": frames,
         "overrides": list(overrides),
         "errors": errors,
@@ -130,6 +169,12 @@ def main() -> None:
     ap.add_argument("--pipeline", default="qwen3_tts_fused")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="requests in all, `batch` in flight (LibriSpeech texts); 0: one burst of `batch`",
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument(
         "--profile", default=None, help="path prefix: write a kernel table per batch size"
@@ -155,6 +200,7 @@ def main() -> None:
             args.frames,
             args.profile,
             tuple(args.overrides),
+            args.requests,
         )
         r["commit"] = commit
         r["date"] = datetime.now(UTC).isoformat(timespec="seconds")

@@ -98,7 +98,9 @@ class PipelineStats:
 class PhaseTimer(Protocol):
     """Times named phases of a stage's step (benchmarks): `with timer.phase(stage, name):`.
     Phases: `decode_step` / `mixed_step` (a whole execute; decode: every request computes its
-    next token), `forward`, `sample` (the frame, code predictor included), `audio`."""
+    next token), `forward` (decode rows), `prefill_layout` (a mixed step's prefill inputs, host)
+    and `prefill` (its prefill forward), `sample` (the frame, code predictor included),
+    `audio`."""
 
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]: ...
 

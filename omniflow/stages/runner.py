@@ -193,10 +193,11 @@ class ARModelRunner:
                 hidden.append(self.model.decode_hidden(x, meta))
             for r in decoding:
                 r.num_computed += 1
-        batch = build_prefill(
-            self.model, prefill, self.block_size, self.device, self.batched_decode
-        )
-        with self.timer.phase(self.stage_name, "forward"):
+        with self.timer.phase(self.stage_name, "prefill_layout"):
+            batch = build_prefill(
+                self.model, prefill, self.block_size, self.device, self.batched_decode
+            )
+        with self.timer.phase(self.stage_name, "prefill"):
             embeds = self.model.embed_prefill(batch.inputs)
             out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
         for r, n in prefill:

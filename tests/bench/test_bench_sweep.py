@@ -180,18 +180,22 @@ def test_a_failing_load_generator_fails_the_job():
 
 
 def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path):
-    """`bench.phase_timing=device`: the forward, sample and audio phases of the served
-    stage are timed too (one synchronised time per call); a wrong value names the key."""
+    """`bench.phase_timing=device`: the forward, prefill, sample and audio phases of the
+    served stage are timed too (one synchronised time per call); a wrong value names the key."""
     out = tmp_path / "job"
     r = omniflow("bench", *SMALL, "bench.phase_timing=device", f"bench.out_dir={out}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "result.json").read_text())
     assert res["config"]["phase_timing"] == "device"
     kinds = res["steps"]["talker"]
-    assert {"forward", "sample", "audio", "decode_step", "mixed_step"} <= set(kinds)
-    # every step samples and decodes audio once; a mixed step may run two forwards
+    phases = {"forward", "prefill", "prefill_layout", "sample", "audio"}
+    assert phases | {"decode_step", "mixed_step"} <= set(kinds)
+    # every step samples and decodes audio once; a mixed step runs one prefill forward (and
+    # its decode rows' forward when it has any), a decode step one forward
     steps = kinds["decode_step"]["count"] + kinds["mixed_step"]["count"]
     assert kinds["sample"]["count"] == steps and kinds["audio"]["count"] == steps
-    assert kinds["forward"]["count"] >= steps
+    assert kinds["prefill"]["count"] == kinds["prefill_layout"]["count"]
+    assert kinds["prefill"]["count"] == kinds["mixed_step"]["count"]
+    assert kinds["forward"]["count"] + kinds["prefill"]["count"] >= steps
     bad = omniflow("bench", *SMALL, "bench.phase_timing=gpu", cwd=tmp_path)
     assert bad.returncode == 2 and "bench.phase_timing" in bad.stderr

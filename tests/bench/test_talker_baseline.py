@@ -1,0 +1,35 @@
+"""`bench.talker_baseline`: the batch it reports is the batch that ran, and `--requests`
+keeps that many in flight (the steady state, where most steps are mixed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.bench.talker_baseline import run_batch
+
+
+def test_a_batch_above_max_num_seqs_is_refused_naming_the_key():
+    """The scheduler would clamp it silently to max_num_seqs rows per step (the 1.7B 'batch
+    128' figures of an earlier session were 32-row steps)."""
+    with pytest.raises(SystemExit, match=r"pipeline\.stages\.talker\.scheduler\.max_num_seqs=2"):
+        run_batch(
+            "qwen3_tts_tiny",
+            "cpu",
+            "qwen3_tts_fused",
+            3,
+            2,
+            overrides=("pipeline.stages.talker.scheduler.max_num_seqs=2",),
+        )
+
+
+def test_requests_keep_the_batch_in_flight_until_all_have_ended():
+    """Six requests, two in flight: every one ends without error, and new ones arrive while
+    others decode, so prefills happen beside decode rows (more mixed steps than the one
+    first prefill)."""
+    r = run_batch("qwen3_tts_tiny", "cpu", "qwen3_tts_fused", 2, 3, requests=6)
+    assert r["requests"] == 6 and r["errors"] == []
+    phases = r["phases_ms"]
+    assert phases["talker.mixed_step"]["n"] >= 3
+    assert phases["talker.prefill"]["n"] == phases["talker.mixed_step"]["n"]
+    # 6 requests x 3 frames, at most 2 rows a step: at least 9 steps in all
+    assert phases["talker.mixed_step"]["n"] + phases["talker.decode_step"]["n"] >= 9
