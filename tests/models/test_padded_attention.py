@@ -4,9 +4,15 @@ all in one step with shuffled blocks."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from omniflow.models.layers.attention import PaddedIndex, PagedAttentionMetadata, paged_attention
+from omniflow.models.layers.attention import (
+    PaddedIndex,
+    PagedAttentionMetadata,
+    padded_attention,
+    paged_attention,
+)
 
 BS, HQ, HKV, D = 4, 4, 2, 8
 
@@ -60,6 +66,25 @@ def test_mask_is_causal_within_the_context_and_ignores_padding():
     # request 0: 2 queries at positions 3 and 4 of 5; request 1: 1 query at position 0 of 1
     assert index.mask[0, 0].tolist() == [[True] * 4 + [False], [True] * 5]
     assert index.mask[1, 0].tolist() == [[True, False, False, False, False], [False] * 5]
-    assert index.query_valid.tolist() == [[True, True], [True, False]]
+    assert index.valid_rows.tolist() == [0, 1, 2]  # rows [0, 1] of request 0, [0] of 1
     assert index.query_rows.tolist() == [[0, 1], [2, 0]]
     assert index.context_slots.tolist() == [[10, 11, 12, 13, 14], [7, 0, 0, 0, 0]]
+
+
+@pytest.mark.cuda
+def test_padded_attention_never_reads_the_device_back():
+    """Every layer of an eager prefill attends this way: a host read here (a boolean-mask
+    un-padding did one per layer) stalls the launches of every layer after it."""
+    q, kc, vc, ref, fast = layout([(5, 12), (1, 30), (9, 9)], 0)
+    dev = torch.device("cuda")
+    contexts = [c.tolist() for c in ref.context_slots]
+    index = PaddedIndex.from_lengths(fast.query_starts, fast.seq_lens, contexts, dev)
+    q, kc, vc = q.to(dev), kc.to(dev), vc.to(dev)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = padded_attention(q, kc, vc, index)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = padded_attention(q.cpu(), kc.cpu(), vc.cpu(), fast.padded)
+    torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)

@@ -28,8 +28,10 @@ class PaddedIndex:
 
     query_rows: torch.Tensor
     """[B, N] int64 row of each padded query in the flattened batch (padding: 0)."""
-    query_valid: torch.Tensor
-    """[B, N] bool: which padded queries are real."""
+    valid_rows: torch.Tensor
+    """[T] int64 index of each real query in the flattened [B * N] padded rows, in batch
+    order: `index_select` with it un-pads without a boolean mask (whose nonzero would read
+    the device back once per layer, stalling the eager prefill's launches each time)."""
     context_slots: torch.Tensor
     """[B, C] int64 cache slot of each context position (padding: 0)."""
     mask: torch.Tensor
@@ -57,10 +59,9 @@ class PaddedIndex:
         keys = np.arange(c)
         mask = (keys[None, None, :] <= last[:, :, None]) & valid[:, :, None]
         mask &= keys[None, None, :] < lens[:, None, None]
-        up = (torch.from_numpy(np.where(valid, rows, 0)), torch.from_numpy(valid))
         return cls(
-            up[0].to(device),
-            up[1].to(device),
+            torch.from_numpy(np.where(valid, rows, 0)).to(device),
+            torch.from_numpy(np.flatnonzero(valid)).to(device),
             torch.from_numpy(slots).to(device),
             torch.from_numpy(mask[:, None]).to(device),
         )
@@ -190,7 +191,8 @@ def padded_attention(
     kb = k_cache[index.context_slots].transpose(1, 2)  # [B, Hkv, C, D]
     vb = v_cache[index.context_slots].transpose(1, 2)
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=index.mask, enable_gqa=True)
-    return out.transpose(1, 2)[index.query_valid]
+    b, h, n, d = out.shape
+    return out.transpose(1, 2).reshape(b * n, h, d).index_select(0, index.valid_rows)
 
 
 def dense_causal_attention(
