@@ -87,6 +87,9 @@ class PrefillInputs:
     """[T, G] int64 codes; entries where `code_mask` is False are ignored."""
     code_mask: torch.Tensor
     """[T, G] bool: which codes contribute at each position."""
+    later_codes: bool = True
+    """Whether any position has codes past column 0 (the host knows it while laying the
+    mask out; True is always safe, as masked codes add nothing)."""
     added_rows: torch.Tensor | None = None
     """[K] int64 positions that get a vector added to their embedding (a voice-clone speaker
     embedding), or None."""

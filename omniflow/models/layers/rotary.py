@@ -28,10 +28,15 @@ class Rotary:
         self._sin = emb.sin().float().to(device)
 
     def cos_sin(
-        self, positions: torch.Tensor, dtype: torch.dtype
+        self, positions: torch.Tensor, dtype: torch.dtype, bound: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables for `positions` (any shape), with a trailing head_dim axis."""
-        need = int(positions.max().item()) + 1 if positions.numel() else 1
+        """Tables for `positions` (any shape), with a trailing head_dim axis. `bound`: every
+        position is below it, known on the host; without it the largest position is read
+        back from the device (a sync that stalls the launches queued behind it)."""
+        if bound is not None:
+            need = bound
+        else:
+            need = int(positions.max().item()) + 1 if positions.numel() else 1
         if self._cos is None or self._cos.shape[0] < need or self._cos.device != positions.device:
             self._build(
                 max(need, 2 * (self._cos.shape[0] if self._cos is not None else 256)),

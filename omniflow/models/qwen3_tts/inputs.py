@@ -54,6 +54,7 @@ def prefill_inputs(
         side_ids=_tensor(text_ids, np.int64, (0,), device),
         codes=_tensor(codes, np.int64, (0, groups), device),
         code_mask=_tensor(masks, np.bool_, (0, groups), device),
+        later_codes=any(bool(m[:, 1:].any()) for m in masks),
         added_rows=(
             torch.tensor(added_rows, dtype=torch.int64, device=device) if added_rows else None
         ),
@@ -67,7 +68,9 @@ def _tensor(parts: list[np.ndarray], dtype, empty: tuple[int, ...], device) -> t
 
 
 def embed_prefill(talker: Talker, inputs: PrefillInputs) -> torch.Tensor:
-    x = talker.embed(TalkerInputs(inputs.side_ids, inputs.codes, inputs.code_mask))
+    x = talker.embed(
+        TalkerInputs(inputs.side_ids, inputs.codes, inputs.code_mask, inputs.later_codes)
+    )
     if inputs.added_rows is not None and inputs.added is not None:
         x = x.index_add(0, inputs.added_rows, inputs.added.to(x.dtype))
     return x

@@ -32,6 +32,9 @@ class TalkerInputs:
     """[T, 16] codec ids; entries where `code_mask` is False are ignored."""
     code_mask: torch.Tensor
     """[T, 16] which codec ids contribute (prompt: at most column 0; decode: all 16)."""
+    later_codes: bool | None = None
+    """Whether any position has codes past column 0, when the host knows it (None: read
+    from `code_mask` on the device, a sync)."""
 
 
 class Talker:
@@ -63,7 +66,10 @@ class Talker:
         mask = inputs.code_mask
         codes = inputs.codes.masked_fill(~mask, 0)
         x = x + t.model.codec_embedding(codes[:, 0]) * mask[:, :1].to(x.dtype)
-        if bool(mask[:, 1:].any()):
+        later = inputs.later_codes
+        if later is None:
+            later = bool(mask[:, 1:].any())
+        if later:
             tables = t.code_predictor.model.codec_embedding
             for g in range(1, self.num_groups):
                 x = x + tables[g - 1](codes[:, g]) * mask[:, g : g + 1].to(x.dtype)
@@ -79,7 +85,8 @@ class Talker:
     ) -> torch.Tensor:
         """Run the decoder over the flattened batch; returns final-norm hidden states [T, H].
         The metadata's type picks the attention (mixed steps, or one token per request)."""
-        cos, sin = self.rotary.cos_sin(positions, embeds.dtype)
+        # A context of n tokens holds positions < n: the bound comes from the host's lengths.
+        cos, sin = self.rotary.cos_sin(positions, embeds.dtype, bound=max(meta.seq_lens))
 
         def attend(layer: int, q, k, v):
             kc, vc = kv_caches[layer]
