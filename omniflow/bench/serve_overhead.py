@@ -4,9 +4,10 @@ app to the real load generator.
 
     python -m omniflow.bench.serve_overhead --concurrency 128 --window 1 8 --frames 50
 
-Why: on the H200 a 128-row decode step takes 15.8 ms in the engine alone
-(`bench.talker_baseline`) but ~63 ms per step when the same pipeline serves 128 streams over
-HTTP (docs/benchmarks.md, "Steady state at c128"). The engine thread shares the interpreter
+Why: on the H200 a 128-row decode step takes 33 ms in the engine alone
+(`bench.talker_baseline`; an earlier 15.8 ms was a 32-row step) and a one-prompt mixed step
+46 ms, but a served c128 mixed step ~104 ms (docs/benchmarks.md, "128 rows for real"). The
+engine thread shares the interpreter
 lock with the server's event loop, which handles one audio event per request per step (per
 window with `window_k`). Here the model is replaced by `SyntheticPipeline`: each step sleeps
 `--device-ms` (the GPU computing; the lock is free, as in a CUDA sync) and spins `--host-ms`
