@@ -10,14 +10,16 @@ Why: on the H200 a 128-row decode step takes 33 ms in the engine alone
 engine thread shares the interpreter
 lock with the server's event loop, which handles one audio event per request per step (per
 window with `window_k`). Here the model is replaced by `SyntheticPipeline`: each step sleeps
-`--device-ms` (the GPU computing; the lock is free, as in a CUDA sync) and spins `--host-ms`
-of Python (the engine's host work, holding the lock), split into `--syncs` parts (each part's
-wait hands the lock back, as each device sync of a real step does); every `--window` steps it
+`--device-ms` (the GPU computing; the lock is free, as in a CUDA sync) and does `--host-ms`
+of Python work (the engine's host work, holding the lock; a fixed amount of work calibrated
+without contention, so a step that loses the lock to the event loop takes longer), split
+into `--syncs` parts (each part's wait hands the lock back, as each device sync of a real step
+does); every `--window` steps it
 emits one event per live request with that many frames of PCM. The same load is first run with
 a trivial in-process consumer (no HTTP: the step time the engine would have), then served to
 `bench.client` in its own process (no warm-up). Reported per case: median and mean step time
 with and without HTTP, their ratio (`stretch`), events per second, the server process's CPU per
-event (the synthetic engine's spinning included), the mean rows per step (whether the load
+event (the synthetic engine's host work included), the mean rows per step (whether the load
 kept `concurrency` streams going), and the load generator's failures.
 """
 
@@ -65,6 +67,30 @@ class _Live:
     frames: int = 0
 
 
+def python_work(iterations: int) -> int:
+    """A fixed amount of pure-Python work that holds the interpreter lock while it runs (the
+    engine's host work). Fixed work, not a fixed time: a thread that loses the lock to the
+    event loop finishes later, which is the stretch this bench measures (an earlier version
+    spun until a deadline, which no contention could lengthen)."""
+    x = 0
+    for i in range(iterations):
+        x ^= i
+    return x
+
+
+def iterations_per_second(sample_s: float = 0.05) -> float:
+    """How fast `python_work` runs on this machine without contention (calibrated once, before
+    any server or engine thread exists)."""
+    n = 10_000
+    while True:
+        t0 = time.perf_counter()
+        python_work(n)
+        took = time.perf_counter() - t0
+        if took >= sample_s:
+            return n / took
+        n *= 2
+
+
 @dataclass
 class StepClock:
     """Wall time of every step taken while at least one request was live."""
@@ -75,8 +101,13 @@ class StepClock:
 class SyntheticPipeline:
     """The server's `Pipeline` surface over a model-free step loop (see the module doc)."""
 
-    def __init__(self, device_s: float, host_s: float, window: int, syncs: int = 1) -> None:
+    def __init__(
+        self, device_s: float, host_s: float, window: int, syncs: int = 1, rate: float = 0.0
+    ) -> None:
+        """`rate`: `python_work` iterations per second (`iterations_per_second`); host time
+        is spent as that fixed work. 0: calibrate here."""
         self.device_s, self.host_s, self.window, self.syncs = device_s, host_s, window, syncs
+        self.part_iterations = round(host_s / syncs * (rate or iterations_per_second()))
         self.clock = StepClock()
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
@@ -139,9 +170,7 @@ class SyntheticPipeline:
                 t0 = time.perf_counter()
                 for _ in range(self.syncs):  # device time and host work, in `syncs` parts
                     time.sleep(self.device_s / self.syncs)  # the lock is free, as in a sync
-                    spin_until = time.perf_counter() + self.host_s / self.syncs
-                    while time.perf_counter() < spin_until:  # host Python, holding the lock
-                        pass
+                    python_work(self.part_iterations)  # host Python, holding the lock
                 self.clock.seconds.append(time.perf_counter() - t0)
             self._emit()
 
@@ -184,7 +213,8 @@ def step_summary(seconds: list[float]) -> dict[str, float]:
 
 def run_case(args: argparse.Namespace, window: int) -> dict[str, Any]:
     device_s, host_s = args.device_ms / 1e3, args.host_ms / 1e3
-    quiet = SyntheticPipeline(device_s, host_s, window, args.syncs)
+    rate = iterations_per_second()  # once, before any thread competes for the lock
+    quiet = SyntheticPipeline(device_s, host_s, window, args.syncs, rate)
     quiet.start()
     try:
         offline(quiet, args.concurrency, args.frames)
@@ -192,7 +222,7 @@ def run_case(args: argparse.Namespace, window: int) -> dict[str, Any]:
         quiet.stop()
     base = step_summary(quiet.clock.seconds)
 
-    pipe = SyntheticPipeline(device_s, host_s, window, args.syncs)
+    pipe = SyntheticPipeline(device_s, host_s, window, args.syncs, rate)
     with tempfile.TemporaryDirectory(prefix="omniflow-overhead-") as tmp:
         prompts = Path(tmp) / "prompts.jsonl"
         row = json.dumps({"text": "A synthetic request.", "seconds": args.frames / FRAME_RATE})
