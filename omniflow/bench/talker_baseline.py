@@ -10,7 +10,7 @@ phases are exact but the step is a little slower than untimed) and runs `batch` 
 requests (dummy weights, EOS ignored) through the started pipeline. `decode_step` counts only
 steps in which every request computes its next frame (`mixed_step`: the others); `forward`,
 `sample` and `audio` are per call and include a mixed step's decode rows; `prefill` is a mixed
-step's prefill forward (embedding and layers).
+step's prefill forward (embedding and layers), `prefill_layout` the host building its inputs.
 
 `--requests N` (more than the batch) keeps `batch` requests in flight until N have ended,
 each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a
@@ -45,6 +45,11 @@ from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
 from omniflow.stages.build import build_pipeline
 from omniflow.stages.orchestrator import AudioEvent
+
+
+class BatchTooLarge(ValueError):
+    """The batch asked for is above the stage's `max_num_seqs`: the scheduler would run
+    smaller steps than the figures claim."""
 
 
 def summary(xs: list[float]) -> dict[str, float]:
@@ -93,7 +98,7 @@ def run_batch(
     rows = stage.scheduler.max_num_seqs
     if batch > rows:
         key = f"pipeline.stages.{stage.name}.scheduler.max_num_seqs"
-        raise SystemExit(
+        raise BatchTooLarge(
             f"--batch {batch} exceeds {key}={rows}: a step would run at most {rows} rows. "
             f"Pass {key}={batch} (and enough KV blocks) as an override."
         )
@@ -173,7 +178,8 @@ def main() -> None:
         "--requests",
         type=int,
         default=0,
-        help="requests in all, `batch` in flight (LibriSpeech texts); 0: one burst of `batch`",
+        help="requests in all per batch size, `batch` in flight (LibriSpeech texts); a batch "
+        "at least this large, or 0: one burst of `batch`",
     )
     ap.add_argument("--out", default=None)
     ap.add_argument(
@@ -183,6 +189,8 @@ def main() -> None:
         "overrides", nargs="*", help="further config overrides, e.g. model.codec_dtype=bfloat16"
     )
     args = ap.parse_args()
+    if args.requests < 0 or 0 < args.requests < min(args.batch):
+        ap.error(f"--requests {args.requests}: 0 (one burst) or at least the smallest --batch")
     # The GPU machine gets a copy of the tree without .git: OMNIFLOW_COMMIT names the commit.
     commit = (
         os.environ.get("OMNIFLOW_COMMIT")
@@ -192,16 +200,19 @@ def main() -> None:
     )
     results = []
     for b in args.batch:
-        r = run_batch(
-            args.model,
-            args.platform,
-            args.pipeline,
-            b,
-            args.frames,
-            args.profile,
-            tuple(args.overrides),
-            args.requests,
-        )
+        try:
+            r = run_batch(
+                args.model,
+                args.platform,
+                args.pipeline,
+                b,
+                args.frames,
+                args.profile,
+                tuple(args.overrides),
+                args.requests,
+            )
+        except BatchTooLarge as exc:
+            ap.error(str(exc))
         r["commit"] = commit
         r["date"] = datetime.now(UTC).isoformat(timespec="seconds")
         if torch.cuda.is_available():

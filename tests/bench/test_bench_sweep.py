@@ -196,6 +196,6 @@ def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path):
     assert kinds["sample"]["count"] == steps and kinds["audio"]["count"] == steps
     assert kinds["prefill"]["count"] == kinds["prefill_layout"]["count"]
     assert kinds["prefill"]["count"] == kinds["mixed_step"]["count"]
-    assert kinds["forward"]["count"] + kinds["prefill"]["count"] >= steps
+    assert kinds["forward"]["count"] >= kinds["decode_step"]["count"]
     bad = omniflow("bench", *SMALL, "bench.phase_timing=gpu", cwd=tmp_path)
     assert bad.returncode == 2 and "bench.phase_timing" in bad.stderr

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from omniflow.bench.talker_baseline import run_batch
+from omniflow.bench.talker_baseline import BatchTooLarge, run_batch
 
 
 def test_a_batch_above_max_num_seqs_is_refused_naming_the_key():
     """The scheduler would clamp it silently to max_num_seqs rows per step (the 1.7B 'batch
     128' figures of an earlier session were 32-row steps)."""
-    with pytest.raises(SystemExit, match=r"pipeline\.stages\.talker\.scheduler\.max_num_seqs=2"):
+    with pytest.raises(BatchTooLarge, match=r"pipeline\.stages\.talker\.scheduler\.max_num_seqs=2"):
         run_batch(
             "qwen3_tts_tiny",
             "cpu",
@@ -33,3 +33,16 @@ def test_requests_keep_the_batch_in_flight_until_all_have_ended():
     assert phases["talker.prefill"]["n"] == phases["talker.mixed_step"]["n"]
     # 6 requests x 3 frames, at most 2 rows a step: at least 9 steps in all
     assert phases["talker.mixed_step"]["n"] + phases["talker.decode_step"]["n"] >= 9
+
+
+def test_requests_below_the_smallest_batch_or_negative_are_refused(monkeypatch, capsys):
+    """A value that would quietly become the batch is a usage error, not a smaller run."""
+    from omniflow.bench import talker_baseline
+
+    for bad in ("-1", "3"):
+        argv = ["talker_baseline", "--platform", "cpu", "--batch", "4", "--requests", bad]
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit) as exit_info:
+            talker_baseline.main()
+        assert exit_info.value.code == 2
+        assert f"--requests {bad}" in capsys.readouterr().err

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.cuda
 DEV = torch.device("cuda")
 
 
-def test_a_prefill_with_recomputed_frames_runs_without_a_host_read():
+def test_prefills_of_prompts_and_of_recomputed_frames_run_without_a_host_read():
     cfg = SchedulerConfig(
         max_num_seqs=4,
         max_num_batched_tokens=256,
@@ -43,16 +43,18 @@ def test_a_prefill_with_recomputed_frames_runs_without_a_host_read():
         engine.step()
     reqs = [runner.requests[f"r{i}"] for i in range(2)]
     assert all(r.in_decode and len(r.tokens) >= 4 for r in reqs)
-    # recompute each request's last 3 computed positions (output frames: codes past column
-    # 0), as after a preemption, through the padded path
-    back = [dataclasses.replace(r, num_computed=r.num_computed - 3) for r in reqs]
-    batch = build_prefill(runner.model, [(r, 3) for r in back], cfg.block_size, DEV, True)
-    assert batch.inputs.later_codes
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        embeds = runner.model.embed_prefill(batch.inputs)
-        out = runner.model.forward(embeds, batch.positions, batch.meta, runner.kv_caches)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert out.shape[0] == 6 and bool(torch.isfinite(out).all())
+    # whole prompts (text only), and each request's last 3 computed positions recomputed
+    # (output frames: codes past column 0, as after a preemption), through the padded path
+    prompts = [(dataclasses.replace(r, num_computed=0), r.prompt_len) for r in reqs]
+    recompute = [(dataclasses.replace(r, num_computed=r.num_computed - 3), 3) for r in reqs]
+    for order, later in ((prompts, False), (recompute, True)):
+        batch = build_prefill(runner.model, order, cfg.block_size, DEV, True)
+        assert batch.inputs.later_codes is later
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            embeds = runner.model.embed_prefill(batch.inputs)
+            out = runner.model.forward(embeds, batch.positions, batch.meta, runner.kv_caches)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert out.shape[0] == sum(n for _, n in order) and bool(torch.isfinite(out).all())

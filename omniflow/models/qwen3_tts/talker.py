@@ -86,7 +86,7 @@ class Talker:
         """Run the decoder over the flattened batch; returns final-norm hidden states [T, H].
         The metadata's type picks the attention (mixed steps, or one token per request)."""
         # A context of n tokens holds positions < n: the bound comes from the host's lengths.
-        cos, sin = self.rotary.cos_sin(positions, embeds.dtype, bound=max(meta.seq_lens))
+        cos, sin = self.rotary.cos_sin(positions, embeds.dtype, bound=max(meta.seq_lens, default=1))
 
         def attend(layer: int, q, k, v):
             kc, vc = kv_caches[layer]
