@@ -38,6 +38,9 @@ class ResolvedStage(Frozen):
     kind: Literal["ar", "generation"] = Field(description="Stage kind.")
     arch: str = Field(description="Registry name of the component.")
     window_k: int = Field(description="Multi-step window (0 off).")
+    prompt_graph_tokens: int = Field(
+        description="Largest whole-prompt prefill run on the prompt graphs (0: eager; AR only)."
+    )
     stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
     ref_context_frames: int | None = Field(
         description="Decoder priming frames after resolution (None: stage decodes no audio)."

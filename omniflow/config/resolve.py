@@ -70,6 +70,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             kind=stage.kind,
             arch=stage.arch,
             window_k=stage.window_k,
+            prompt_graph_tokens=stage.prompt_graph_tokens if stage.kind == "ar" else 0,
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),

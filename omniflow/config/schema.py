@@ -93,6 +93,13 @@ class ARStageConfig(StageBase):
     scheduler: SchedulerConfig = Field(
         default_factory=SchedulerConfig, description="Scheduler limits and KV cache."
     )
+    prompt_graph_tokens: int = Field(
+        0,
+        ge=0,
+        le=2048,
+        description="Prefills of whole prompts up to this many tokens replay a CUDA graph per "
+        "token bucket (with platform.cuda_graphs; eagerly elsewhere); 0: eager prefill.",
+    )
 
 
 class GenerationStageConfig(StageBase):

@@ -147,6 +147,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         decode_graphs=graphs,
         priming=priming,
         window_k=stage.window_k,
+        prompt_graph_tokens=stage.prompt_graph_tokens,
     )
     platform = ctx.graph.platform
     cfg = sized_scheduler(

@@ -35,6 +35,7 @@ from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGraphs
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
+from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
 
@@ -56,6 +57,7 @@ class TalkerARModel:
         step_graphs: DecoderStepGraphs | None = None,
         priming: ReferencePriming | None = None,
         window_graphs: DecoderStepGraphs | None = None,
+        prompt_graph_tokens: int = 0,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
@@ -63,6 +65,11 @@ class TalkerARModel:
         self.use_decode_graphs = decode_graphs
         self.decode_graphs: TalkerDecodeGraphs | None = None
         """CUDA graphs of the talker's decode step per batch bucket, built in `attach_kv`."""
+        self.prompt_graph_tokens = prompt_graph_tokens
+        self.prompt_graphs: PromptGraphs | None = None
+        """Whole-context prefills up to `prompt_graph_tokens` tokens per token bucket (CUDA
+        graphs when decode graphs are on; the same path eagerly otherwise), built in
+        `attach_kv`; None: every prefill runs `Talker.forward`."""
         self.kv: KVLayout | None = None
         self.name = "talker"
         shape = talker.shape
@@ -104,10 +111,25 @@ class TalkerARModel:
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
+        if self.prompt_graphs is not None and self.kv is not None and kv_caches is self.kv.caches:
+            hidden = self.prompt_graphs.run(embeds, positions, meta)
+            if hidden is not None:
+                return hidden
         return self.talker.forward(embeds, positions, meta, kv_caches)
 
     def attach_kv(self, layout: KVLayout) -> None:
         self.kv = layout
+        max_positions = layout.max_blocks * layout.block_size
+        if self.prompt_graph_tokens:
+            self.prompt_graphs = PromptGraphs(
+                self.talker,
+                layout.caches,
+                max_tokens=self.prompt_graph_tokens,
+                max_positions=max_positions,
+                dummy_slot=layout.dummy_slot,
+                capture=self.use_decode_graphs,
+            )
+            self.prompt_graphs.capture_all()
         if not self.use_decode_graphs:
             return
         self.decode_graphs = TalkerDecodeGraphs(
@@ -116,7 +138,7 @@ class TalkerARModel:
             layout.block_size,
             max_batch=layout.max_batch,
             max_blocks=layout.max_blocks,
-            max_positions=layout.max_blocks * layout.block_size,
+            max_positions=max_positions,
             dummy_slot=layout.dummy_slot,
         )
         self.decode_graphs.capture_all()
@@ -193,6 +215,7 @@ def build_ar_model(
     decode_graphs: bool = False,
     priming: ReferencePriming | None = None,
     window_k: int = 0,
+    prompt_graph_tokens: int = 0,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
@@ -201,7 +224,9 @@ def build_ar_model(
     its KV cache, and so does the streaming decoder's per-frame step (captured now). With
     `priming`, voice-clone requests' decoder slots are primed with their reference frames.
     With `window_k` > 1 and decode graphs, a window's `window_k` frames per request are
-    decoded in one replay of a second set of decoder graphs at the window's end."""
+    decoded in one replay of a second set of decoder graphs at the window's end. With
+    `prompt_graph_tokens`, whole-context prefills up to that many tokens run on the prompt
+    path (`prompt_graph.py`: captured graphs when `decode_graphs`, else eagerly)."""
     graphs = None
     step_graphs = None
     window_graphs = None
@@ -221,5 +246,12 @@ def build_ar_model(
         )
         graphs.capture_all()
     return TalkerARModel(
-        bundle.talker, stream_decoder, graphs, decode_graphs, step_graphs, priming, window_graphs
+        bundle.talker,
+        stream_decoder,
+        graphs,
+        decode_graphs,
+        step_graphs,
+        priming,
+        window_graphs,
+        prompt_graph_tokens,
     )

@@ -1,0 +1,142 @@
+"""The talker's prefill of whole prompts as one CUDA graph per token bucket.
+
+Eagerly, a prefill is ~20 launches per layer whatever its size: on the H200 one prompt of
+~100 tokens took ~36 ms of host launches for ~2 ms of GPU work (docs/benchmarks.md, "128 rows
+for real"). That is a request's first audio at low load, and every mixed step's extra cost
+while requests keep arriving. Replaying a captured graph launches the 28 layers at once.
+
+Which steps qualify (`covers_whole_contexts`): every request's step covers its whole context
+(fresh prompts, and a recompute after preemption that fits in one step), so attention needs
+no cached prefix: each request attends causally within its own contiguous tokens. The step is
+laid out flat, padded to the smallest token bucket >= T, with a segment id per token; the
+attention mask (same segment, not after the query) is built on the device from it, so a
+bucket's graph serves any mix of prompt lengths. Steps continuing a cached prefix (chunked
+prefill), and steps above the largest bucket, run the eager path.
+
+A padding row is inert: its own segment (it attends only to itself), position 0, its K/V
+written to `dummy_slot`, embedding zeros. The K/V of real rows are written to the cache as the
+eager path writes them, and attention reads this step's K/V directly (for a whole-context step
+they are the same values the eager path gathers back from the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from omniflow.models.bucket_graphs import BucketGraphs
+from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
+from omniflow.models.layers.qwen3 import run_layers_norm
+from omniflow.models.layers.rope_table import RopeTable
+from omniflow.models.qwen3_tts.talker import Talker
+
+KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
+
+TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+"""Token counts a prefill is padded to. The mask is dense over a bucket (T x T), so large
+buckets pay attention over padding and across prompts: steps above `max_tokens` run eager."""
+
+
+def covers_whole_contexts(meta: AttentionMetadata) -> bool:
+    """Every request's step computes its whole context (no cached prefix to attend to)."""
+    if not isinstance(meta, PagedAttentionMetadata):
+        return False
+    starts = meta.query_starts
+    return all(starts[b + 1] - starts[b] == n for b, n in enumerate(meta.seq_lens))
+
+
+class PromptGraphs(BucketGraphs):
+    """Bucketed CUDA graphs of a whole-context prefill over the talker's layers (final norm
+    included), captured lazily or all at once with `capture_all`. The KV caches are the
+    runner's; a graph records their addresses. Without CUDA, or with `capture=False`, the same
+    buffers, padding and step run eagerly (the CPU tests exercise everything but the
+    capture)."""
+
+    def __init__(
+        self,
+        talker: Talker,
+        kv_caches: KVCaches,
+        max_tokens: int,
+        max_positions: int,
+        dummy_slot: int,
+        capture: bool = True,
+        buckets: Sequence[int] = TOKEN_BUCKETS,
+        warmup_iters: int = 2,
+    ) -> None:
+        if len(kv_caches) != talker.num_layers:
+            raise ValueError(f"{len(kv_caches)} KV caches for {talker.num_layers} layers")
+        k_cache = kv_caches[0][0]
+        if not 0 <= dummy_slot < k_cache.shape[0]:
+            raise ValueError(f"dummy_slot {dummy_slot} outside the {k_cache.shape[0]} KV slots")
+        self.talker = talker
+        self.kv_caches = kv_caches
+        self.max_tokens = max_tokens
+        self.dummy_slot = dummy_slot
+        super().__init__(k_cache.device, max_tokens, buckets, capture, warmup_iters)
+        dev, n = self.device, max_tokens
+        self.dtype = k_cache.dtype
+        # Built now, eagerly: building reads the largest position back to the host.
+        self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
+        hidden = talker.shape.hidden_size
+        self.embeds = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
+        self.positions = torch.zeros(n, device=dev, dtype=torch.int64)
+        self.slot_mapping = torch.full((n,), dummy_slot, device=dev, dtype=torch.int64)
+        self.segments = -torch.arange(1, n + 1, device=dev, dtype=torch.int64)  # all padding
+        self.order = torch.arange(n, device=dev, dtype=torch.int64)
+        self.out = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
+        self.served = 0
+        """Prefills this path has run (the rest ran eagerly): logs and tests read it."""
+
+    @torch.no_grad()
+    def run(
+        self, embeds: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor | None:
+        """Final-norm hidden states [T, H] of a whole-context prefill (a new tensor), this
+        step's K/V written at `meta.slot_mapping`; None when the step does not qualify
+        (a cached prefix, or more tokens than the largest bucket): run it eagerly."""
+        t = embeds.shape[0]
+        k = self.bucket_for(t)
+        if k is None or not covers_whole_contexts(meta):
+            return None
+        assert isinstance(meta, PagedAttentionMetadata)
+        counts = np.diff(np.asarray(meta.query_starts, dtype=np.int64))
+        segments = np.arange(-1, -k - 1, -1, dtype=np.int64)  # padding: a segment each
+        segments[:t] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        self.embeds[:t].copy_(embeds)
+        self.positions[:t].copy_(positions)
+        self.slot_mapping[:t].copy_(meta.slot_mapping)
+        self.segments[:k].copy_(torch.from_numpy(segments), non_blocking=False)
+        if t < k:
+            self.embeds[t:k].zero_()
+            self.positions[t:k].zero_()
+            self.slot_mapping[t:k].fill_(self.dummy_slot)
+        self._compute(k)
+        self.served += 1
+        return self.out[:t].clone()
+
+    def _step(self, k: int) -> None:
+        seg, order = self.segments[:k], self.order[:k]
+        mask = (seg[:, None] == seg[None, :]) & (order[None, :] <= order[:, None])
+        mask = mask[None, None]  # [1, 1, k, k]: same request, not after the query
+        slots = self.slot_mapping[:k]
+        cos, sin = self.rope.lookup(self.positions[:k])
+
+        def attend(layer: int, q: torch.Tensor, key: torch.Tensor, v: torch.Tensor):
+            kc, vc = self.kv_caches[layer]
+            write_kv(kc, vc, key, v, slots)
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None],
+                key.transpose(0, 1)[None],
+                v.transpose(0, 1)[None],
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            return out[0].transpose(0, 1)
+
+        t = self.talker.weights.talker
+        self.out[:k] = run_layers_norm(
+            t.model.layers, t.model.norm, self.embeds[:k], cos, sin, attend
+        )

@@ -1,0 +1,117 @@
+"""The prompt path (`prompt_graph.PromptGraphs`, run eagerly here; CUDA captures the same
+step): a prefill whose requests each compute their whole context, padded to a token bucket
+and attended through a per-token segment mask, equals `Talker.forward` — hidden states and
+the K/V it writes — and leaves every other cache slot alone; steps it cannot serve (a cached
+prefix, too many tokens) are declined and run eagerly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs, covers_whole_contexts
+from omniflow.stages.inputs import build_prefill
+from tests.stages.test_runner_paths import decoding_runner
+
+
+def whole_prompts(runner, reqs, batched: bool):
+    order = [(dataclasses.replace(r, num_computed=0), r.prompt_len) for r in reqs]
+    return build_prefill(runner.model, order, runner.block_size, runner.device, batched)
+
+
+def graphs(runner, max_tokens: int) -> PromptGraphs:
+    kv = runner.model.kv
+    return PromptGraphs(
+        runner.model.talker,
+        runner.kv_caches,
+        max_tokens=max_tokens,
+        max_positions=kv.max_blocks * kv.block_size,
+        dummy_slot=kv.dummy_slot,
+        capture=False,
+    )
+
+
+def snapshot(kv_caches) -> list[torch.Tensor]:
+    return [c.clone() for pair in kv_caches for c in pair]
+
+
+def test_whole_prompts_equal_the_eager_forward_and_write_only_their_slots():
+    _, runner, reqs = decoding_runner()
+    model = runner.model
+    for batched in (False, True):  # per-request and padded eager metadata
+        batch = whole_prompts(runner, reqs, batched)
+        assert covers_whole_contexts(batch.meta)
+        embeds = model.embed_prefill(batch.inputs)
+        before = snapshot(runner.kv_caches)
+        want = model.talker.forward(embeds, batch.positions, batch.meta, runner.kv_caches)
+        eager_kv = snapshot(runner.kv_caches)
+        for c, c0 in zip((c for p in runner.kv_caches for c in p), before, strict=True):
+            c.copy_(c0)  # the caches as they were
+        prompt = graphs(runner, 256)
+        got = prompt.run(embeds, batch.positions, batch.meta)
+        assert got is not None and got.shape == want.shape
+        assert prompt.bucket_for(embeds.shape[0]) > embeds.shape[0]  # padding rows ran too
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+        dummy = runner.model.kv.dummy_slot
+        for c, e in zip((c for p in runner.kv_caches for c in p), eager_kv, strict=True):
+            torch.testing.assert_close(c[:dummy], e[:dummy], atol=2e-5, rtol=2e-5)
+            assert torch.equal(c[dummy + 1 :], e[dummy + 1 :])
+
+
+def test_prompts_of_different_lengths_do_not_attend_to_each_other():
+    """Each request's hidden states equal that request prefilled alone."""
+    _, runner, reqs = decoding_runner()
+    model = runner.model
+    prompt = graphs(runner, 256)
+    batch = whole_prompts(runner, reqs, True)
+    together = prompt.run(model.embed_prefill(batch.inputs), batch.positions, batch.meta)
+    starts = batch.meta.query_starts
+    for i, r in enumerate(reqs):
+        alone = whole_prompts(runner, [r], True)
+        got = prompt.run(model.embed_prefill(alone.inputs), alone.positions, alone.meta)
+        torch.testing.assert_close(together[starts[i] : starts[i + 1]], got, atol=2e-5, rtol=2e-5)
+
+
+def test_a_cached_prefix_or_too_many_tokens_is_declined():
+    _, runner, reqs = decoding_runner()
+    model = runner.model
+    tail = [(dataclasses.replace(r, num_computed=r.num_computed - 3), 3) for r in reqs]
+    chunk = build_prefill(model, tail, runner.block_size, runner.device, True)
+    assert not covers_whole_contexts(chunk.meta)
+    embeds = model.embed_prefill(chunk.inputs)
+    assert graphs(runner, 256).run(embeds, chunk.positions, chunk.meta) is None
+    batch = whole_prompts(runner, reqs, True)
+    t = batch.positions.shape[0]
+    small = graphs(runner, 16)
+    assert (
+        t > 16 and small.run(model.embed_prefill(batch.inputs), batch.positions, batch.meta) is None
+    )
+
+
+def test_the_key_puts_a_pipelines_prefills_on_the_prompt_path_with_the_same_audio():
+    """`pipeline.stages.<ar stage>.prompt_graph_tokens` acts: the built talker prefills its
+    prompts on the prompt path (run eagerly on the CPU), and the seeded audio is what the
+    eager prefill gives."""
+    from tests.factories import Collector, build, speech
+
+    def serve(*overrides: str):
+        orch = build("qwen3_tts_fused", *overrides)
+        try:
+            sinks = {}
+            for rid, text in (("a", "Hello there."), ("b", "A longer sentence, to differ.")):
+                sinks[rid] = Collector()
+                req = speech(rid, text=text, seed=7, max_new_tokens=6, ignore_eos=True)
+                orch.submit(req, sinks[rid])
+            pcm = {rid: s.wait().pcm for rid, s in sinks.items()}
+            return pcm, orch.engines[0].runner.model.prompt_graphs
+        finally:
+            orch.stop()
+
+    eager, none = serve()
+    assert none is None
+    graphed, prompt = serve("pipeline.stages.talker.prompt_graph_tokens=256")
+    assert prompt is not None and prompt.served >= 1
+    for rid in eager:
+        assert graphed[rid].shape == eager[rid].shape == (6 * 1920,)
+        torch.testing.assert_close(graphed[rid], eager[rid], atol=1e-4, rtol=1e-4)
