@@ -63,6 +63,7 @@ class ResolvedPlatform(Frozen):
     device: str = Field(description="torch device string.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="Compute dtype.")
     cuda_graphs: bool = Field(description="CUDA graphs in use.")
+    cudnn_benchmark: bool = Field(description="CUDA: cuDNN picks convolution algorithms by timing.")
     gpu_memory_utilization: float | None = Field(
         description="Fraction of GPU memory the KV pools are sized from (None: num_kv_blocks)."
     )

@@ -122,6 +122,10 @@ def _resolve_platform(
                 f"sizes KV pools from CUDA memory; platform {name!r} uses num_kv_blocks",
             )
         )
+    if cfg.cudnn_benchmark and name != "cuda":
+        errors.append(
+            ConfigError("platform.cudnn_benchmark", f"a cuDNN setting; platform {name!r} has none")
+        )
     dtype = model.dtype or cfg.dtype or info.default_dtype
     device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
     return ResolvedPlatform(
@@ -129,6 +133,7 @@ def _resolve_platform(
         device=device,
         dtype=dtype,
         cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
+        cudnn_benchmark=cfg.cudnn_benchmark and name == "cuda",
         gpu_memory_utilization=cfg.gpu_memory_utilization if name == "cuda" else None,
     )
 

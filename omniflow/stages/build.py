@@ -24,7 +24,7 @@ def build_pipeline(graph: StageGraph, prebuilt: object | None = None) -> Orchest
     device = torch.device(graph.platform.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("platform=cuda but no CUDA device is visible; use platform=cpu")
-    prepare_device(device.type)
+    prepare_device(device.type, graph.platform.cudnn_benchmark)
     dtype: torch.dtype = getattr(torch, graph.platform.dtype)  # a validated torch dtype name
     ctx = BuildContext(graph, device, dtype, prebuilt=prebuilt)
     engines: dict[str, StageEngine] = {}

@@ -46,6 +46,7 @@ READ: dict[str, tuple[str, str]] = {
     "platform.name": ("stages/qwen3_tts.py", "name"),
     "platform.cuda_graphs": ("stages/qwen3_tts.py", "cuda_graphs"),
     "platform.gpu_memory_utilization": ("stages/qwen3_tts.py", "gpu_memory_utilization"),
+    "platform.cudnn_benchmark": ("stages/build.py", "cudnn_benchmark"),
     "platform.device": ("stages/build.py", "device"),
     "platform.dtype": ("stages/build.py", "dtype"),
     "model.name": ("stages/orchestrator.py", "name"),
