@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omniflow.config.schema import (
+    ARStageConfig,
     ModelConfig,
     OmniflowSpec,
     PlatformConfig,
@@ -63,6 +64,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         ref = resolve_ref_context(key, stage, decodes_audio, cap, spec.model, errors)
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
+            _check_prompt_graphs(key, stage, errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
@@ -70,7 +72,9 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             kind=stage.kind,
             arch=stage.arch,
             window_k=stage.window_k,
-            prompt_graph_tokens=stage.prompt_graph_tokens if stage.kind == "ar" else 0,
+            prompt_graph_tokens=(
+                stage.prompt_graph_tokens if isinstance(stage, ARStageConfig) else 0
+            ),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),
@@ -315,6 +319,22 @@ def _check_unsupported(key: str, stage: StageConfig, errors: list[ConfigError]) 
     if stage.speculative_tokens:
         errors.append(
             ConfigError(f"{key}.speculative_tokens", "speculative decoding is not implemented")
+        )
+
+
+def _check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    """A prompt-graph bucket above the step's token budget could never be used, yet would be
+    captured (memory and start-up time for nothing)."""
+    if not isinstance(stage, ARStageConfig):
+        return
+    n, budget = stage.prompt_graph_tokens, stage.scheduler.max_num_batched_tokens
+    if n > budget:
+        errors.append(
+            ConfigError(
+                f"{key}.prompt_graph_tokens",
+                f"{n} exceeds scheduler.max_num_batched_tokens ({budget}): a step never holds "
+                "that many tokens",
+            )
         )
 
 

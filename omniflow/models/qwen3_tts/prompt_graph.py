@@ -1,19 +1,21 @@
 """The talker's prefill of whole prompts as one CUDA graph per token bucket.
 
-Eagerly, a prefill is ~20 launches per layer whatever its size: on the H200 one prompt of
-~100 tokens took ~36 ms of host launches for ~2 ms of GPU work (docs/benchmarks.md, "128 rows
-for real"). That is a request's first audio at low load, and every mixed step's extra cost
-while requests keep arriving. Replaying a captured graph launches the 28 layers at once.
+Eagerly, a prefill pays its launches whatever its size: on the H200 a one-prompt 1.7B prefill
+took ~36 ms, ~1.3 ms of host launches per layer (docs/benchmarks.md, "128 rows for real").
+That is a request's first audio at low load, and every mixed step's extra cost while requests
+keep arriving. Replaying a captured graph launches the 28 layers at once.
 
 Which steps qualify (`covers_whole_contexts`): every request's step covers its whole context
 (fresh prompts, and a recompute after preemption that fits in one step), so attention needs
 no cached prefix: each request attends causally within its own contiguous tokens. The step is
-laid out flat, padded to the smallest token bucket >= T, with a segment id per token; the
-attention mask (same segment, not after the query) is built on the device from it, so a
-bucket's graph serves any mix of prompt lengths. Steps continuing a cached prefix (chunked
-prefill), and steps above the largest bucket, run the eager path.
+laid out flat, padded to the smallest token bucket >= T. Every request's positions then start
+at 0, so the graph numbers the segments itself (a new one at each position 0: the cumulative
+count of zeros) and builds the mask from them (same segment, not after the query): nothing is
+copied from the host, and a bucket's graph serves any mix of prompt lengths. Steps continuing
+a cached prefix (chunked prefill), and steps above the largest bucket, run the eager path
+(`Talker.forward`).
 
-A padding row is inert: its own segment (it attends only to itself), position 0, its K/V
+A padding row is inert: position 0 (so its own segment: it attends only to itself), its K/V
 written to `dummy_slot`, embedding zeros. The K/V of real rows are written to the cache as the
 eager path writes them, and attention reads this step's K/V directly (for a whole-context step
 they are the same values the eager path gathers back from the cache).
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -84,7 +85,6 @@ class PromptGraphs(BucketGraphs):
         self.embeds = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
         self.positions = torch.zeros(n, device=dev, dtype=torch.int64)
         self.slot_mapping = torch.full((n,), dummy_slot, device=dev, dtype=torch.int64)
-        self.segments = -torch.arange(1, n + 1, device=dev, dtype=torch.int64)  # all padding
         self.order = torch.arange(n, device=dev, dtype=torch.int64)
         self.out = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
         self.served = 0
@@ -101,28 +101,39 @@ class PromptGraphs(BucketGraphs):
         k = self.bucket_for(t)
         if k is None or not covers_whole_contexts(meta):
             return None
-        assert isinstance(meta, PagedAttentionMetadata)
-        counts = np.diff(np.asarray(meta.query_starts, dtype=np.int64))
-        segments = np.arange(-1, -k - 1, -1, dtype=np.int64)  # padding: a segment each
-        segments[:t] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         self.embeds[:t].copy_(embeds)
         self.positions[:t].copy_(positions)
         self.slot_mapping[:t].copy_(meta.slot_mapping)
-        self.segments[:k].copy_(torch.from_numpy(segments), non_blocking=False)
-        if t < k:
-            self.embeds[t:k].zero_()
-            self.positions[t:k].zero_()
-            self.slot_mapping[t:k].fill_(self.dummy_slot)
+        self._pad(t, k)
         self._compute(k)
         self.served += 1
         return self.out[:t].clone()
 
+    @torch.no_grad()
+    def capture_all(self) -> None:
+        """Capture every bucket now; a no-op when not graphed. Every row is reset to padding
+        first, so the warm-ups write only `dummy_slot` (rows left from an earlier prefill
+        name slots that may belong to another request by now)."""
+        if not self.graphed:
+            return
+        self._pad(0, self.max_tokens)
+        super().capture_all()
+
+    def _pad(self, start: int, stop: int) -> None:
+        """Rows [start, stop) become padding (a smaller bucket after a larger one must not
+        rewrite the earlier step's slots)."""
+        if start < stop:
+            self.embeds[start:stop].zero_()
+            self.positions[start:stop].zero_()
+            self.slot_mapping[start:stop].fill_(self.dummy_slot)
+
     def _step(self, k: int) -> None:
-        seg, order = self.segments[:k], self.order[:k]
+        pos, order = self.positions[:k], self.order[:k]
+        seg = torch.cumsum((pos == 0).to(torch.int64), 0)  # a new request at each position 0
         mask = (seg[:, None] == seg[None, :]) & (order[None, :] <= order[:, None])
         mask = mask[None, None]  # [1, 1, k, k]: same request, not after the query
         slots = self.slot_mapping[:k]
-        cos, sin = self.rope.lookup(self.positions[:k])
+        cos, sin = self.rope.lookup(pos)
 
         def attend(layer: int, q: torch.Tensor, key: torch.Tensor, v: torch.Tensor):
             kc, vc = self.kv_caches[layer]
