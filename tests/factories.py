@@ -54,6 +54,7 @@ def talker_engine(
     frame_graphs: bool = False,
     decode_graphs: bool = False,
     stream_decode: bool = False,
+    prompt_graph_tokens: int = 0,
 ) -> tuple[StageEngine, TalkerProcessor]:
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -67,7 +68,12 @@ def talker_engine(
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
     decoder = tiny_decoder(max_num_seqs) if stream_decode else None
     model = build_ar_model(
-        bundle, decoder, frame_sample, max_batch=max_num_seqs, decode_graphs=decode_graphs
+        bundle,
+        decoder,
+        frame_sample,
+        max_batch=max_num_seqs,
+        decode_graphs=decode_graphs,
+        prompt_graph_tokens=prompt_graph_tokens,
     )
     runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
     engine = StageEngine(

@@ -170,3 +170,19 @@ def test_a_bucket_above_the_step_token_budget_is_refused_naming_the_key():
     assert exc.value.key == key and "512" in str(exc.value)
     graph = build_graph(compose(["platform=cpu", f"{key}=512", f"{budget}=512"]))
     assert graph.stages["talker"].prompt_graph_tokens == 512
+
+
+def test_recompute_after_preemption_through_the_prompt_path_gives_the_same_codes():
+    """A preempted request's recompute covers its whole context (prompt and output frames) in
+    one step, so it qualifies: its codes still equal the unpreempted run's."""
+    from tests.stages.test_talker_engine import generate, preemptible
+
+    reqs = [preemptible(f"r{i}", seed=i) for i in range(3)]
+    calm, _, _ = generate(reqs)
+    squeeze = dict(num_kv_blocks=12, block_size=4, max_model_len=48, max_num_batched_tokens=256)
+    squeezed, _, engine = generate(reqs, prompt_graph_tokens=64, **squeeze)
+    prompt = engine.runner.model.prompt_graphs
+    assert engine.scheduler.num_preemptions > 0
+    # one step prefills the three prompts; every later prefill is a recompute
+    assert prompt is not None and prompt.served >= 2
+    assert squeezed == calm
