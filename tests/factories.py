@@ -55,7 +55,11 @@ def talker_engine(
     decode_graphs: bool = False,
     stream_decode: bool = False,
     prompt_graph_tokens: int = 0,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[StageEngine, TalkerProcessor]:
+    """A talker engine over the tiny model: on the CPU in fp32 by default; with `device` (a GPU
+    test) the model is built there in `dtype`."""
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -64,7 +68,11 @@ def talker_engine(
         num_kv_blocks=num_kv_blocks,
         async_scheduling=async_scheduling,
     )
-    bundle = tiny_bundle()
+    if device is None or device.type == "cpu":
+        device, bundle = torch.device("cpu"), tiny_bundle()
+    else:
+        name = str(dtype).removeprefix("torch.")
+        bundle = build_talker(tiny_model_config().model_copy(update={"dtype": name}), device)
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
     decoder = tiny_decoder(max_num_seqs) if stream_decode else None
     model = build_ar_model(
@@ -75,7 +83,7 @@ def talker_engine(
         decode_graphs=decode_graphs,
         prompt_graph_tokens=prompt_graph_tokens,
     )
-    runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
+    runner = ARModelRunner(model, cfg, device, dtype)
     engine = StageEngine(
         "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling
     )

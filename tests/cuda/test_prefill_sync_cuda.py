@@ -10,15 +10,8 @@ import dataclasses
 import pytest
 import torch
 
-from omniflow.config.schema import SchedulerConfig
-from omniflow.models.qwen3_tts.ar_model import build_ar_model
-from omniflow.models.qwen3_tts.factory import build_talker
-from omniflow.models.qwen3_tts.processor import TalkerProcessor
-from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
 from omniflow.stages.inputs import build_prefill
-from omniflow.stages.runner import ARModelRunner
-from tests.factories import speech, tiny_model_config
+from tests.factories import speech, talker_engine
 
 pytestmark = pytest.mark.cuda
 
@@ -26,17 +19,9 @@ DEV = torch.device("cuda")
 
 
 def test_prefills_of_prompts_and_of_recomputed_frames_run_without_a_host_read():
-    cfg = SchedulerConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=256,
-        max_model_len=512,
-        block_size=4,
-        num_kv_blocks=256,
-    )
-    bundle = build_talker(tiny_model_config(), DEV)
-    runner = ARModelRunner(build_ar_model(bundle, max_batch=4), cfg, DEV, torch.float32)
-    engine = StageEngine("talker", ARScheduler(cfg), runner)
-    proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 512)
+    engine, proc = talker_engine(max_num_seqs=4, num_kv_blocks=256, device=DEV)
+    runner = engine.runner
+    block_size = runner.block_size
     for i, text in enumerate(["Hello there.", "A longer sentence, to differ."]):
         engine.add_request(proc.make_request(speech(f"r{i}", text=text, max_new_tokens=20)))
     for _ in range(6):
@@ -48,7 +33,7 @@ def test_prefills_of_prompts_and_of_recomputed_frames_run_without_a_host_read():
     prompts = [(dataclasses.replace(r, num_computed=0), r.prompt_len) for r in reqs]
     recompute = [(dataclasses.replace(r, num_computed=r.num_computed - 3), 3) for r in reqs]
     for order, later in ((prompts, False), (recompute, True)):
-        batch = build_prefill(runner.model, order, cfg.block_size, DEV, True)
+        batch = build_prefill(runner.model, order, block_size, DEV, True)
         assert batch.inputs.later_codes is later
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")

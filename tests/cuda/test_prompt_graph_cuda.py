@@ -12,37 +12,21 @@ import numpy as np
 import pytest
 import torch
 
-from omniflow.config.schema import SchedulerConfig
-from omniflow.models.qwen3_tts.ar_model import build_ar_model
-from omniflow.models.qwen3_tts.factory import build_talker
-from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.platforms.base import prepare_device
-from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
 from omniflow.stages.inputs import build_prefill
-from omniflow.stages.runner import ARModelRunner
-from tests.factories import Collector, build, speech, tiny_model_config
+from tests.factories import Collector, build, speech, talker_engine
 
 pytestmark = pytest.mark.cuda
 
 DEV = torch.device("cuda")
+BF16 = torch.bfloat16
 
 
 def test_a_replay_equals_the_eager_step_on_the_same_inputs():
     prepare_device("cuda")
-    cfg = SchedulerConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=256,
-        max_model_len=512,
-        block_size=4,
-        num_kv_blocks=256,
-    )
-    model_cfg = tiny_model_config().model_copy(update={"dtype": "bfloat16"})
-    bundle = build_talker(model_cfg, DEV)
-    runner = ARModelRunner(build_ar_model(bundle, max_batch=4), cfg, DEV, torch.bfloat16)
-    engine = StageEngine("talker", ARScheduler(cfg), runner)
-    proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 512)
+    engine, proc = talker_engine(max_num_seqs=4, num_kv_blocks=256, device=DEV, dtype=BF16)
+    runner = engine.runner
     for i, text in enumerate(["Hello there.", "A longer sentence, to differ.", "Hi."]):
         engine.add_request(proc.make_request(speech(f"r{i}", text=text, max_new_tokens=8)))
     engine.step()
@@ -65,7 +49,7 @@ def test_a_replay_equals_the_eager_step_on_the_same_inputs():
     assert graphed.graphed and set(graphed.graphs) == set(graphed.buckets)
     for subset in (reqs, reqs[:1], reqs):  # a smaller bucket between two larger ones
         order = [(dataclasses.replace(r, num_computed=0), r.prompt_len) for r in subset]
-        batch = build_prefill(runner.model, order, cfg.block_size, DEV, True)
+        batch = build_prefill(runner.model, order, runner.block_size, DEV, True)
         embeds = runner.model.embed_prefill(batch.inputs)
         want = eager.run(embeds, batch.positions, batch.meta)
         want_kv = [c.clone() for pair in runner.kv_caches for c in pair]

@@ -186,3 +186,14 @@ def test_recompute_after_preemption_through_the_prompt_path_gives_the_same_codes
     # one step prefills the three prompts; every later prefill is a recompute
     assert prompt is not None and prompt.served >= 2
     assert squeezed == calm
+
+
+def test_a_kv_layout_that_does_not_fit_the_talker_is_refused():
+    _, runner, _ = decoding_runner()
+    kv = runner.model.kv
+    talker = runner.model.talker
+    with pytest.raises(ValueError, match="KV caches for"):
+        PromptGraphs(talker, runner.kv_caches[:-1], 64, 512, kv.dummy_slot, capture=False)
+    slots = runner.kv_caches[0][0].shape[0]
+    with pytest.raises(ValueError, match="outside the"):
+        PromptGraphs(talker, runner.kv_caches, 64, 512, slots, capture=False)

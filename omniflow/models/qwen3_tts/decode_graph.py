@@ -59,6 +59,18 @@ def decode_attention_for(device: torch.device) -> DecodeAttentionFn:
     return paged_decode_attention_ref
 
 
+def check_kv_layout(talker: Talker, kv_caches: KVCaches, dummy_slot: int) -> torch.Tensor:
+    """One cache pair per talker layer and a dummy slot inside the pool (where a graph's
+    padding rows write): what every talker graph over the runner's caches needs. Returns the
+    first K cache (its device, dtype and slot count describe them all)."""
+    if len(kv_caches) != talker.num_layers:
+        raise ValueError(f"{len(kv_caches)} KV caches for {talker.num_layers} layers")
+    k_cache = kv_caches[0][0]
+    if not 0 <= dummy_slot < k_cache.shape[0]:
+        raise ValueError(f"dummy_slot {dummy_slot} outside the {k_cache.shape[0]} KV slots")
+    return k_cache
+
+
 @torch.no_grad()
 def decode_hidden(
     talker: Talker,
@@ -132,11 +144,7 @@ class TalkerDecodeGraphs(BucketGraphs):
         attention: DecodeAttentionFn | None = None,
         warmup_iters: int = 2,
     ) -> None:
-        if len(kv_caches) != talker.num_layers:
-            raise ValueError(f"{len(kv_caches)} KV caches for {talker.num_layers} layers")
-        k_cache = kv_caches[0][0]
-        if not 0 <= dummy_slot < k_cache.shape[0]:
-            raise ValueError(f"dummy_slot {dummy_slot} outside the {k_cache.shape[0]} KV slots")
+        k_cache = check_kv_layout(talker, kv_caches, dummy_slot)
         self.talker = talker
         self.kv_caches = kv_caches
         self.block_size = block_size

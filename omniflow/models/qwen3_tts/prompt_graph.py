@@ -32,9 +32,8 @@ from omniflow.models.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
 from omniflow.models.layers.qwen3 import run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable
+from omniflow.models.qwen3_tts.decode_graph import KVCaches, check_kv_layout
 from omniflow.models.qwen3_tts.talker import Talker
-
-KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 """Token counts a prefill is padded to. The mask is dense over a bucket (T x T), so large
@@ -67,11 +66,7 @@ class PromptGraphs(BucketGraphs):
         buckets: Sequence[int] = TOKEN_BUCKETS,
         warmup_iters: int = 2,
     ) -> None:
-        if len(kv_caches) != talker.num_layers:
-            raise ValueError(f"{len(kv_caches)} KV caches for {talker.num_layers} layers")
-        k_cache = kv_caches[0][0]
-        if not 0 <= dummy_slot < k_cache.shape[0]:
-            raise ValueError(f"dummy_slot {dummy_slot} outside the {k_cache.shape[0]} KV slots")
+        k_cache = check_kv_layout(talker, kv_caches, dummy_slot)
         self.talker = talker
         self.kv_caches = kv_caches
         self.max_tokens = max_tokens
