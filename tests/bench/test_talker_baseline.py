@@ -40,7 +40,8 @@ def test_requests_below_the_smallest_batch_or_negative_are_refused(monkeypatch, 
     from omniflow.bench import talker_baseline
 
     for bad in ("-1", "3"):
-        argv = ["talker_baseline", "--platform", "cpu", "--batch", "4", "--requests", bad]
+        argv = ["talker_baseline", "--model", "qwen3_tts_tiny", "--platform", "cpu"]
+        argv += ["--batch", "4", "--frames", "1", "--requests", bad]  # quick if it did run
         monkeypatch.setattr("sys.argv", argv)
         with pytest.raises(SystemExit) as exit_info:
             talker_baseline.main()
