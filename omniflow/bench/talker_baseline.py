@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
 import statistics
-import subprocess
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +36,7 @@ from typing import Any
 import torch
 
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
-from omniflow.bench.job import ar_stage
+from omniflow.bench.job import ar_stage, commit
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
@@ -191,13 +189,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.requests < 0 or 0 < args.requests < min(args.batch):
         ap.error(f"--requests {args.requests}: 0 (one burst) or at least the smallest --batch")
-    # The GPU machine gets a copy of the tree without .git: OMNIFLOW_COMMIT names the commit.
-    commit = (
-        os.environ.get("OMNIFLOW_COMMIT")
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    )
+    tree = commit()  # OMNIFLOW_COMMIT on a GPU machine's copy of the tree (no .git)
     results = []
     for b in args.batch:
         try:
@@ -213,7 +205,7 @@ def main() -> None:
             )
         except BatchTooLarge as exc:
             ap.error(str(exc))
-        r["commit"] = commit
+        r["commit"] = tree
         r["date"] = datetime.now(UTC).isoformat(timespec="seconds")
         if torch.cuda.is_available():
             r["device_name"] = torch.cuda.get_device_name()
