@@ -72,9 +72,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             kind=stage.kind,
             arch=stage.arch,
             window_k=stage.window_k,
-            prompt_graph_tokens=(
-                stage.prompt_graph_tokens if isinstance(stage, ARStageConfig) else 0
-            ),
+            prompt_graph_tokens=_prompt_graph_tokens(stage, platform),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),
@@ -322,10 +320,30 @@ def _check_unsupported(key: str, stage: StageConfig, errors: list[ConfigError]) 
         )
 
 
+DEFAULT_PROMPT_GRAPH_TOKENS = 512
+"""What `prompt_graph_tokens: null` means with CUDA graphs: a one-prompt prefill is ~6 ms
+replayed against ~46 ms eager on the H200 (docs/benchmarks.md, "Prompt graphs measured"), and
+512 tokens cover a few new prompts per step while keeping the buckets' graph pool small (it
+is not counted by the KV sizing)."""
+
+
+def _prompt_graph_tokens(stage: StageConfig, platform: ResolvedPlatform | None) -> int:
+    """The stage's value, or for `null` the default where graphs are captured (never above
+    the step's token budget) and 0 where they are not: a flat padded prefill run eagerly
+    only costs padding."""
+    if not isinstance(stage, ARStageConfig):
+        return 0
+    if stage.prompt_graph_tokens is not None:
+        return stage.prompt_graph_tokens
+    if platform is None or not platform.cuda_graphs:
+        return 0
+    return min(DEFAULT_PROMPT_GRAPH_TOKENS, stage.scheduler.max_num_batched_tokens)
+
+
 def _check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
     """A prompt-graph bucket above the step's token budget could never be used, yet would be
     captured (memory and start-up time for nothing)."""
-    if not isinstance(stage, ARStageConfig):
+    if not isinstance(stage, ARStageConfig) or stage.prompt_graph_tokens is None:
         return
     n, budget = stage.prompt_graph_tokens, stage.scheduler.max_num_batched_tokens
     if n > budget:

@@ -93,12 +93,13 @@ class ARStageConfig(StageBase):
     scheduler: SchedulerConfig = Field(
         default_factory=SchedulerConfig, description="Scheduler limits and KV cache."
     )
-    prompt_graph_tokens: int = Field(
-        0,
+    prompt_graph_tokens: int | None = Field(
+        None,
         ge=0,
         le=2048,
         description="Prefills of whole prompts up to this many tokens replay a CUDA graph per "
-        "token bucket (with platform.cuda_graphs; eagerly elsewhere); 0: eager prefill.",
+        "token bucket (with platform.cuda_graphs; eagerly elsewhere); 0: eager prefill; "
+        "null: 512 (capped at scheduler.max_num_batched_tokens) with CUDA graphs, else 0.",
     )
 
 

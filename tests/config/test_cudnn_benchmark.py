@@ -1,5 +1,6 @@
-"""`platform.cudnn_benchmark`: off by default, set on the process by `prepare_device` on CUDA
-(the codec decoder's convolutions, docs/benchmarks.md), refused on a platform without cuDNN."""
+"""`platform.cudnn_benchmark`: on in `platform=cuda` (off in the schema), set on the process by
+`prepare_device` on CUDA (the codec decoder's convolutions, docs/benchmarks.md), refused on a
+platform without cuDNN."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from omniflow.errors import ConfigError
 from omniflow.platforms.base import prepare_device
 
 
-def test_off_by_default_settable_on_cuda_refused_elsewhere():
-    assert build_graph(compose(["platform=cuda"])).platform.cudnn_benchmark is False
-    on = build_graph(compose(["platform=cuda", "platform.cudnn_benchmark=true"]))
-    assert on.platform.cudnn_benchmark is True
+def test_on_in_the_cuda_platform_can_be_turned_off_refused_elsewhere():
+    assert build_graph(compose(["platform=cuda"])).platform.cudnn_benchmark is True
+    off = build_graph(compose(["platform=cuda", "platform.cudnn_benchmark=false"]))
+    assert off.platform.cudnn_benchmark is False
+    assert build_graph(compose(["platform=cpu"])).platform.cudnn_benchmark is False
     with pytest.raises(ConfigError) as exc:
         build_graph(compose(["platform=cpu", "+platform.cudnn_benchmark=true"]))
     assert exc.value.key == "platform.cudnn_benchmark"

@@ -75,7 +75,8 @@ def serve(*overrides: str):
 
 
 def test_prompt_graphs_in_a_pipeline_give_the_eager_audio():
-    eager, _ = serve()
+    eager, none = serve("pipeline.stages.talker.prompt_graph_tokens=0")
+    assert none is None
     graphed, prompt = serve("pipeline.stages.talker.prompt_graph_tokens=256")
     assert prompt is not None and prompt.graphed and prompt.served >= 1
     for i, want in eager.items():
@@ -84,3 +85,10 @@ def test_prompt_graphs_in_a_pipeline_give_the_eager_audio():
         rms = float(np.sqrt(np.mean(want**2)))
         err = float(np.sqrt(np.mean((got - want) ** 2)))
         assert rms > 1e-3 and err < 1e-2 * rms, (i, rms, err)
+
+
+def test_the_cuda_platform_prefills_prompts_on_graphs_by_default():
+    """`prompt_graph_tokens: null` in the shipped pipelines resolves to 512 on `platform=cuda`:
+    the production path captures the prompt graphs and serves its prompts from them."""
+    _, prompt = serve()
+    assert prompt is not None and prompt.graphed and prompt.served >= 1

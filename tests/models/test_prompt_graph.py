@@ -172,6 +172,29 @@ def test_a_bucket_above_the_step_token_budget_is_refused_naming_the_key():
     assert graph.stages["talker"].prompt_graph_tokens == 512
 
 
+def test_null_resolves_to_512_with_cuda_graphs_capped_by_the_budget_and_0_without():
+    """The shipped pipelines leave the key null: the production path (`platform=cuda`) gets
+    prompt graphs without an override, the CPU and the eager debugging path keep the eager
+    prefill, and an explicit value is kept as given."""
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+
+    key = "pipeline.stages.talker.prompt_graph_tokens"
+    budget = "pipeline.stages.talker.scheduler.max_num_batched_tokens"
+
+    def tokens(*overrides: str, pipeline: str = "qwen3_tts_fused") -> int:
+        graph = build_graph(compose([f"pipeline={pipeline}", *overrides]))
+        return graph.stages["talker"].prompt_graph_tokens
+
+    assert tokens("platform=cuda") == 512
+    assert tokens("platform=cuda", pipeline="qwen3_tts") == 512
+    assert tokens("platform=cuda", f"{budget}=256") == 256
+    assert tokens("platform=cuda", "platform.cuda_graphs=false") == 0
+    assert tokens("platform=cpu") == 0
+    assert tokens("platform=cpu", f"{key}=64") == 64
+    assert tokens("platform=cuda", f"{key}=0") == 0
+
+
 def test_recompute_after_preemption_through_the_prompt_path_gives_the_same_codes():
     """A preempted request's recompute covers its whole context (prompt and output frames) in
     one step, so it qualifies: its codes still equal the unpreempted run's."""
