@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
 from omniflow.config.schema import (
     ARStageConfig,
     ModelConfig,
     OmniflowSpec,
-    PlatformConfig,
     SchedulerConfig,
     StageConfig,
 )
@@ -21,7 +21,6 @@ from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
 from omniflow.models.capabilities import ModelCapabilities
 from omniflow.models.registry import ARCHS
-from omniflow.platforms.base import PLATFORMS, module_available, resolve_platform_name
 
 WINDOW_MAX = 16
 
@@ -29,7 +28,7 @@ WINDOW_MAX = 16
 def build_graph(spec: OmniflowSpec) -> StageGraph:
     """Apply every build-time rule; raise `ConfigError` (or `ConfigErrors`) on violations."""
     errors: list[ConfigError] = []
-    platform = _resolve_platform(spec.platform, spec.model, errors)
+    platform = resolve_platform(spec.platform, spec.model, errors)
     model = _resolve_model(spec.model, platform, errors)
     stages = spec.pipeline.stages
     caps = _stage_caps(spec, errors)
@@ -86,6 +85,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     if errors:
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     assert platform is not None and final is not None
+    platform = settle_cudnn_benchmark(spec.platform, platform, resolved)
     return StageGraph(
         pipeline=spec.pipeline.name,
         runtime=spec.pipeline.runtime,
@@ -97,47 +97,6 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
 
 
 # --------------------------------------------------------------------------- platform, model
-
-
-def _resolve_platform(
-    cfg: PlatformConfig, model: ModelConfig, errors: list[ConfigError]
-) -> ResolvedPlatform | None:
-    name = resolve_platform_name(cfg.name)
-    info = PLATFORMS[name]
-    if info.required_module and not module_available(info.required_module):
-        errors.append(
-            ConfigError(
-                "platform.name",
-                f"platform {name!r} needs the {info.required_module!r} package, which is not "
-                "installed; install it or choose platform=cpu|cuda|auto",
-            )
-        )
-        return None
-    if cfg.cuda_graphs and not info.has_graph_capture:
-        errors.append(
-            ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
-        )
-    if cfg.gpu_memory_utilization is not None and name != "cuda":
-        errors.append(
-            ConfigError(
-                "platform.gpu_memory_utilization",
-                f"sizes KV pools from CUDA memory; platform {name!r} uses num_kv_blocks",
-            )
-        )
-    if cfg.cudnn_benchmark and name != "cuda":
-        errors.append(
-            ConfigError("platform.cudnn_benchmark", f"a cuDNN setting; platform {name!r} has none")
-        )
-    dtype = model.dtype or cfg.dtype or info.default_dtype
-    device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
-    return ResolvedPlatform(
-        name=name,
-        device=device,
-        dtype=dtype,
-        cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
-        cudnn_benchmark=cfg.cudnn_benchmark and name == "cuda",
-        gpu_memory_utilization=cfg.gpu_memory_utilization if name == "cuda" else None,
-    )
 
 
 def _resolve_model(

@@ -286,11 +286,12 @@ class PlatformConfig(Frozen):
         "what is left of it after weights and graphs (its num_kv_blocks is then a cap).",
     )
     device_index: int = Field(0, ge=0, description="Accelerator index.")
-    cudnn_benchmark: bool = Field(
-        False,
+    cudnn_benchmark: bool | None = Field(
+        None,
         description="CUDA: cuDNN times its algorithms per convolution shape and keeps the "
         "fastest (the codec decoder's); the chosen algorithm, hence PCM within TF32 rounding, "
-        "may differ between runs.",
+        "may differ between runs. null: on unless a stage decodes chunks of varying length "
+        "(two-stage code2wav), where every new shape would be timed again.",
     )
 
 

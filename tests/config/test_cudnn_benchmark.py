@@ -1,8 +1,11 @@
-"""`platform.cudnn_benchmark`: on in `platform=cuda` (off in the schema), set on the process by
-`prepare_device` on CUDA (the codec decoder's convolutions, docs/benchmarks.md), refused on a
-platform without cuDNN."""
+"""`platform.cudnn_benchmark`: `null` in `platform=cuda` resolves to on for the fused pipeline
+(fixed decoder shapes) and off for the two-stage one (code2wav's chunk lengths vary, and cuDNN
+would time every new shape: RTF 1.01 against 0.22 at c8 on the H200); set on the process by
+`prepare_device` on CUDA; refused on a platform without cuDNN."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
@@ -12,15 +15,34 @@ from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
 from omniflow.platforms.base import prepare_device
 
+KEY = "platform.cudnn_benchmark"
 
-def test_on_in_the_cuda_platform_can_be_turned_off_refused_elsewhere():
-    assert build_graph(compose(["platform=cuda"])).platform.cudnn_benchmark is True
-    off = build_graph(compose(["platform=cuda", "platform.cudnn_benchmark=false"]))
-    assert off.platform.cudnn_benchmark is False
-    assert build_graph(compose(["platform=cpu"])).platform.cudnn_benchmark is False
+
+def benchmark(*overrides: str) -> bool:
+    return build_graph(compose(list(overrides))).platform.cudnn_benchmark
+
+
+def test_null_is_on_for_fixed_shapes_and_off_where_a_stage_decodes_chunks():
+    assert benchmark("platform=cuda", "pipeline=qwen3_tts_fused") is True
+    assert benchmark("platform=cuda", "pipeline=qwen3_tts") is False
+    assert benchmark("platform=cpu", "pipeline=qwen3_tts_fused") is False
+
+
+def test_an_explicit_value_is_kept_and_true_with_chunks_is_warned_about(caplog):
+    assert benchmark("platform=cuda", "pipeline=qwen3_tts_fused", f"{KEY}=false") is False
+    with caplog.at_level(logging.WARNING, logger="omniflow.config.resolve_platform"):
+        assert benchmark("platform=cuda", "pipeline=qwen3_tts", f"{KEY}=true") is True
+    assert "code2wav" in caplog.text and KEY in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="omniflow.config.resolve_platform"):
+        assert benchmark("platform=cuda", "pipeline=qwen3_tts_fused", f"{KEY}=true") is True
+    assert caplog.text == ""
+
+
+def test_refused_on_a_platform_without_cudnn():
     with pytest.raises(ConfigError) as exc:
-        build_graph(compose(["platform=cpu", "+platform.cudnn_benchmark=true"]))
-    assert exc.value.key == "platform.cudnn_benchmark"
+        build_graph(compose(["platform=cpu", f"+{KEY}=true"]))
+    assert exc.value.key == KEY
 
 
 def test_prepare_device_sets_cudnn_benchmark_on_cuda_only():

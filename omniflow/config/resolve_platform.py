@@ -1,0 +1,86 @@
+"""Build-time rules for `platform.*`: which device, dtype and process-wide CUDA settings.
+
+Split from `resolve.py` because one of them, `cudnn_benchmark`, depends on the stage graph:
+the platform is resolved first (the stages' rules need its graph capture), and that one
+setting is settled once the stages are known (`settle_cudnn_benchmark`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from omniflow.config.schema import ModelConfig, PlatformConfig
+from omniflow.errors import ConfigError
+from omniflow.graph import ResolvedPlatform, ResolvedStage
+from omniflow.platforms.base import PLATFORMS, module_available, resolve_platform_name
+
+log = logging.getLogger(__name__)
+
+
+def resolve_platform(
+    cfg: PlatformConfig, model: ModelConfig, errors: list[ConfigError]
+) -> ResolvedPlatform | None:
+    name = resolve_platform_name(cfg.name)
+    info = PLATFORMS[name]
+    if info.required_module and not module_available(info.required_module):
+        errors.append(
+            ConfigError(
+                "platform.name",
+                f"platform {name!r} needs the {info.required_module!r} package, which is not "
+                "installed; install it or choose platform=cpu|cuda|auto",
+            )
+        )
+        return None
+    if cfg.cuda_graphs and not info.has_graph_capture:
+        errors.append(
+            ConfigError("platform.cuda_graphs", f"platform {name!r} has no graph capture")
+        )
+    if cfg.gpu_memory_utilization is not None and name != "cuda":
+        errors.append(
+            ConfigError(
+                "platform.gpu_memory_utilization",
+                f"sizes KV pools from CUDA memory; platform {name!r} uses num_kv_blocks",
+            )
+        )
+    if cfg.cudnn_benchmark and name != "cuda":
+        errors.append(
+            ConfigError("platform.cudnn_benchmark", f"a cuDNN setting; platform {name!r} has none")
+        )
+    dtype = model.dtype or cfg.dtype or info.default_dtype
+    device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
+    return ResolvedPlatform(
+        name=name,
+        device=device,
+        dtype=dtype,
+        cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
+        cudnn_benchmark=bool(cfg.cudnn_benchmark) and name == "cuda",
+        gpu_memory_utilization=cfg.gpu_memory_utilization if name == "cuda" else None,
+    )
+
+
+def settle_cudnn_benchmark(
+    cfg: PlatformConfig, platform: ResolvedPlatform, stages: dict[str, ResolvedStage]
+) -> ResolvedPlatform:
+    """`cudnn_benchmark: null` is on only where every convolution shape repeats.
+
+    cuDNN's benchmark mode times its algorithms once per new input shape. The fused
+    pipeline's decoder runs fixed per-frame shapes (graph buckets), so the timing is paid once
+    and a 128-row decoder step went 21 -> 17 ms on the H200. A stage that receives chunks
+    (the two-stage pipeline's code2wav) decodes batches of varying chunk lengths, so almost
+    every step is a new shape and pays the timing again: on the H200 the two-stage pipeline
+    at c8 ran at RTF 1.01 with it and 0.22 without (docs/benchmarks.md). An explicit `true`
+    is kept, with a warning naming that cost.
+    """
+    if platform.name != "cuda":
+        return platform
+    chunked = sorted(s.name for s in stages.values() if s.receives_chunks)
+    if cfg.cudnn_benchmark is None:
+        return platform.model_copy(update={"cudnn_benchmark": not chunked})
+    if cfg.cudnn_benchmark and chunked:
+        log.warning(
+            "platform.cudnn_benchmark=true with stage(s) %s decoding chunks of varying length: "
+            "cuDNN times every new shape (the two-stage pipeline ran ~5x slower at c8 on the "
+            "H200); null turns it off for such pipelines",
+            ", ".join(chunked),
+        )
+    return platform
