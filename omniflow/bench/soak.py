@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from omniflow.bench.burst import burst
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import commit
+from omniflow.serve.ready import READY
 
 GAUGES = {
     "rss_mb": "process_resident_memory_bytes",
@@ -77,7 +78,7 @@ def start_server(overrides: list[str], log_path: Path) -> tuple[subprocess.Popen
         log.write(line)
         if m := re.search(r"on (http://[\d.]+:\d+)", line):
             url = m.group(1)
-        if "Application startup complete" in line:
+        if READY in line:
             threading.Thread(target=lambda: log.writelines(proc.stderr), daemon=True).start()
             return proc, url
     raise RuntimeError(f"server did not start; see {log_path}")

@@ -42,6 +42,7 @@ from omniflow.serve.intake import (
 )
 from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
 from omniflow.serve.pipeline import Pipeline
+from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
 from omniflow.stages.build import build_pipeline
@@ -108,6 +109,8 @@ class Server(uvicorn.Server):
         await super().startup(sockets)
         for sock in sockets or []:
             sock.listen(LISTEN_QUEUE)
+            host, port = sock.getsockname()[:2]
+            log.info("%s on %s", READY, url_of(host, port))
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         running = self.service.pipeline.stats().in_flight
@@ -178,12 +181,11 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
     sock.bind((server.host, server.port))
     host, port = sock.getsockname()[:2]
     log.info(
-        "omniflow serving %s (%s pipeline, %s) on http://%s:%d",
+        "omniflow serving %s (%s pipeline, %s) on %s",
         graph.model.name,
         graph.pipeline,
         graph.platform.name,
-        host,
-        port,
+        url_of(host, port),
     )
     config = uvicorn.Config(
         app,

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from omniflow.serve.ready import READY
 from tests.serve.test_keep_alive import closed_within, idle_connection
 
 
@@ -30,7 +31,7 @@ def start(*overrides: str) -> tuple[subprocess.Popen[str], str, list[str]]:
         if not line:
             break
         lines.append(line)
-        if "Application startup complete" in line:
+        if READY in line:
             url = next(
                 m.group(1) for ln in lines if (m := re.search(r"on (http://[\d.]+:\d+)", ln))
             )

@@ -20,6 +20,7 @@ import time
 
 import httpx
 
+from omniflow.serve.ready import READY
 from tests.serve.conftest import LiveServer, assert_released
 from tests.serve.test_backpressure import slow_client, small_buffer_server
 
@@ -43,7 +44,7 @@ def serve() -> tuple[subprocess.Popen[str], str]:
     lines: list[str] = []
     for line in proc.stderr:
         lines.append(line)
-        if "Application startup complete" in line:
+        if READY in line:
             text = "".join(lines)
             return proc, re.search(r"on (http://[\d.]+:\d+)", text).group(1)
     proc.kill()

@@ -1,0 +1,91 @@
+"""The SnakeBeta Triton kernel equals `SnakeBeta.reference` (the torch definition it replaces
+on CUDA): on the CPU in the Triton interpreter, on a GPU at the decoder's shapes; and the
+decoder's SnakeBeta modules take it on CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.kernels import snake_beta as sb
+from omniflow.models.qwen3_tts.codec_modules import SnakeBeta
+from tests.kernels.interpret import expect_refusal, run_checks, run_group_in_child
+
+
+def make_act(channels: int, dtype: torch.dtype, device: str = "cpu", seed: int = 0) -> SnakeBeta:
+    act = SnakeBeta(channels)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        act.alpha.copy_(0.5 * torch.randn(channels, generator=g))
+        act.beta.copy_(0.5 * torch.randn(channels, generator=g))
+    return act.to(device=device, dtype=dtype)
+
+
+def tol(dtype: torch.dtype) -> dict[str, float]:
+    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+
+
+def check(x: torch.Tensor, act: SnakeBeta) -> None:
+    got = sb.snake_beta(x, act.alpha, act.beta)
+    want = act.reference(x)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want, **tol(x.dtype))
+
+
+def randn(*shape: int, seed: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (3 * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))).to(dtype)
+
+
+def check_cases() -> None:
+    check(randn(2, 5, 700), make_act(5, torch.float32))  # two column blocks, a partial one
+    check(randn(3, 4, 1, seed=2), make_act(4, torch.float32, seed=1))  # one frame: T = 1
+    wide = randn(2, 6, 900, seed=3)
+    check(wide[:, :, 100:611], make_act(6, torch.float32, seed=2))  # rows of a wider buffer
+    check(randn(2, 300, 7, seed=4).transpose(1, 2), make_act(7, torch.float32, seed=3))
+    check(randn(2, 3, 64, seed=5, dtype=torch.bfloat16), make_act(3, torch.bfloat16, seed=4))
+    empty = sb.snake_beta(torch.zeros(2, 3, 0), torch.zeros(3), torch.zeros(3))
+    assert empty.shape == (2, 3, 0)
+
+
+def check_refusals() -> None:
+    x = torch.randn(2, 3, 8)
+    expect_refusal(sb.snake_beta, (x, torch.zeros(4), torch.zeros(4)), "[C]")
+    expect_refusal(sb.snake_beta, (x[0], torch.zeros(3), torch.zeros(3)), "[B, C, T]")
+
+
+def run_interpreted(group: str) -> int:
+    checks = [("shapes, views, dtypes", check_cases), ("refusals", check_refusals)]
+    return run_checks(group, (sb._snake_beta_kernel,), checks)
+
+
+def test_kernel_matches_the_torch_definition_in_triton_interpreter():
+    run_group_in_child("tests.kernels.test_snake_beta", "snake_beta")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("rows", "channels", "length"), [(1, 1536, 4), (128, 1024, 8), (2, 96, 1920)]
+)
+def test_cuda_decoder_shapes(rows, channels, length):
+    g = torch.Generator("cuda").manual_seed(channels)
+    x = 3 * torch.randn(rows, channels, length, generator=g, device="cuda")
+    act = make_act(channels, torch.float32, "cuda")
+    check(x, act)
+    check(x.bfloat16(), make_act(channels, torch.bfloat16, "cuda"))
+
+
+@pytest.mark.cuda
+def test_the_module_takes_the_kernel_on_cuda(monkeypatch):
+    calls = []
+    kernel = sb.snake_beta
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return kernel(*args)
+
+    monkeypatch.setattr(sb, "snake_beta", counted)
+    act = make_act(8, torch.float32, "cuda")
+    x = torch.randn(2, 8, 33, device="cuda")
+    torch.testing.assert_close(act(x), act.reference(x), atol=1e-5, rtol=1e-5)
+    assert calls == [x.shape]
