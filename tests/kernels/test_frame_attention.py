@@ -14,7 +14,7 @@ from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import PreNormAttend, Qwen3Attention
 from omniflow.models.layers.rotary import Rotary, apply_rotary
-from tests.kernels.interpret import expect_refusal, run_checks, run_group_in_child
+from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
 
 
 def norms(d: int, dtype: torch.dtype, device: str, seed: int) -> tuple[RMSNorm, RMSNorm]:
@@ -97,6 +97,9 @@ GROUPS = {
         ("refusals", check_refusals),
     ],
 }
+
+
+register(__name__, sorted(GROUPS))
 
 
 def run_interpreted(group: str) -> int:

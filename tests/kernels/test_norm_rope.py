@@ -14,7 +14,7 @@ from omniflow.kernels import silu_mul as sm
 from omniflow.kernels.silu_mul import silu_mul
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import Rotary, apply_rotary, rotate_half
-from tests.kernels.interpret import expect_refusal, run_checks, run_group_in_child
+from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
 
 
 def make_norm(d: int, dtype: torch.dtype, device: str = "cpu", seed: int = 0) -> RMSNorm:
@@ -117,6 +117,9 @@ GROUPS = {
         ("silu*mul fp16", lambda: check_silu_mul(4, 48, torch.float16)),
     ],
 }
+
+
+register(__name__, ["all"])
 
 
 def run_interpreted(group: str) -> int:

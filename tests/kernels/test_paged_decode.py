@@ -24,7 +24,7 @@ import torch
 from omniflow.kernels import paged_decode as pd
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.layers.attention import PagedAttentionMetadata, paged_attention
-from tests.kernels.interpret import run_checks, run_group_in_child
+from tests.kernels.interpret import register, run_checks, run_group_in_child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,6 +160,9 @@ GROUPS: dict[str, Callable[[], list[tuple[str, Callable[[], None]]]]] = {
         ("public entry", check_public_entry),
     ],
 }
+
+
+register(__name__, sorted(GROUPS))
 
 
 def run_interpreted(group: str) -> int:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from omniflow.kernels import skinny_gemm as sg
 from omniflow.kernels.skinny_gemm import SkinnyConfig, skinny_linear
-from tests.kernels.interpret import run_checks, run_group_in_child
+from tests.kernels.interpret import register, run_checks, run_group_in_child
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -108,6 +108,9 @@ def fix_interpreter_bf16_dot() -> None:
         return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
     interpreter.InterpreterBuilder.create_dot = create_dot
+
+
+register(__name__, sorted(GROUPS))
 
 
 def run_interpreted(group: str) -> int:

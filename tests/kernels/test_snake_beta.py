@@ -9,7 +9,7 @@ import torch
 
 from omniflow.kernels import snake_beta as sb
 from omniflow.models.qwen3_tts.codec_modules import SnakeBeta
-from tests.kernels.interpret import expect_refusal, run_checks, run_group_in_child
+from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
 
 
 def make_act(channels: int, dtype: torch.dtype, device: str = "cpu", seed: int = 0) -> SnakeBeta:
@@ -52,6 +52,9 @@ def check_refusals() -> None:
     x = torch.randn(2, 3, 8)
     expect_refusal(sb.snake_beta, (x, torch.zeros(4), torch.zeros(4)), "[C]")
     expect_refusal(sb.snake_beta, (x[0], torch.zeros(3), torch.zeros(3)), "[B, C, T]")
+
+
+register(__name__, ["snake_beta"])
 
 
 def run_interpreted(group: str) -> int:

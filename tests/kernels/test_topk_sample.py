@@ -8,7 +8,7 @@ import torch
 
 from omniflow.kernels import topk_sample as ts
 from omniflow.stages.sampler import draw_fixed_policy, fixed_policy_torch, uniform_noise_at
-from tests.kernels.interpret import run_checks, run_group_in_child
+from tests.kernels.interpret import register, run_checks, run_group_in_child
 
 
 def keys(b: int, seed: int, device: str = "cpu"):
@@ -97,6 +97,9 @@ GROUPS = {
         ("k=1", lambda: check_kernel(3, 256, 1, 9, torch.float32, True, 7)),
     ],
 }
+
+
+register(__name__, sorted(GROUPS))
 
 
 def run_interpreted(group: str) -> int:
