@@ -56,7 +56,8 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {
         "mean": statistics.fmean(xs),
         "median": statistics.median(xs),
-        "p90": sorted(xs)[int(0.9 * (len(xs) - 1))],
+        # Interpolated: the index rounded down gave the minimum for two values.
+        "p90": statistics.quantiles(xs, n=10, method="inclusive")[-1] if len(xs) > 1 else xs[0],
         "n": len(xs),
     }
 

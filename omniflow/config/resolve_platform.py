@@ -65,22 +65,25 @@ def settle_cudnn_benchmark(
 
     cuDNN's benchmark mode times its algorithms once per new input shape. The fused
     pipeline's decoder runs fixed per-frame shapes (graph buckets), so the timing is paid once
-    and a 128-row decoder step went 21 -> 17 ms on the H200. A stage that receives chunks
-    (the two-stage pipeline's code2wav) decodes batches of varying chunk lengths, so almost
-    every step is a new shape and pays the timing again: on the H200 the two-stage pipeline
-    at c8 ran at RTF 1.01 with it and 0.22 without (docs/benchmarks.md). An explicit `true`
-    is kept, with a warning naming that cost.
+    and a 128-row decoder step went 21 -> 17 ms on the H200. Two kinds of stage decode shapes
+    that vary from step to step, and would pay the timing again and again: one that receives
+    chunks (the two-stage pipeline's code2wav: batches of varying chunk lengths; on the H200
+    that pipeline ran c8 at RTF 1.01 with it and 0.22 without, docs/benchmarks.md), and one
+    that primes its decoder with a voice-clone reference (a Base model's `ref_context_frames`:
+    the reference's frames are decoded eagerly, their count varying by request; not measured,
+    the same mechanism). An explicit `true` is kept, with a warning naming that cost.
     """
     if platform.name != "cuda":
         return platform
-    chunked = sorted(s.name for s in stages.values() if s.receives_chunks)
+    varying = sorted(s.name for s in stages.values() if s.receives_chunks or s.ref_context_frames)
     if cfg.cudnn_benchmark is None:
-        return platform.model_copy(update={"cudnn_benchmark": not chunked})
-    if cfg.cudnn_benchmark and chunked:
+        return platform.model_copy(update={"cudnn_benchmark": not varying})
+    if cfg.cudnn_benchmark and varying:
         log.warning(
-            "platform.cudnn_benchmark=true with stage(s) %s decoding chunks of varying length: "
-            "cuDNN times every new shape (the two-stage pipeline ran ~5x slower at c8 on the "
-            "H200); null turns it off for such pipelines",
-            ", ".join(chunked),
+            "platform.cudnn_benchmark=true with stage(s) %s decoding shapes that vary from step "
+            "to step (received chunks or voice-clone priming): cuDNN times every new shape "
+            "(the two-stage pipeline ran ~5x slower at c8 on the H200); null turns it off "
+            "for such pipelines",
+            ", ".join(varying),
         )
     return platform

@@ -47,3 +47,15 @@ def test_requests_below_the_smallest_batch_or_negative_are_refused(monkeypatch, 
             talker_baseline.main()
         assert exit_info.value.code == 2
         assert f"--requests {bad}" in capsys.readouterr().err
+
+
+def test_the_p90_lies_between_the_median_and_the_maximum():
+    """With two steps the rounded-down index gave the minimum as the p90 (a 128-row mixed
+    step's p90 below its median in a committed result)."""
+    from omniflow.bench.talker_baseline import summary
+
+    two = summary([100.0, 200.0])
+    assert two["median"] <= two["p90"] <= 200.0 and two["p90"] == 190.0
+    assert summary([5.0])["p90"] == 5.0
+    many = summary([float(i) for i in range(1, 101)])
+    assert 89.0 < many["p90"] < 92.0

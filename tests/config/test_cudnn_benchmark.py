@@ -1,6 +1,7 @@
 """`platform.cudnn_benchmark`: `null` in `platform=cuda` resolves to on for the fused pipeline
 (fixed decoder shapes) and off for the two-stage one (code2wav's chunk lengths vary, and cuDNN
-would time every new shape: RTF 1.01 against 0.22 at c8 on the H200); set on the process by
+would time every new shape: RTF 1.01 against 0.22 at c8 on the H200) and for a decoder primed
+with voice-clone references (their frame counts vary); set on the process by
 `prepare_device` on CUDA; refused on a platform without cuDNN."""
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ def benchmark(*overrides: str) -> bool:
 def test_null_is_on_for_fixed_shapes_and_off_where_a_stage_decodes_chunks():
     assert benchmark("platform=cuda", "pipeline=qwen3_tts_fused") is True
     assert benchmark("platform=cuda", "pipeline=qwen3_tts") is False
+    # A Base model primes its decoder with the reference's frames, a count per request.
+    assert benchmark("platform=cuda", "model=qwen3_tts_1_7b_base") is False
+    primed_off = "pipeline.stages.talker.ref_context_frames=0"
+    assert benchmark("platform=cuda", "model=qwen3_tts_1_7b_base", primed_off) is True
     assert benchmark("platform=cpu", "pipeline=qwen3_tts_fused") is False
 
 

@@ -21,16 +21,20 @@ def make_act(channels: int, dtype: torch.dtype, device: str = "cpu", seed: int =
     return act.to(device=device, dtype=dtype)
 
 
-def tol(dtype: torch.dtype) -> dict[str, float]:
-    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
-
-
 def check(x: torch.Tensor, act: SnakeBeta) -> None:
+    """fp32: equal to the torch definition within sin's last bits. bf16: the kernel computes
+    in fp32 and rounds once, where torch in bf16 rounds after every op (rounding x e^alpha
+    alone moves sin's phase by up to ~0.06 at |x e^alpha| ~ 30): so it is compared with the
+    fp32 definition rounded to bf16, within one bf16 step."""
     got = sb.snake_beta(x, act.alpha, act.beta)
-    want = act.reference(x)
-    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    assert got.shape == x.shape and got.dtype == x.dtype, (got.shape, got.dtype)
     assert got.is_contiguous()
-    torch.testing.assert_close(got, want, **tol(x.dtype))
+    if x.dtype == torch.float32:
+        torch.testing.assert_close(got, act.reference(x), atol=1e-5, rtol=1e-5)
+        return
+    exact = act.float().reference(x.float())
+    act.to(x.dtype)
+    torch.testing.assert_close(got.float(), exact.to(x.dtype).float(), atol=1e-2, rtol=2**-7)
 
 
 def randn(*shape: int, seed: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -44,6 +48,7 @@ def check_cases() -> None:
     check(wide[:, :, 100:611], make_act(6, torch.float32, seed=2))  # rows of a wider buffer
     check(randn(2, 300, 7, seed=4).transpose(1, 2), make_act(7, torch.float32, seed=3))
     check(randn(2, 3, 64, seed=5, dtype=torch.bfloat16), make_act(3, torch.bfloat16, seed=4))
+    check(randn(4, 1536, 4, seed=6, dtype=torch.bfloat16), make_act(1536, torch.bfloat16, seed=5))
     empty = sb.snake_beta(torch.zeros(2, 3, 0), torch.zeros(3), torch.zeros(3))
     assert empty.shape == (2, 3, 0)
 
