@@ -17,6 +17,15 @@ from omniflow.platforms.base import PLATFORMS, module_available, resolve_platfor
 log = logging.getLogger(__name__)
 
 
+_DEVICE_INDEX_ONLY_0 = {
+    "cpu": "the CPU platform has one device; leave it at 0",
+    "cuda": "only 0 on CUDA: the engine threads launch the Triton kernels and replay the CUDA "
+    "graphs on their current device, which is 0; choose the GPU with CUDA_VISIBLE_DEVICES=N",
+}
+"""Why a non-zero `platform.device_index` is refused (it would be ignored on the CPU, and on
+CUDA the tensors would live on one GPU while the kernels launch on another)."""
+
+
 def resolve_platform(
     cfg: PlatformConfig, model: ModelConfig, errors: list[ConfigError]
 ) -> ResolvedPlatform | None:
@@ -46,6 +55,8 @@ def resolve_platform(
         errors.append(
             ConfigError("platform.cudnn_benchmark", f"a cuDNN setting; platform {name!r} has none")
         )
+    if cfg.device_index and name != "npu":
+        errors.append(ConfigError("platform.device_index", _DEVICE_INDEX_ONLY_0[name]))
     dtype = model.dtype or cfg.dtype or info.default_dtype
     device = info.device_type if name == "cpu" else f"{info.device_type}:{cfg.device_index}"
     return ResolvedPlatform(

@@ -285,7 +285,12 @@ class PlatformConfig(Frozen):
         description="CUDA: fraction of the GPU memory to use; each AR stage's KV pool takes "
         "what is left of it after weights and graphs (its num_kv_blocks is then a cap).",
     )
-    device_index: int = Field(0, ge=0, description="Accelerator index.")
+    device_index: int = Field(
+        0,
+        ge=0,
+        description="Accelerator index (npu); 0 elsewhere: on CUDA choose the GPU with "
+        "CUDA_VISIBLE_DEVICES.",
+    )
     cudnn_benchmark: bool | None = Field(
         None,
         description="CUDA: cuDNN times its algorithms per convolution shape and keeps the "

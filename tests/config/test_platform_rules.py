@@ -1,8 +1,11 @@
-"""`platform.cudnn_benchmark`: `null` in `platform=cuda` resolves to on for the fused pipeline
+"""Platform rules (`config/resolve_platform.py`).
+
+`platform.cudnn_benchmark`: `null` in `platform=cuda` resolves to on for the fused pipeline
 (fixed decoder shapes) and off for the two-stage one (code2wav's chunk lengths vary, and cuDNN
 would time every new shape: RTF 1.01 against 0.22 at c8 on the H200) and for a decoder primed
-with voice-clone references (their frame counts vary); set on the process by
-`prepare_device` on CUDA; refused on a platform without cuDNN."""
+with voice-clone references (their frame counts vary); set on the process by `prepare_device`
+on CUDA; refused on a platform without cuDNN. `platform.device_index`: refused where it
+cannot act."""
 
 from __future__ import annotations
 
@@ -63,3 +66,14 @@ def test_prepare_device_sets_cudnn_benchmark_on_cuda_only():
     finally:
         torch.backends.cudnn.benchmark = before
         torch.backends.cuda.enable_cudnn_sdp(True)
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+def test_a_non_zero_device_index_is_refused_where_it_cannot_act(platform):
+    """On the CPU it would be ignored; on CUDA the tensors would sit on that GPU while the
+    engine threads launch kernels and replay graphs on device 0."""
+    with pytest.raises(ConfigError) as exc:
+        build_graph(compose([f"platform={platform}", "+platform.device_index=1"]))
+    assert exc.value.key == "platform.device_index"
+    assert platform != "cuda" or "CUDA_VISIBLE_DEVICES" in str(exc.value)
+    assert build_graph(compose([f"platform={platform}", "+platform.device_index=0"]))
