@@ -21,6 +21,12 @@ busy server, where most steps are mixed, measured without HTTP.
 
 A batch larger than the stage's `scheduler.max_num_seqs` is refused: the scheduler would run
 only that many rows per step, and the figures would be for a smaller batch than asked.
+
+`--profile PREFIX` writes PREFIX.b<batch>.txt per batch size: the GPU kernels summed by
+category (matmul, attention, norm/rotary, sampling, convolution, elementwise, copy), with
+launches and milliseconds per engine step (`bench.kernel_categories`), then torch's kernel
+and host-op tables. (The profiler slows the steps; read it for where the time goes, not for
+the step time.)
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import torch
 
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
+from omniflow.bench.kernel_categories import KernelRow, category_table
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
@@ -62,6 +69,14 @@ def summary(xs: list[float]) -> dict[str, float]:
     }
 
 
+def engine_steps(timer: StepKindTimer) -> int:
+    """Steps the busiest stage ran (decode and mixed): what a profile is divided by."""
+    counts = [
+        len(p.get("decode_step", [])) + len(p.get("mixed_step", [])) for p in timer.seconds.values()
+    ]
+    return max(counts, default=0)
+
+
 def kernel_profiler(device: str) -> torch.profiler.profile:
     """A profiler of host ops and (on CUDA) every kernel, graph replays included."""
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -70,11 +85,15 @@ def kernel_profiler(device: str) -> torch.profiler.profile:
     return torch.profiler.profile(activities=acts)
 
 
-def write_kernel_table(prof: torch.profiler.profile, path: str) -> None:
-    """The ops and kernels by device time (then host time), with call counts: which kernels
-    a step launches, how many, and what they cost."""
+def write_kernel_table(prof: torch.profiler.profile, path: str, steps: int) -> None:
+    """The kernels by category per step (`bench.kernel_categories`), then the ops and kernels
+    by device time (then host time), with call counts: which kernels a step launches, how
+    many, and what they cost."""
     avg = prof.key_averages()
+    rows = [KernelRow(e.key, e.count, e.self_device_time_total) for e in avg]
     with open(path, "w") as f:
+        f.write(category_table(rows, steps))
+        f.write("\n")
         for key in ("cuda_time_total", "cpu_time_total"):
             f.write(avg.table(sort_by=key, row_limit=60, max_name_column_width=90))
             f.write("\n")
@@ -144,7 +163,7 @@ def run_batch(
             prof.stop()
         orch.stop()
     if prof is not None and profile:
-        write_kernel_table(prof, f"{profile}.b{batch}.txt")
+        write_kernel_table(prof, f"{profile}.b{batch}.txt", engine_steps(timer))
     info = orch.info()
     phases: dict[str, Any] = {}
     for stage, names in sorted(timer.seconds.items()):

@@ -59,3 +59,13 @@ def test_the_p90_lies_between_the_median_and_the_maximum():
     assert summary([5.0])["p90"] == 5.0
     many = summary([float(i) for i in range(1, 101)])
     assert 89.0 < many["p90"] < 92.0
+
+
+def test_a_profile_writes_the_kernel_categories_per_engine_step(tmp_path):
+    """`--profile`: the table is divided by the engine's steps (one prefill step, then a
+    decode step per further frame), before the raw kernel tables."""
+    prefix = str(tmp_path / "prof")
+    run_batch("qwen3_tts_tiny", "cpu", "qwen3_tts_fused", 2, 4, profile=prefix)
+    text = (tmp_path / "prof.b2.txt").read_text()
+    assert text.startswith("kernels by category, per step (4 steps,")
+    assert "| category | launches per step |" in text
