@@ -20,13 +20,24 @@ import triton.language as tl
 
 @triton.jit
 def _snake_beta_kernel(
-    x_ptr, alpha_ptr, beta_ptr, out_ptr, n, n_channels, length, BLOCK: tl.constexpr
+    x_ptr,
+    alpha_ptr,
+    beta_ptr,
+    out_ptr,
+    n,
+    n_channels,
+    length,
+    BLOCK: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """Flat over the contiguous activation: a per-frame decoder step has rows of a few
     samples (length 4 at 1536 channels), so one program per row would leave most lanes idle;
     the channel of each element is recomputed from its index and its alpha/beta gathered
     (they stay in cache)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:  # 2**31 elements or more: 64-bit offsets (and slower 64-bit division)
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     c = (offs // length) % n_channels
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
@@ -55,5 +66,6 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torc
     if n == 0:
         return out
     grid = (triton.cdiv(n, BLOCK),)
-    _snake_beta_kernel[grid](x, alpha, beta, out, n, x.shape[1], x.shape[2], BLOCK=BLOCK)
+    wide = n >= 2**31
+    _snake_beta_kernel[grid](x, alpha, beta, out, n, x.shape[1], x.shape[2], BLOCK=BLOCK, WIDE=wide)
     return out

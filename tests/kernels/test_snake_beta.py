@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from omniflow.kernels import snake_beta as sb
 from omniflow.models.qwen3_tts.codec_modules import SnakeBeta
@@ -53,6 +54,23 @@ def check_cases() -> None:
     assert empty.shape == (2, 3, 0)
 
 
+def check_wide_offsets() -> None:
+    """The 64-bit-offset variant (taken from 2**31 elements, too large to test) computes the
+    same values as the 32-bit one on a small activation."""
+    x = randn(2, 5, 300, seed=7)
+    act = make_act(5, torch.float32, seed=6)
+    outs = []
+    for wide in (False, True):
+        out = torch.empty_like(x)
+        grid = (triton.cdiv(x.numel(), sb.BLOCK),)
+        sb._snake_beta_kernel[grid](
+            x, act.alpha, act.beta, out, x.numel(), 5, 300, BLOCK=sb.BLOCK, WIDE=wide
+        )
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[1], act.reference(x), atol=1e-5, rtol=1e-5)
+
+
 def check_refusals() -> None:
     x = torch.randn(2, 3, 8)
     expect_refusal(sb.snake_beta, (x, torch.zeros(4), torch.zeros(4)), "[C]")
@@ -63,7 +81,11 @@ register(__name__, ["snake_beta"])
 
 
 def run_interpreted(group: str) -> int:
-    checks = [("shapes, views, dtypes", check_cases), ("refusals", check_refusals)]
+    checks = [
+        ("shapes, views, dtypes", check_cases),
+        ("64-bit offsets", check_wide_offsets),
+        ("refusals", check_refusals),
+    ]
     return run_checks(group, (sb._snake_beta_kernel,), checks)
 
 
