@@ -104,6 +104,7 @@ def default_config(m: int, n: int, k: int) -> SkinnyConfig:
 @triton.jit
 def _skinny_kernel(
     x_ptr,
+    u_ptr,
     w_ptr,
     out_ptr,
     M,
@@ -119,10 +120,12 @@ def _skinny_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr,
+    GATED: tl.constexpr,
 ):
     """One program: rows [pid_n * BLOCK_N, +BLOCK_N) of the weight over the K range of split
     pid_s; writes out[pid_s, :M, those rows] (rounded to out's dtype: the result, or fp32
-    partials when split)."""
+    partials when split). GATED (one row only): the input is silu(x) * u, computed as it is
+    loaded and rounded as `silu_mul` rounds it."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -157,10 +160,18 @@ def _skinny_kernel(
             if EVEN_K:
                 w = tl.load(w_rows + k[None, :], mask=mask_n[:, None], other=0.0)
                 x = tl.load(x_ptr + k)
+                if GATED:
+                    u = tl.load(u_ptr + k)
             else:
                 kmask = k < k_end
                 w = tl.load(w_rows + k[None, :], mask=mask_n[:, None] & kmask[None, :], other=0.0)
                 x = tl.load(x_ptr + k, mask=kmask, other=0.0)
+                if GATED:
+                    u = tl.load(u_ptr + k, mask=kmask, other=0.0)
+            if GATED:
+                gf = x.to(tl.float32)
+                act = (gf / (1.0 + tl.exp(-gf))).to(x.dtype).to(tl.float32)
+                x = (act * u.to(tl.float32)).to(x.dtype)
             acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
         acc += tl.sum(acc2, axis=1)[None, :]
     else:
@@ -223,12 +234,15 @@ def skinny_linear(
     config: SkinnyConfig | None = None,
     *,
     out: torch.Tensor | None = None,
+    up: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`F.linear(x, weight)` (no bias) for x [..., K] with at most MAX_M rows, weight [N, K].
 
     `out`, if given, is a contiguous [..., N] tensor of x's dtype that receives the result
-    (every element is written). Raises ValueError for shapes, dtypes, devices or configs it
-    cannot run (M > MAX_M included: use F.linear for those)."""
+    (every element is written). `up`, if given (one row only, x's shape and dtype): the input
+    is `silu(x) * up` instead of x, exactly as `kernels.silu_mul` computes it, so SwiGLU's
+    gating and the down projection are one launch. Raises ValueError for shapes, dtypes,
+    devices or configs it cannot run (M > MAX_M included: use F.linear for those)."""
     if weight.dim() != 2 or x.dim() < 1:
         raise ValueError(f"skinny_linear: weight must be [N, K], got {tuple(weight.shape)}")
     n, k = weight.shape[0], x.shape[-1]
@@ -239,6 +253,14 @@ def skinny_linear(
     _check(x, weight, cfg, m)
     if rows.stride(1) != 1:
         rows = rows.contiguous()
+    ups = rows
+    if up is not None:
+        if m != 1 or up.shape != x.shape or up.dtype != x.dtype:
+            raise ValueError(
+                f"skinny_linear: up {tuple(up.shape)} {up.dtype} must match x {tuple(x.shape)} "
+                f"{x.dtype}, one row"
+            )
+        ups = up.reshape(1, k).contiguous()
     if out is None:
         out = torch.empty(*lead, n, device=x.device, dtype=x.dtype)
     elif out.shape != (*lead, n) or out.dtype != x.dtype or not out.is_contiguous():
@@ -259,6 +281,7 @@ def skinny_linear(
     grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
     _skinny_kernel[grid](
         rows,
+        ups,
         weight,
         dest,
         m,
@@ -274,6 +297,7 @@ def skinny_linear(
         BLOCK_K=cfg.block_k,
         EVEN_K=even_k,
         USE_DOT=bm > FMA_MAX_M,
+        GATED=up is not None,
         num_warps=cfg.num_warps,
     )
     if cfg.split_k > 1:

@@ -67,7 +67,42 @@ def check_refusals() -> None:
             raise AssertionError(f"no refusal ({word})")
 
 
+def check_gated(n: int, k: int, dtype: torch.dtype, config: SkinnyConfig) -> None:
+    """`up=`: the input is silu(gate) * up as `silu_mul` computes it, so the result equals
+    the two launches bit for bit (same products, same sums); gate and up are the halves of
+    one packed projection output, read in place."""
+    from omniflow.kernels.silu_mul import silu_mul
+
+    g = torch.Generator().manual_seed(n + k)
+    packed = (3 * torch.randn(1, 2 * k, generator=g)).to(dtype)
+    gate, up = packed.chunk(2, dim=-1)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    got = skinny_linear(gate, w, config, up=up)
+    two_launches = skinny_linear(silu_mul(gate, up), w, config)
+    assert torch.equal(got, two_launches), (got - two_launches).abs().max()
+    # Against float64: torch's silu may round an input element the other way (it computes
+    # x * sigmoid(x)), and K products amplify that, so the check is on the whole output.
+    act = F.silu(gate.float()).to(dtype).float()
+    want = (act * up.float()).to(dtype).double() @ w.double().T
+    assert rel_err(got, want) < (1e-5 if dtype == torch.float32 else 1e-2), rel_err(got, want)
+
+
+def check_gated_refusals() -> None:
+    w = torch.randn(16, 32)
+    for gate, up, word in (
+        (torch.randn(2, 32), torch.randn(2, 32), "one row"),
+        (torch.randn(1, 32), torch.randn(1, 16), "must match"),
+    ):
+        try:
+            skinny_linear(gate, w, SkinnyConfig(8, 32, 4), up=up)
+        except ValueError as err:
+            assert word in str(err), err
+        else:
+            raise AssertionError(f"no refusal ({word})")
+
+
 F32 = torch.float32
+BF16 = torch.bfloat16
 # One group, one child: the child's imports of torch and triton are most of its time.
 GROUPS = {
     "fma_and_dot": lambda: [
@@ -80,6 +115,12 @@ GROUPS = {
         ("M=8 fp16", lambda: check_product((8,), 64, 40, torch.float16, None)),
         ("default alloc, strided x", check_default_alloc),
         ("refusals", check_refusals),
+        ("gated fp32 N=130 K=96", lambda: check_gated(130, 96, F32, SkinnyConfig(16, 32, 4))),
+        (
+            "gated bf16 split 3",
+            lambda: check_gated(48, 256, torch.bfloat16, SkinnyConfig(8, 32, 4, 3)),
+        ),
+        ("gated refusals", check_gated_refusals),
         # tl.dot: M > 8 rows padded to 16 or 32
         ("M=9 fp32 tails", lambda: check_product((9,), 130, 96, F32, SkinnyConfig(32, 32, 4))),
         ("M=12 split 3", lambda: check_product((12,), 48, 256, F32, SkinnyConfig(16, 64, 4, 3))),
@@ -205,3 +246,35 @@ def test_cuda_model_linear_takes_the_kernel_for_one_row_of_a_tuned_shape(monkeyp
     untuned = torch.randn(64, 96, device="cuda", dtype=torch.bfloat16)
     linear(torch.randn(1, 96, device="cuda", dtype=torch.bfloat16), untuned)
     assert len(calls) == len(skinny_gemm.TUNED_ONE_ROW)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("lead", [(1,), (1, 1), (3,)])
+def test_cuda_mlp_down_projection_gates_in_the_kernel_for_one_row(monkeypatch, lead):
+    """`Qwen3MLP` on CUDA (packed gate/up, the 1.7B predictor's and talker's shapes): one row
+    takes the gated skinny GEMM, equal bit for bit to the gating kernel then the linear;
+    three rows keep the two launches."""
+    from omniflow.kernels import skinny_gemm
+    from omniflow.kernels.silu_mul import silu_mul
+    from omniflow.models.layers.linear import linear, run_linear
+    from omniflow.models.layers.qwen3 import Qwen3MLP
+
+    gated = []
+    real = skinny_gemm.skinny_linear
+
+    def spy(*args, **kwargs):
+        if kwargs.get("up") is not None:
+            gated.append(args[1].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(skinny_gemm, "skinny_linear", spy)
+    torch.manual_seed(0)
+    for hidden, inter in ((1024, 3072), (2048, 6144)):
+        mlp = Qwen3MLP(hidden, inter).to("cuda", torch.bfloat16)
+        mlp.fuse_projections()
+        x = torch.randn(*lead, hidden, device="cuda", dtype=torch.bfloat16)
+        got = mlp(x)
+        gate, up = linear(x, mlp.gate_up_weight).chunk(2, dim=-1)  # as the layer does
+        want = run_linear(mlp.down_proj, silu_mul(gate, up))
+        assert torch.equal(got, want), (hidden, (got.float() - want.float()).abs().max())
+    assert gated == ([] if lead == (3,) else [(1024, 3072), (2048, 6144)])
