@@ -30,12 +30,6 @@ def check_device(graph: StageGraph) -> None:
             f"platform 'cuda' needs a CUDA GPU, and torch {torch.__version__} ({build}) sees "
             "none; use platform=cpu (or platform=auto, which picks cpu here)",
         )
-    index = int(platform.device.partition(":")[2] or 0)
-    count = torch.cuda.device_count()
-    if index >= count:
-        raise ConfigError(
-            "platform.device_index", f"is {index}, but torch sees {count} CUDA device(s)"
-        )
 
 
 def check_port(server: ServerConfig) -> None:

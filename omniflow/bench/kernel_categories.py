@@ -6,6 +6,7 @@ step), and the raw table (`talker_baseline --profile`) lists them by name, one r
 question before a fusion is where the time goes by kind, and how many launches each kind
 costs per step: that is what a fused kernel would remove. Names are matched by patterns
 (first match wins, so the convolutions' `implicit_gemm` kernels count as convolutions).
+Only device events are summed (`kernel_rows`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
+
+from torch.autograd import DeviceType
 
 CATEGORIES: tuple[tuple[str, str], ...] = (
-    ("convolution", r"conv|fprop|dgrad|wgrad|winograd|implicit|cudnn"),
-    ("attention", r"paged_decode|frame_attention|flash|fmha|attention|sdpa"),
-    ("matmul", r"skinny|gemm|gemv|cutlass|xmma|nvjet|cublas|matmul|_mm_"),
-    ("norm/rotary", r"rms_norm|norm_rope|layer_norm|rotary"),
-    ("sampling", r"sample|topk|sort|softmax|multinomial|argmax|gumbel|cumsum"),
+    ("attention", r"paged_decode|frame_attention|_combine_kernel|flash|fmha|attention|sdpa"),
+    (
+        "convolution",
+        r"convolution|conv[_\d]|fprop|dgrad|wgrad|winograd|implicit|cudnn|nchwtonhwc|nhwctonchw",
+    ),
+    ("matmul", r"skinny|sum_splits|gemm|gemv|cutlass|xmma|nvjet|cublas|matmul|_mm_|splitk"),
+    ("norm/rotary", r"rms_norm|norm_rope|layer_norm|rotary|moments"),
+    ("sampling", r"sample|topk|sort|softmax|multinomial|argmax|gumbel|cumsum|scan"),
     ("elementwise", r"elementwise|vectorized|unrolled|snake|silu|reduce|where|fill"),
     ("copy", r"memcpy|memset|copy|cat|index|gather|scatter|stack"),
 )
@@ -32,6 +39,27 @@ def categorize(name: str) -> str:
         if re.search(pattern, lower):
             return category
     return "other"
+
+
+class ProfiledEvent(Protocol):
+    """What `kernel_rows` reads of torch's `FunctionEventAvg`."""
+
+    key: str
+    count: int
+    self_device_time_total: float
+    device_type: DeviceType
+    is_user_annotation: bool
+
+
+def kernel_rows(events: Iterable[ProfiledEvent]) -> list[KernelRow]:
+    """The GPU kernels (and copies) of `prof.key_averages()`. A host op's self device time
+    is the time of the kernels it launched, which have rows of their own: counting both
+    would count every kernel twice (torch's own table sums device events only, too)."""
+    return [
+        KernelRow(e.key, e.count, e.self_device_time_total)
+        for e in events
+        if e.device_type == DeviceType.CUDA and not e.is_user_annotation
+    ]
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import torch
 
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
-from omniflow.bench.kernel_categories import KernelRow, category_table
+from omniflow.bench.kernel_categories import category_table, kernel_rows
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
@@ -90,9 +90,8 @@ def write_kernel_table(prof: torch.profiler.profile, path: str, steps: int) -> N
     by device time (then host time), with call counts: which kernels a step launches, how
     many, and what they cost."""
     avg = prof.key_averages()
-    rows = [KernelRow(e.key, e.count, e.self_device_time_total) for e in avg]
     with open(path, "w") as f:
-        f.write(category_table(rows, steps))
+        f.write(category_table(kernel_rows(avg), steps))
         f.write("\n")
         for key in ("cuda_time_total", "cpu_time_total"):
             f.write(avg.table(sort_by=key, row_limit=60, max_name_column_width=90))

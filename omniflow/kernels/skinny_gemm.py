@@ -126,6 +126,7 @@ def _skinny_kernel(
     pid_s; writes out[pid_s, :M, those rows] (rounded to out's dtype: the result, or fp32
     partials when split). GATED (one row only): the input is silu(x) * u, computed as it is
     loaded and rounded as `silu_mul` rounds it."""
+    tl.static_assert(not GATED or BLOCK_M == 1, "the gated input is for one row only")
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
