@@ -50,6 +50,9 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     # 2-core CPU) and an fp32 copy on the host were work thrown away.
     with torch.device("meta"):
         weights = Qwen3TTSTalkerWeights(config.talker, config.code_predictor)
+    buffers = [name for name, _ in weights.named_buffers()]
+    if buffers:  # `to_empty` would leave them without their computed values
+        raise TypeError(f"talker weights have buffers {buffers}: build them with values")
     weights = weights.to(dtype=dtype).to_empty(device=device)
     vocab = CodecVocab()
     tts_ids = (151671, 151672, 151673)
