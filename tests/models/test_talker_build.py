@@ -26,3 +26,17 @@ def test_dummy_weights_are_the_seeded_draws_of_a_default_built_model(dtype):
     for name, tensor in expected.items():
         assert got[name].dtype == tensor.dtype and got[name].device.type == "cpu", name
         assert torch.equal(got[name], tensor), name
+
+
+def test_weights_with_a_buffer_are_refused_rather_than_left_without_values(monkeypatch):
+    from omniflow.models.qwen3_tts import factory
+
+    class WithBuffer(Qwen3TTSTalkerWeights):
+        def __init__(self, *shapes) -> None:
+            super().__init__(*shapes)
+            self.register_buffer("table", torch.arange(4.0))
+
+    monkeypatch.setattr(factory, "Qwen3TTSTalkerWeights", WithBuffer)
+    cfg = build_graph(compose(["platform=cpu"])).model
+    with pytest.raises(TypeError, match="buffers"):
+        build_talker(cfg, torch.device("cpu"))
