@@ -5,13 +5,15 @@ in fp32, with every output element written and two runs bitwise equal."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from omniflow.kernels import skinny_gemm as sg
 from omniflow.kernels.skinny_gemm import SkinnyConfig, skinny_linear
-from tests.kernels.interpret import register, run_checks, run_group_in_child
+from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -59,12 +61,7 @@ def check_refusals() -> None:
         ((torch.randn(2, 32), w, SkinnyConfig(24, 32, 4)), "powers of two"),
     )
     for args, word in cases:
-        try:
-            skinny_linear(*args)
-        except ValueError as err:
-            assert word in str(err), err
-        else:
-            raise AssertionError(f"no refusal ({word})")
+        expect_refusal(skinny_linear, args, word)
 
 
 def check_gated(n: int, k: int, dtype: torch.dtype, config: SkinnyConfig) -> None:
@@ -92,12 +89,7 @@ def check_gated_refusals() -> None:
         (torch.randn(2, 32), torch.randn(2, 32), "one row"),
         (torch.randn(1, 32), torch.randn(1, 16), "must match"),
     ):
-        try:
-            skinny_linear(gate, w, SkinnyConfig(8, 32, 4), up=up)
-        except ValueError as err:
-            assert word in str(err), err
-        else:
-            raise AssertionError(f"no refusal ({word})")
+        expect_refusal(partial(skinny_linear, up=up), (gate, w, SkinnyConfig(8, 32, 4)), word)
 
 
 F32 = torch.float32

@@ -111,7 +111,7 @@ class TalkerARModel:
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
-        if self.prompt_graphs is not None and self.kv is not None and kv_caches is self.kv.caches:
+        if self.prompt_graphs is not None and kv_caches is self.prompt_graphs.kv_caches:
             hidden = self.prompt_graphs.run(embeds, positions, meta)
             if hidden is not None:
                 return hidden
