@@ -91,3 +91,55 @@ def test_fused_stack_pairs_each_residual_add_with_the_norm_that_reads_it():
         want = final(run_layers(stack, x, cos, sin, attend))
         got = fused_layers_norm(stack, final, x, cos, sin, attend, add_norm)
     assert torch.equal(got, want)
+
+
+def test_packed_stack_folds_each_norm_into_the_projection_that_reads_it():
+    """With packed projections and a `norm_linear`, the CUDA layer loop hands each residual
+    add and its norm to the projection after it (q/k/v after the input norm, gate/up after
+    the post-attention norm; the first layer's input norm has no add) and computes exactly
+    what the add+norm loop computes; unpacked layers keep that loop."""
+    from omniflow.models.layers.norm import RMSNorm
+    from omniflow.models.layers.qwen3 import fused_layers_norm
+
+    def add_norm(x, delta, weight, eps):
+        total = x + delta
+        norm = RMSNorm(total.shape[-1], eps)
+        norm.weight.data = weight
+        return total, norm.reference(total)
+
+    calls: list[tuple[bool, RMSNorm, torch.Tensor]] = []
+
+    def norm_linear(x, delta, norm, weight):
+        calls.append((delta is None, norm, weight))
+        total = x if delta is None else x + delta
+        return total, torch.nn.functional.linear(norm.reference(total), weight)
+
+    stack = layers()
+    fuse_projections(stack)
+    final = RMSNorm(SHAPE.hidden_size)
+    with torch.no_grad():
+        final.weight.normal_(1.0, 0.3, generator=torch.Generator().manual_seed(9))
+    x = torch.randn(5, SHAPE.hidden_size, generator=torch.Generator().manual_seed(1))
+    cos, sin = Rotary(SHAPE.head_dim, SHAPE.rope_theta).cos_sin(torch.arange(5), x.dtype)
+
+    def attend(layer, q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+        )
+        return out.transpose(0, 1)
+
+    with torch.no_grad():
+        want = fused_layers_norm(stack, final, x, cos, sin, attend, add_norm)
+        got = fused_layers_norm(stack, final, x, cos, sin, attend, add_norm, norm_linear)
+    assert torch.equal(got, want)
+    expected = []
+    for i, layer in enumerate(stack):
+        expected.append((i == 0, layer.input_layernorm, layer.self_attn.qkv_weight))
+        expected.append((False, layer.post_attention_layernorm, layer.mlp.gate_up_weight))
+    assert [(a, n) for a, n, _ in calls] == [(a, n) for a, n, _ in expected]
+    assert all(w is e for (_, _, w), (_, _, e) in zip(calls, expected, strict=True))
+    calls.clear()
+    plain = layers()  # unpacked: the add+norm loop, no folding
+    with torch.no_grad():
+        fused_layers_norm(plain, final, x, cos, sin, attend, add_norm, norm_linear)
+    assert calls == []
