@@ -14,8 +14,6 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from omniflow.models.layers.norm import RMSNorm
-
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`, through the skinny GEMM for a tuned single-row case.
@@ -54,27 +52,3 @@ def run_gated_linear(module: torch.nn.Linear, gate: torch.Tensor, up: torch.Tens
         if config is not None:
             return skinny_linear(gate, weight, config, up=up)
     return run_linear(module, silu_mul(gate, up))
-
-
-def run_norm_linear(
-    x: torch.Tensor, delta: torch.Tensor | None, norm: RMSNorm, weight: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(s, linear(norm(s), weight)) with s = x + delta (x when delta is None) on CUDA: a
-    decoder layer's residual add, the norm that reads the sum and the projection after it.
-    One row of a tuned, unsplit weight shape in the activation dtype takes one launch
-    (`kernels.norm_gemv`); anything else the add+norm kernel, then `linear`."""
-    # Imported here: Triton is needed on CUDA machines only.
-    from omniflow.kernels.norm_rope import add_rms_norm, rms_norm
-    from omniflow.kernels.skinny_gemm import TUNED_ONE_ROW
-
-    one_row = x.numel() == x.shape[-1] and x.dtype == weight.dtype == norm.weight.dtype
-    if one_row and weight.is_contiguous():
-        config = TUNED_ONE_ROW.get((weight.shape[0], weight.shape[1]))
-        if config is not None and config.split_k == 1:
-            from omniflow.kernels.norm_gemv import norm_linear
-
-            return norm_linear(x, delta, norm.weight, norm.eps, weight, config)
-    if delta is None:
-        return x, linear(rms_norm(x, norm.weight, norm.eps), weight)
-    total, h = add_rms_norm(x, delta, norm.weight, norm.eps)
-    return total, linear(h, weight)

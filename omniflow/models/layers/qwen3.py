@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from omniflow.config.schema import TransformerShape
-from omniflow.models.layers.linear import linear, run_gated_linear, run_linear, run_norm_linear
+from omniflow.models.layers.linear import linear, run_gated_linear, run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import apply_rotary
 
@@ -62,41 +62,23 @@ class Qwen3Attention(nn.Module):
         self.qkv_weight = _pack(self.q_proj, self.k_proj, self.v_proj)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.qkv_weight is None:
-            lead = x.shape[:-1]
-            hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-            return q.view(*lead, hq, d), k.view(*lead, hkv, d), v.view(*lead, hkv, d)
-        return self.split_qkv(linear(x, self.qkv_weight))
-
-    def split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v [..., heads, D] as views of the packed projection's output."""
-        lead = qkv.shape[:-1]
+        lead = x.shape[:-1]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        if self.qkv_weight is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q, k, v = linear(x, self.qkv_weight).split([hq * d, hkv * d, hkv * d], dim=-1)
         return q.view(*lead, hq, d), k.view(*lead, hkv, d), v.view(*lead, hkv, d)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: AnyAttend
     ) -> torch.Tensor:
+        lead = x.shape[:-1]
         q, k, v = self.project(x)
-        return self.attend_projected(q, k, v, cos, sin, attend)
-
-    def attend_projected(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        attend: AnyAttend,
-    ) -> torch.Tensor:
-        """The layer after its q/k/v projection: norms, rotary, attention, o projection."""
-        lead = q.shape[:-2]
         if isinstance(attend, PreNormAttend):
             out = attend.fn(self.layer_idx, q, k, v, self.q_norm, self.k_norm, cos, sin)
             return run_linear(self.o_proj, out.reshape(*lead, self.num_heads * self.head_dim))
-        if q.is_cuda:
+        if x.is_cuda:
             # One launch per tensor for norm + rotary (Triton; CUDA machines only).
             from omniflow.kernels.norm_rope import rms_norm_rope
 
@@ -123,16 +105,10 @@ class Qwen3MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is None:
-            return self.down(self.gate_proj(x), self.up_proj(x))
-        return self.down_packed(linear(x, self.gate_up_weight))
-
-    def down_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """The MLP after its packed gate/up projection."""
-        gate, up = gate_up.chunk(2, dim=-1)
-        return self.down(gate, up)
-
-    def down(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        if gate.is_cuda:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        if x.is_cuda:
             # The gating in Triton, fused into a one-row down projection (CUDA machines only).
             return run_gated_linear(self.down_proj, gate, up)
         return self.down_proj(F.silu(gate) * up)
@@ -196,25 +172,18 @@ def run_layers_norm(
 ) -> torch.Tensor:
     """`final_norm(run_layers(...))`. On CUDA every residual add is fused with the norm that
     reads it (`add_rms_norm`: the post-attention norm, the next layer's input norm, the final
-    norm), which saves two launches per layer; with packed projections the add and norm go
-    into the projection that reads them (`run_norm_linear`: one launch for a single row).
-    The values are the same roundings."""
+    norm), which saves two launches per layer; the values are the same roundings."""
     if not x.is_cuda:
         return final_norm(run_layers(layers, x, cos, sin, attend))
     from omniflow.kernels.norm_rope import add_rms_norm  # Triton: CUDA machines only
 
-    return fused_layers_norm(layers, final_norm, x, cos, sin, attend, add_rms_norm, run_norm_linear)
+    return fused_layers_norm(layers, final_norm, x, cos, sin, attend, add_rms_norm)
 
 
 AddNorm = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
 ]
 """(x, delta, norm weight, eps) -> (x + delta, RMSNorm(x + delta))."""
-
-NormLinear = Callable[
-    [torch.Tensor, torch.Tensor | None, RMSNorm, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-]
-"""(x, delta or None, norm, weight) -> (s, linear(norm(s), weight)), s = x + delta (or x)."""
 
 
 def fused_layers_norm(
@@ -225,44 +194,13 @@ def fused_layers_norm(
     sin: torch.Tensor,
     attend: AnyAttend,
     add_norm: AddNorm,
-    norm_linear: NormLinear | None = None,
 ) -> torch.Tensor:
     """The layer stack with each residual add handed to `add_norm` together with the norm
-    that reads the sum (the CUDA path passes the fused kernel). With `norm_linear` and every
-    layer's projections packed, the add and norm before q/k/v and before gate/up go to
-    `norm_linear` with the projection instead; only the final norm stays `add_norm`."""
-    packed = all(
-        layer.self_attn.qkv_weight is not None and layer.mlp.gate_up_weight is not None
-        for layer in layers
-    )
-    if norm_linear is not None and packed:
-        return _norm_linear_layers(layers, final_norm, x, cos, sin, attend, add_norm, norm_linear)
+    that reads the sum (the CUDA path passes the fused kernel)."""
     h = layers[0].input_layernorm(x)
     for i, layer in enumerate(layers):
         post = layer.post_attention_layernorm
         x, h = add_norm(x, layer.self_attn(h, cos, sin, attend), post.weight, post.eps)
         after = layers[i + 1].input_layernorm if i + 1 < len(layers) else final_norm
         x, h = add_norm(x, layer.mlp(h), after.weight, after.eps)
-    return h
-
-
-def _norm_linear_layers(
-    layers: nn.ModuleList,
-    final_norm: RMSNorm,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    attend: AnyAttend,
-    add_norm: AddNorm,
-    norm_linear: NormLinear,
-) -> torch.Tensor:
-    """`fused_layers_norm` over packed layers, each norm folded into its projection."""
-    delta: torch.Tensor | None = None
-    for layer in layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        x, qkv = norm_linear(x, delta, layer.input_layernorm, attn.qkv_weight)
-        out = attn.attend_projected(*attn.split_qkv(qkv), cos, sin, attend)
-        x, gate_up = norm_linear(x, out, layer.post_attention_layernorm, mlp.gate_up_weight)
-        delta = mlp.down_packed(gate_up)
-    _, h = add_norm(x, delta, final_norm.weight, final_norm.eps)
     return h
