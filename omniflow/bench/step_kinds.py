@@ -6,7 +6,7 @@ A `PhaseTimer` that times only the whole-step phases (`decode_step`: every sched
 decodes, a window counted once; `mixed_step`: anything with a prefill) on the host clock,
 without synchronising the device: each step ends with its codes read back to the host anyway,
 so the wall time of a step is its real duration, and timing it perturbs nothing. The other
-phases (forward, prefill_layout, prefill, sample, audio) are timed only with
+phases (forward, prefill_layout, prefill, sample, readback, audio) are timed only with
 `bench.phase_timing=device`, which synchronises the device around every phase (as
 `bench.talker_baseline` does): exact phases, slower steps.
 """

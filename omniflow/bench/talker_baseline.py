@@ -9,8 +9,10 @@ Builds the pipeline with the normal builder (`build_pipeline`), installs a timin
 phases are exact but the step is a little slower than untimed) and runs `batch` fixed-length
 requests (dummy weights, EOS ignored) through the started pipeline. `decode_step` counts only
 steps in which every request computes its next frame (`mixed_step`: the others); `forward`,
-`sample` and `audio` are per call and include a mixed step's decode rows; `prefill` is a mixed
-step's prefill forward (embedding and layers), `prefill_layout` the host building its inputs.
+`sample` and `audio` are per call and include a mixed step's decode rows; `readback` is the
+host waiting for a step's codes (with the device synchronised around each phase, little more
+than the copy); `prefill` is a mixed step's prefill forward (embedding and layers),
+`prefill_layout` the host building its inputs.
 
 `--requests N` (more than the batch) keeps `batch` requests in flight until N have ended,
 each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
+from omniflow.models.readback import PendingCodes
 
 Frame = tuple[int, ...]
 """One output step's codes (G codebooks); element 0 is the token that drives the AR loop."""
@@ -127,6 +128,19 @@ class FrameSample:
 
 
 @dataclass(frozen=True)
+class QueuedFrames:
+    """A sampling call queued on the device (`ARModel.queue_frames`): what the next decode
+    step feeds, usable at once, and the codes on their way to the host (`read_frames`)."""
+
+    next_tokens: torch.Tensor
+    """[B] int64 on the device, as `FrameSample.next_tokens`."""
+    next_frames: torch.Tensor
+    """[B, G] int64 on the device, as `FrameSample.next_frames`."""
+    codes: PendingCodes
+    """The rows' codes, copying to the host."""
+
+
+@dataclass(frozen=True)
 class SampledStep:
     """One sampling call's rows: the request of each row, and what the call produced."""
 
@@ -208,8 +222,16 @@ class ARModel(Protocol):
         this step's K/V written); a model may replay a captured graph here."""
         ...
 
-    def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
-        """Sample each row's AR-loop token from its hidden state, then complete its frame."""
+    def queue_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> QueuedFrames:
+        """Sample each row's AR-loop token from its hidden state and complete its frame, all
+        queued on the device; the codes' copy to the host is started, nothing waits. The next
+        step's inputs (`next_tokens`, `next_frames`) are right for every row that goes on,
+        whatever it sampled. One call may be outstanding: `read_frames` it before the next."""
+        ...
+
+    def read_frames(self, queued: QueuedFrames) -> FrameSample:
+        """The sample, once its codes reached the host (work queued after `queue_frames`,
+        such as the next step's forward, is not waited for)."""
         ...
 
     # ---------------------------------------------------------------- per-request state

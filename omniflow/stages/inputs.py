@@ -30,7 +30,6 @@ from omniflow.models.interface import (
     ARModel,
     DecodeInputs,
     Frame,
-    FrameSample,
     PositionSpan,
     PrefillInputs,
 )
@@ -223,16 +222,24 @@ class DecodeBatch:
         )
         return x, meta
 
-    def advance(self, sample: FrameSample, keep: list[int]) -> None:
-        """One step on: feed the sampled tokens and frames, move positions and lengths by
-        one, and keep only rows `keep` (ascending) for the next step."""
+    def advance(
+        self, next_tokens: torch.Tensor, next_frames: torch.Tensor, keep: list[int]
+    ) -> None:
+        """One step on: feed the sampled tokens [B] and frames [B, G] (device), move
+        positions and lengths by one, and keep only rows `keep` (ascending) for the next
+        step."""
         b = self.rows
-        self.tokens.dev[:b].copy_(sample.next_tokens)
-        self.frames.dev[:b].copy_(sample.next_frames)
+        self.tokens.dev[:b].copy_(next_tokens)
+        self.frames.dev[:b].copy_(next_frames)
         self.positions.dev[:b] += 1
         self.context_lens.dev[:b] += 1
         self.seq_lens = [n + 1 for n in self.seq_lens]
         self.step += 1
+        self.select(keep)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only rows `keep` (ascending indices of the current rows), in order."""
+        b = self.rows
         if len(keep) < b:
             idx = torch.tensor(keep, dtype=torch.int64, device=self.tokens.dev.device)
             n = len(keep)

@@ -21,7 +21,7 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
-from omniflow.models.interface import ARModel, FrameSample, KVLayout, SampledStep
+from omniflow.models.interface import ARModel, FrameSample, KVLayout, QueuedFrames, SampledStep
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.stages.sampler import BatchSampler, SamplingStaging
 
@@ -216,40 +216,66 @@ class ARModelRunner:
         """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
         the token and frame it sampled into the next on the device. A request leaves at its
         k or at a stop token; the layout is built once and only shrinks. Returns the outputs
-        (several steps concatenated) and the number of steps run."""
+        (several steps concatenated) and the number of steps run.
+
+        Overlap: once a step's sampling is queued, the next step's forward is queued right
+        behind it for every row still short of its k (which the host knows), before the
+        host reads the codes back; the host then records the step while the GPU computes
+        the next one. A row that stopped at that step was computed needlessly (its request
+        is done; the K/V it wrote lies in its own blocks, which it frees), and the step is
+        then computed again for the rows that go on, so every kept row's hidden state comes
+        from the same batch as without the overlap: the codes are the same bit for bit."""
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
         parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
         sampled: list[SampledStep] = []
         steps = 0
+        hidden = self._forward()
         while reqs:
-            x, meta = self.decode_batch.inputs()
-            with self.timer.phase(self.stage_name, "forward"):
-                hidden = self.model.decode_hidden(x, meta)
             steps += 1
             for r in reqs:
                 r.num_computed += 1
-            sample = self._sample(hidden, reqs)
+            queued = self._queue_sample(hidden, reqs)
+            going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
+            if going:
+                self.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
+                hidden = self._forward()
+            sample = self._read_sample(queued)
             outs = self._record(reqs, sample)
             sampled.append(self._step(reqs, sample))
             keep = []
             for i, r in enumerate(reqs):
                 out = outs[r.request_id]
                 parts[r.request_id].append(out)
-                if steps < ks[r.request_id] and out.tokens[0] not in r.sampling.stop_token_ids:
+                if i in going and out.tokens[0] not in r.sampling.stop_token_ids:
                     keep.append(i)  # the sampler bans stop ids until they may end a request
-            if keep:
-                self.decode_batch.advance(sample, keep)
+            if len(keep) < len(going):
+                self.decode_batch.select([going.index(i) for i in keep])
+                if keep:
+                    hidden = self._forward()  # the kept rows' batch, as without the overlap
             reqs = [reqs[i] for i in keep]
         outputs = {rid: _concat(outs) for rid, outs in parts.items()}
         return self._with_audio(outputs, sampled), steps
 
+    def _forward(self) -> torch.Tensor:
+        """The decode batch's next hidden states (its K/V written), queued."""
+        x, meta = self.decode_batch.inputs()
+        with self.timer.phase(self.stage_name, "forward"):
+            return self.model.decode_hidden(x, meta)
+
     def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
+        return self._read_sample(self._queue_sample(hidden, reqs))
+
+    def _queue_sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> QueuedFrames:
         with self.timer.phase(self.stage_name, "sample"):
             batch = self.sampling.prepare(reqs)
-            sample = self.model.sample_frames(hidden, BatchSampler(batch))
-            self.sampling.record(batch, sample.next_tokens)  # the penalty history, on device
-            return sample
+            queued = self.model.queue_frames(hidden, BatchSampler(batch))
+            self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
+            return queued
+
+    def _read_sample(self, queued: QueuedFrames) -> FrameSample:
+        with self.timer.phase(self.stage_name, "readback"):
+            return self.model.read_frames(queued)
 
     def _record(
         self, reqs: list[RunnerRequest], sample: FrameSample

@@ -87,12 +87,13 @@ def test_advance_equals_a_fresh_layout_of_the_remaining_rows():
     dec.load(reqs, steps=3)
     x, meta = dec.inputs()
     hidden = model.forward(model.embed_decode(x), x.positions, meta, runner.kv_caches)
-    sample = model.sample_frames(hidden, BatchSampler(runner.sampling.prepare(reqs)))
+    queued = model.queue_frames(hidden, BatchSampler(runner.sampling.prepare(reqs)))
+    sample = model.read_frames(queued)
     for r, tok, out in zip(reqs, sample.tokens, sample.outputs, strict=True):
         r.num_computed += 1
         r.tokens.append(tok)
         r.frames.append(model.input_frame(tok, out))
-    dec.advance(sample, keep=[0, 2])
+    dec.advance(sample.next_tokens, sample.next_frames, keep=[0, 2])
     x1, meta1 = dec.inputs()
     fresh = DecodeBatch(model, cfg, runner.device, False)
     fresh.load([reqs[0], reqs[2]], steps=2)

@@ -22,6 +22,7 @@ from omniflow.models.interface import (
     KVLayout,
     PositionSpan,
     PrefillInputs,
+    QueuedFrames,
     RowSampler,
     SampledStep,
     TokenPolicy,
@@ -38,6 +39,7 @@ from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
+from omniflow.models.readback import Readback
 
 SUBTALKER_TEMPERATURE = 0.9
 """The code predictor samples codebooks 1..15 at this temperature (the reference's), or
@@ -83,6 +85,9 @@ class TalkerARModel:
             fallback_stop_ids=(self.eos,),
         )
         self.slots = StreamSlots(stream_decoder, step_graphs, priming, window_graphs)
+        self.readback = Readback()
+        self._tail: torch.Tensor | None = None
+        """[G] bool, True past codebook 0: the columns an EOS row's next frame zeroes."""
 
     # ---------------------------------------------------------------- inputs
 
@@ -153,28 +158,30 @@ class TalkerARModel:
         return self.forward(self.embed_decode(x), x.positions, meta, self.kv.caches)
 
     @torch.no_grad()
-    def sample_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> FrameSample:
+    def queue_frames(self, hidden: torch.Tensor, sampler: RowSampler) -> QueuedFrames:
         """Codebook 0 with each request's own settings; then codebooks 1..15 by the code
-        predictor under the subtalker policy.
+        predictor under the subtalker policy; then the codes' copy to the host, started.
 
         Every row's frame is completed, EOS rows included, and their codes discarded: which
-        rows are acoustic is then learnt from the one read-back at the end (codebook 0 and
-        the frame together), so the predictor is queued right behind codebook 0 instead of
-        after a device-to-host wait. A row's codes do not depend on the other rows (the
-        draws are keyed by each row's seed and counter)."""
+        rows are acoustic is learnt from the one read-back (codebook 0 and the frame
+        together), so the predictor is queued right behind codebook 0 instead of after a
+        device-to-host wait. A row's codes do not depend on the other rows (the draws are
+        keyed by each row's seed and counter). An EOS row's next input frame is its code0
+        alone, set on the device for every row that drew EOS, so the next step can be
+        queued before the host has seen the codes."""
         code0 = sampler.draw(self.talker.logits(hidden), 0)
         full = self._complete(hidden, code0, sampler.with_policy(None, *_SUBTALKER))
-        rows = full.tolist()  # the step's one read-back: column 0 is codebook 0
+        if self._tail is None or self._tail.device != full.device:
+            self._tail = torch.arange(self.frame_width, device=full.device) > 0
+        frames = full.masked_fill((code0 == self.eos)[:, None] & self._tail, 0)
+        return QueuedFrames(code0, frames, self.readback.start(frames))
+
+    def read_frames(self, queued: QueuedFrames) -> FrameSample:
+        rows = self.readback.wait(queued.codes)  # column 0 is codebook 0
         tokens = tuple(row[0] for row in rows)
         pairs = zip(tokens, rows, strict=True)
         outputs = tuple(None if t == self.eos else tuple(row) for t, row in pairs)
-        if any(o is None for o in outputs):
-            # An EOS row's next input frame is its code0 alone (it feeds nothing further).
-            eos = (code0 == self.eos)[:, None]
-            alone = torch.zeros_like(full)
-            alone[:, 0] = code0
-            full = torch.where(eos, alone, full)
-        return FrameSample(tokens, outputs, code0, full)
+        return FrameSample(tokens, outputs, queued.next_tokens, queued.next_frames)
 
     def _complete(self, hidden: torch.Tensor, code0: torch.Tensor, sub: RowSampler):
         if self.frame_graphs is None:

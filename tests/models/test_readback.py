@@ -1,0 +1,50 @@
+"""`Readback`: codes reach the host as lists, one copy outstanding at a time, the buffer
+grows with the batch; on a GPU the wait returns before work queued after the copy ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.models.readback import Readback
+
+
+def test_codes_come_back_as_lists_and_the_buffer_grows():
+    rb = Readback()
+    small = torch.arange(6, dtype=torch.int64).view(2, 3)
+    assert rb.wait(rb.start(small)) == [[0, 1, 2], [3, 4, 5]]
+    big = torch.arange(15, dtype=torch.int64).view(5, 3) * 7
+    pending = rb.start(big)
+    big.zero_()  # the CPU copy was taken at start
+    assert rb.wait(pending) == (torch.arange(15).view(5, 3) * 7).tolist()
+    wide = torch.ones(1, 4, dtype=torch.int64)
+    assert rb.wait(rb.start(wide)) == [[1, 1, 1, 1]]
+
+
+def test_one_copy_outstanding_at_a_time():
+    rb = Readback()
+    first = rb.start(torch.zeros(1, 2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="still outstanding"):
+        rb.start(torch.zeros(1, 2, dtype=torch.int64))
+    assert rb.wait(first) == [[0, 0]]
+    with pytest.raises(RuntimeError, match="not the outstanding"):
+        rb.wait(first)  # already waited for
+
+
+@pytest.mark.cuda
+def test_cuda_wait_does_not_wait_for_work_queued_after_the_copy():
+    """The copy goes to pinned memory behind an event: after `wait` returns the codes, a
+    long chain of matmuls queued after `start` is still running."""
+    rb = Readback()
+    codes = torch.arange(32, device="cuda", dtype=torch.int64).view(4, 8)
+    pending = rb.start(codes)
+    assert pending.host.is_pinned()
+    a = torch.randn(8192, 8192, device="cuda")
+    for _ in range(20):  # ~0.4 s of fp32 matmuls on an H200
+        a = a @ a
+        a = a / a.norm()
+    after = torch.cuda.Event()
+    after.record()
+    assert rb.wait(pending) == torch.arange(32).view(4, 8).tolist()
+    assert not after.query(), "wait() waited for the work queued after the copy"
+    torch.cuda.synchronize()

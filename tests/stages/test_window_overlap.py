@@ -1,0 +1,96 @@
+"""A decode window queues each next step's forward before it reads the step's codes back, and
+computes a step again for the kept rows when a row stopped: the order of the model calls,
+through real engine steps of the tiny model (the codes' equality with single steps is
+`test_runner_paths.py::test_window_replay_equals_single_steps_when_a_request_stops_mid_window`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from omniflow.config.schema import SchedulerConfig
+from omniflow.models.qwen3_tts.ar_model import build_ar_model
+from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.sched.ar import ARScheduler
+from omniflow.stages.engine import StageEngine
+from omniflow.stages.runner import ARModelRunner
+from tests.factories import EOS, eos_bundle, speech
+from tests.stages.test_talker_engine import collect
+
+
+def traced_engine(window_k: int, cases) -> tuple[StageEngine, list[tuple[str, int]]]:
+    """An engine over the EOS-prone tiny talker whose model logs (call, rows) for every
+    decode forward, queued sample and read-back."""
+    bundle = eos_bundle()
+    cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
+    model = build_ar_model(bundle)
+    calls: list[tuple[str, int]] = []
+    hidden_of, queue, read = model.decode_hidden, model.queue_frames, model.read_frames
+
+    def decode_hidden(x, meta):
+        calls.append(("forward", x.tokens.shape[0]))
+        return hidden_of(x, meta)
+
+    def queue_frames(hidden, sampler):
+        calls.append(("queue", hidden.shape[0]))
+        return queue(hidden, sampler)
+
+    def read_frames(queued):
+        calls.append(("read", queued.next_tokens.shape[0]))
+        return read(queued)
+
+    model.decode_hidden = decode_hidden  # type: ignore[method-assign]
+    model.queue_frames = queue_frames  # type: ignore[method-assign]
+    model.read_frames = read_frames  # type: ignore[method-assign]
+    runner = ARModelRunner(model, cfg, torch.device("cpu"), torch.float32)
+    engine = StageEngine("talker", ARScheduler(cfg, window_k=window_k), runner)
+    proc = TalkerProcessor(bundle.tokenizer, bundle.vocab, 256)
+    for seed, (rid, min_new, ignore, text, max_new) in enumerate(cases):
+        sp = speech(rid, text, seed=seed, max_new_tokens=max_new, ignore_eos=ignore)
+        r = proc.make_request(sp)
+        r.sampling = dataclasses.replace(r.sampling, min_new_tokens=min_new)
+        engine.add_request(r)
+    return engine, calls
+
+
+def test_each_next_forward_is_queued_before_the_codes_are_read():
+    """One request that never stops early, 14 tokens in windows of 8: inside a window every
+    read-back comes after the next step's forward (queued behind the sample), except at the
+    window's last step, where nothing follows."""
+    engine, calls = traced_engine(8, [("b", 0, True, "Second one.", 14)])
+    out = collect(engine.run_until_idle())
+    assert len(out["b"]) == 14
+    decode = calls[calls.index(("read", 1)) + 1 :]  # after the prompt's step
+    after_queue = [
+        tuple(n for n, _ in decode[i + 1 : i + 3]) for i, c in enumerate(decode) if c[0] == "queue"
+    ]
+    overlapped = after_queue.count(("forward", "read"))
+    window_ends = [a for a in after_queue if a[:1] == ("read",)]
+    assert overlapped + len(window_ends) == len(after_queue) == 13, decode
+    assert overlapped >= 10 and 1 <= len(window_ends) <= 3, after_queue
+
+
+def test_a_stop_mid_window_recomputes_the_step_for_the_rows_that_go_on():
+    """'a' stops at its 6th token inside a window while 'b' and 'c' run on: the step after
+    its stop was queued for three rows, then computed again for the two kept ones before
+    their next sample; the windowed run's codes equal single steps'."""
+    cases = [
+        ("a", 5, False, "First.", 14),
+        ("b", 0, True, "Second one.", 14),
+        ("c", 9, False, "3", 14),
+    ]
+    engine, calls = traced_engine(8, cases)
+    windowed = collect(engine.run_until_idle())
+    single_engine, _ = traced_engine(0, cases)
+    assert windowed == collect(single_engine.run_until_idle())
+    assert windowed["a"][-1] == (EOS,) and len(windowed["a"]) == 6
+    recomputes = [
+        i
+        for i in range(len(calls) - 3)
+        if calls[i] == ("forward", 3)
+        and calls[i + 1] == ("read", 3)
+        and calls[i + 2] == ("forward", 2)
+        and calls[i + 3] == ("queue", 2)
+    ]
+    assert len(recomputes) == 1, calls
