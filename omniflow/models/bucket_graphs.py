@@ -11,9 +11,13 @@ buffers hold would disturb state, how to warm it up (`_warm_up`). On a device wi
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 
 import torch
+
+log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
 
@@ -28,6 +32,11 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = BATCH_BUCKETS) -> tupl
 
 class BucketGraphs:
     """Bucket bookkeeping, capture and replay; subclasses own the buffers and the step."""
+
+    label = "bucket"
+    """What a graph computes, for the build log ("captured 11 <label> graphs ...")."""
+    unit = "rows"
+    """What a bucket counts (rows of a batch; a prompt graph's buckets count tokens)."""
 
     def __init__(
         self,
@@ -64,9 +73,22 @@ class BucketGraphs:
         memory) instead of on first use; a no-op when not graphed."""
         if not self.graphed:
             return
-        for k in sorted(self.buckets, reverse=True):
-            if k not in self.graphs:
-                self._capture(k)
+        start = time.perf_counter()
+        todo = [k for k in sorted(self.buckets, reverse=True) if k not in self.graphs]
+        if not todo:
+            return
+        for k in todo:
+            self._capture(k)
+        # A build spends most of its time here (warm-ups compile the Triton kernels on a
+        # fresh machine): say where it went.
+        log.info(
+            "captured %d %s graphs (%s up to %d) in %.1f s",
+            len(todo),
+            self.label,
+            self.unit,
+            max(self.buckets),
+            time.perf_counter() - start,
+        )
 
     def _compute(self, k: int) -> None:
         """Bucket k over the loaded buffers: replay its graph (captured on first use) or run

@@ -7,6 +7,9 @@ they connect, the registry says what builds each.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 
 from omniflow.graph import StageGraph
@@ -14,6 +17,8 @@ from omniflow.platforms.base import prepare_device
 from omniflow.stages.builders import BuildContext, StageParts, load_builder
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.orchestrator import Orchestrator
+
+log = logging.getLogger(__name__)
 
 
 def build_pipeline(graph: StageGraph, prebuilt: object | None = None) -> Orchestrator:
@@ -30,7 +35,11 @@ def build_pipeline(graph: StageGraph, prebuilt: object | None = None) -> Orchest
     engines: dict[str, StageEngine] = {}
     parts: dict[str, StageParts] = {}
     for name, stage in graph.stages.items():  # topological order
+        start = time.perf_counter()
         built = load_builder(stage.arch)(stage, ctx)
+        # A GPU build takes about a minute (weights, graph captures, kernel compiles); the
+        # capture logs and this line say where it went.
+        log.info("stage %s built in %.1f s", name, time.perf_counter() - start)
         parts[name] = built
         engines[name] = StageEngine(
             name,

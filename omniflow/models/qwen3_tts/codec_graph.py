@@ -49,6 +49,7 @@ class DecoderStepGraphs(BucketGraphs):
         self.frames = frames
         """New frames per row in each replay (codes [B, 16] when 1, else [B, frames, 16])."""
         super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters)
+        self.label = "codec decoder step" if frames == 1 else f"codec decoder {frames}-frame"
         dev = self.device
         pad = decoder.padding_slot
         self.slot_ids = torch.full((max_batch,), pad, device=dev, dtype=torch.int64)

@@ -130,6 +130,8 @@ class TalkerDecodeGraphs(BucketGraphs):
     and a kill switch exercise everything but the capture). Above the largest bucket the
     function runs eagerly on the caller's tensors."""
 
+    label = "talker decode-step"
+
     def __init__(
         self,
         talker: Talker,

@@ -64,6 +64,8 @@ class PredictorGraphs(BucketGraphs):
     stream. Without CUDA, or with `capture=False`, the same buffers, padding and function
     run eagerly (the CPU tests and a kill switch exercise everything but the capture)."""
 
+    label = "code-predictor frame"
+
     def __init__(
         self,
         predictor: CodePredictor,

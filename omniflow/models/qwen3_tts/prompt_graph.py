@@ -55,6 +55,9 @@ class PromptGraphs(BucketGraphs):
     buffers, padding and step run eagerly (the CPU tests exercise everything but the
     capture)."""
 
+    label = "prompt prefill"
+    unit = "tokens"
+
     def __init__(
         self,
         talker: Talker,
