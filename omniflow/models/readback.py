@@ -7,9 +7,11 @@ goes to pinned host memory with `non_blocking=True`, an event is recorded behind
 `wait` blocks on that event only. The GPU keeps computing the next step while the host turns
 the codes into tokens and outputs.
 
-One copy may be outstanding at a time (the pinned buffer is reused): `start` refuses a
-second before the first was waited for. On the CPU the copy is synchronous and there is no
-event.
+The pinned buffer is reused, so one copy is current at a time: a new `start` supersedes an
+outstanding one (a step that failed between its sampling and its read-back leaves one
+behind; the new copy is queued after it on the same stream), and `wait` refuses a superseded
+copy, whose buffer now holds another step's codes. On the CPU the copy is synchronous and
+there is no event.
 """
 
 from __future__ import annotations
@@ -37,13 +39,13 @@ class Readback:
         self._pending: PendingCodes | None = None
 
     def start(self, codes: torch.Tensor) -> PendingCodes:
-        """Queue the copy of `codes` [B, G] int64 to the host; returns at once."""
-        if self._pending is not None:
-            raise RuntimeError("a read-back is still outstanding: wait for it first")
+        """Queue the copy of `codes` [B, G] int64 to the host; returns at once. An
+        outstanding copy is superseded (see the module docstring)."""
         b, g = codes.shape
         cuda = codes.is_cuda
-        if self._host is None or self._host.shape[0] < b or self._host.shape[1] != g:
-            rows = max(b, 2 * self._host.shape[0] if self._host is not None else b)
+        host = self._host
+        if host is None or host.shape[0] < b or host.shape[1] != g or host.is_pinned() != cuda:
+            rows = max(b, 2 * host.shape[0] if host is not None else b)
             self._host = torch.empty((rows, g), dtype=torch.int64, pin_memory=cuda)
         host = self._host[:b]
         host.copy_(codes, non_blocking=cuda)
@@ -57,7 +59,7 @@ class Readback:
     def wait(self, pending: PendingCodes) -> list[list[int]]:
         """The codes as lists, once their copy is done (not the work queued after it)."""
         if pending is not self._pending:
-            raise RuntimeError("not the outstanding read-back of this buffer")
+            raise RuntimeError("not the current read-back of this buffer (superseded or read)")
         if pending.copied is not None:
             pending.copied.synchronize()
         self._pending = None

@@ -164,6 +164,9 @@ class DecodeBatch:
         self.context_lens = st.buffer((rows,), torch.int32)
         self.side_ids = st.buffer((1, rows), i64)
         """[steps, rows]: the side id of every step of a window, laid out at `load`."""
+        self.keep = st.buffer((rows,), i64)
+        """The rows `select` keeps, uploaded from pinned memory: a pageable copy would make
+        the host wait for all the work queued so far (the overlapped next forward too)."""
         self.rows = 0
         self.step = 0
         self.seq_lens: list[int] = []
@@ -241,8 +244,11 @@ class DecodeBatch:
         """Keep only rows `keep` (ascending indices of the current rows), in order."""
         b = self.rows
         if len(keep) < b:
-            idx = torch.tensor(keep, dtype=torch.int64, device=self.tokens.dev.device)
             n = len(keep)
+            self.staging.begin()
+            self.keep.np[:n] = keep
+            idx = self.keep.upload(n)
+            self.staging.end()
             for buf in self._per_row():
                 buf.dev[:n] = buf.dev[:b].index_select(0, idx)
             side = self.side_ids.dev

@@ -1,5 +1,6 @@
-"""`Readback`: codes reach the host as lists, one copy outstanding at a time, the buffer
-grows with the batch; on a GPU the wait returns before work queued after the copy ends."""
+"""`Readback`: codes reach the host as lists, a new copy supersedes an abandoned one, the
+buffer grows with the batch; on a GPU the wait returns before work queued after the copy
+ends."""
 
 from __future__ import annotations
 
@@ -21,14 +22,17 @@ def test_codes_come_back_as_lists_and_the_buffer_grows():
     assert rb.wait(rb.start(wide)) == [[1, 1, 1, 1]]
 
 
-def test_one_copy_outstanding_at_a_time():
+def test_a_new_copy_supersedes_an_outstanding_one():
+    """A step that failed between its sampling and its read-back leaves a copy behind: the
+    next `start` must still work, and the abandoned copy can no longer be read."""
     rb = Readback()
-    first = rb.start(torch.zeros(1, 2, dtype=torch.int64))
-    with pytest.raises(RuntimeError, match="still outstanding"):
-        rb.start(torch.zeros(1, 2, dtype=torch.int64))
-    assert rb.wait(first) == [[0, 0]]
-    with pytest.raises(RuntimeError, match="not the outstanding"):
-        rb.wait(first)  # already waited for
+    abandoned = rb.start(torch.zeros(1, 2, dtype=torch.int64))
+    current = rb.start(torch.ones(1, 2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="superseded or read"):
+        rb.wait(abandoned)
+    assert rb.wait(current) == [[1, 1]]
+    with pytest.raises(RuntimeError, match="superseded or read"):
+        rb.wait(current)  # already read
 
 
 @pytest.mark.cuda

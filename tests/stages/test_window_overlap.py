@@ -94,3 +94,29 @@ def test_a_stop_mid_window_recomputes_the_step_for_the_rows_that_go_on():
         and calls[i + 3] == ("queue", 2)
     ]
     assert len(recomputes) == 1, calls
+
+
+def test_a_forward_failing_inside_a_window_fails_its_request_and_not_the_next():
+    """The next step's forward raises (an out-of-memory, say) after the step's sampling was
+    queued: that request ends with the error, and a request after it is served normally (the
+    abandoned read-back must not block the next one)."""
+    engine, calls = traced_engine(4, [("a", 0, True, "Hello.", 8)])
+    runner_model = engine.runner.model
+    forward = runner_model.decode_hidden
+    seen = {"n": 0}
+
+    def failing(x, meta):
+        seen["n"] += 1
+        if seen["n"] == 2:  # the first speculative forward inside the first window
+            raise RuntimeError("injected forward failure")
+        return forward(x, meta)
+
+    runner_model.decode_hidden = failing  # type: ignore[method-assign]
+    outs = engine.run_until_idle()
+    assert any(o.request_id == "a" and o.error and "injected" in o.error for o in outs), outs
+    bundle_proc = TalkerProcessor(eos_bundle().tokenizer, eos_bundle().vocab, 256)
+    engine.add_request(
+        bundle_proc.make_request(speech("b", "Hello.", seed=1, max_new_tokens=8, ignore_eos=True))
+    )
+    served = collect(engine.run_until_idle())
+    assert len(served["b"]) == 8
