@@ -102,6 +102,25 @@ def default_config(m: int, n: int, k: int) -> SkinnyConfig:
 
 
 @triton.jit
+def _row_input(x_ptr, u_ptr, k, kmask, GATED: tl.constexpr, MASKED: tl.constexpr):
+    """One row's input at columns k (`kmask` applied when MASKED): x, or with GATED
+    silu(x) * u rounded as `silu_mul` rounds it."""
+    if MASKED:  # noqa: SIM108 (a static branch on a constexpr, as Triton compiles it)
+        x = tl.load(x_ptr + k, mask=kmask, other=0.0)
+    else:
+        x = tl.load(x_ptr + k)
+    if GATED:
+        if MASKED:  # noqa: SIM108
+            u = tl.load(u_ptr + k, mask=kmask, other=0.0)
+        else:
+            u = tl.load(u_ptr + k)
+        gf = x.to(tl.float32)
+        act = (gf / (1.0 + tl.exp(-gf))).to(x.dtype).to(tl.float32)
+        x = (act * u.to(tl.float32)).to(x.dtype)
+    return x
+
+
+@triton.jit
 def _skinny_kernel(
     x_ptr,
     u_ptr,
@@ -121,12 +140,14 @@ def _skinny_kernel(
     EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr,
     GATED: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
     """One program: rows [pid_n * BLOCK_N, +BLOCK_N) of the weight over the K range of split
     pid_s; writes out[pid_s, :M, those rows] (rounded to out's dtype: the result, or fp32
     partials when split). GATED (one row only): the input is silu(x) * u, computed as it is
     loaded and rounded as `silu_mul` rounds it."""
     tl.static_assert(not GATED or BLOCK_M == 1, "the gated input is for one row only")
+    tl.static_assert(not USE_GDC or BLOCK_M == 1, "dependent launch is for one row only")
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -156,23 +177,28 @@ def _skinny_kernel(
     elif BLOCK_M == 1:
         # One row: accumulate the elementwise products, reduce once at the end.
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BLOCK_K):
+        k_rest = k_start
+        if USE_GDC:
+            # Programmatic dependent launch: this program may start while the previous
+            # kernel runs. Weights are never written while a graph runs, so the first tile
+            # is read now; the row (the previous kernel's output) only after the wait.
+            k = k_start + cols
+            kmask = k < k_end
+            w = tl.load(w_rows + k[None, :], mask=mask_n[:, None] & kmask[None, :], other=0.0)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+            x = _row_input(x_ptr, u_ptr, k, kmask, GATED, True)
+            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
+            k_rest = k_start + BLOCK_K
+        for k0 in range(k_rest, k_end, BLOCK_K):
             k = k0 + cols
             if EVEN_K:
                 w = tl.load(w_rows + k[None, :], mask=mask_n[:, None], other=0.0)
-                x = tl.load(x_ptr + k)
-                if GATED:
-                    u = tl.load(u_ptr + k)
+                x = _row_input(x_ptr, u_ptr, k, cols, GATED, False)
             else:
                 kmask = k < k_end
                 w = tl.load(w_rows + k[None, :], mask=mask_n[:, None] & kmask[None, :], other=0.0)
-                x = tl.load(x_ptr + k, mask=kmask, other=0.0)
-                if GATED:
-                    u = tl.load(u_ptr + k, mask=kmask, other=0.0)
-            if GATED:
-                gf = x.to(tl.float32)
-                act = (gf / (1.0 + tl.exp(-gf))).to(x.dtype).to(tl.float32)
-                x = (act * u.to(tl.float32)).to(x.dtype)
+                x = _row_input(x_ptr, u_ptr, k, kmask, GATED, True)
             acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
         acc += tl.sum(acc2, axis=1)[None, :]
     else:
@@ -236,14 +262,18 @@ def skinny_linear(
     *,
     out: torch.Tensor | None = None,
     up: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight)` (no bias) for x [..., K] with at most MAX_M rows, weight [N, K].
 
     `out`, if given, is a contiguous [..., N] tensor of x's dtype that receives the result
     (every element is written). `up`, if given (one row only, x's shape and dtype): the input
     is `silu(x) * up` instead of x, exactly as `kernels.silu_mul` computes it, so SwiGLU's
-    gating and the down projection are one launch. Raises ValueError for shapes, dtypes,
-    devices or configs it cannot run (M > MAX_M included: use F.linear for those)."""
+    gating and the down projection are one launch. `pdl` (one row, CUDA, Hopper or newer):
+    launch with programmatic dependent launch, so the kernel starts while the previous one
+    runs and reads its first weight tile before waiting for it (an experiment measured by
+    `omniflow.bench.pdl_chain`; the model layers do not use it yet). Raises ValueError for
+    shapes, dtypes, devices or configs it cannot run (M > MAX_M included: use F.linear)."""
     if weight.dim() != 2 or x.dim() < 1:
         raise ValueError(f"skinny_linear: weight must be [N, K], got {tuple(weight.shape)}")
     n, k = weight.shape[0], x.shape[-1]
@@ -262,6 +292,8 @@ def skinny_linear(
                 f"{x.dtype}, one row"
             )
         ups = up.reshape(1, k).contiguous()
+    if pdl and m != 1:
+        raise ValueError(f"skinny_linear: pdl is for one row, got M={m}")
     if out is None:
         out = torch.empty(*lead, n, device=x.device, dtype=x.dtype)
     elif out.shape != (*lead, n) or out.dtype != x.dtype or not out.is_contiguous():
@@ -280,6 +312,8 @@ def skinny_linear(
         dest = torch.empty(cfg.split_k, m, n, device=x.device, dtype=torch.float32)
         stride_os = dest.stride(0)
     grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
+    # launch_pdl only when asked: the Triton interpreter (the CPU tests) knows no such option.
+    launch = {"launch_pdl": True} if pdl else {}
     _skinny_kernel[grid](
         rows,
         ups,
@@ -299,7 +333,9 @@ def skinny_linear(
         EVEN_K=even_k,
         USE_DOT=bm > FMA_MAX_M,
         GATED=up is not None,
+        USE_GDC=pdl,
         num_warps=cfg.num_warps,
+        **launch,
     )
     if cfg.split_k > 1:
         total = m * n

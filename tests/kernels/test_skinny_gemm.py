@@ -274,3 +274,30 @@ def test_cuda_mlp_down_projection_gates_in_the_kernel_for_one_row(monkeypatch, l
         want = run_linear(mlp.down_proj, silu_mul(gate, up))
         assert torch.equal(got, want), (hidden, (got.float() - want.float()).abs().max())
     assert gated == ([] if lead == (3,) else [(1024, 3072), (2048, 6144)])
+
+
+def test_pdl_is_for_one_row():
+    with pytest.raises(ValueError, match="pdl is for one row"):
+        skinny_linear(torch.randn(2, 32), torch.randn(16, 32), SkinnyConfig(8, 32, 4), pdl=True)
+
+
+@pytest.mark.cuda
+def test_cuda_pdl_chain_in_a_graph_equals_the_plain_launches():
+    """A chain of the code predictor's one-row GEMVs, each reading the previous output (the
+    dependence programmatic launch must respect), captured in a CUDA graph: with `pdl` the
+    outputs are bit for bit those without, gated and split-K shapes included."""
+    from omniflow.bench.pdl_chain import chain_weights, run_chain
+
+    weights = chain_weights(layers=3, copies=1, device="cuda")
+    x = torch.randn(1, weights[0][1].shape[1], device="cuda", dtype=torch.bfloat16)
+    outs = {}
+    for pdl in (False, True):
+        graph = torch.cuda.CUDAGraph()
+        run_chain(x, weights, pdl)  # compile outside the capture
+        with torch.cuda.graph(graph):
+            out = run_chain(x, weights, pdl)
+        graph.replay()
+        torch.cuda.synchronize()
+        outs[pdl] = out.clone()
+    assert torch.equal(outs[True], outs[False])
+    assert outs[True].abs().sum() > 0
