@@ -19,9 +19,11 @@ from tests.factories import EOS, eos_bundle, speech
 from tests.stages.test_talker_engine import collect
 
 
-def traced_engine(window_k: int, cases) -> tuple[StageEngine, list[tuple[str, int]]]:
+def traced_engine(
+    window_k: int, cases
+) -> tuple[StageEngine, list[tuple[str, int]], TalkerProcessor]:
     """An engine over the EOS-prone tiny talker whose model logs (call, rows) for every
-    decode forward, queued sample and read-back."""
+    decode forward, queued sample and read-back; and its request processor."""
     bundle = eos_bundle()
     cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
     model = build_ar_model(bundle)
@@ -51,14 +53,14 @@ def traced_engine(window_k: int, cases) -> tuple[StageEngine, list[tuple[str, in
         r = proc.make_request(sp)
         r.sampling = dataclasses.replace(r.sampling, min_new_tokens=min_new)
         engine.add_request(r)
-    return engine, calls
+    return engine, calls, proc
 
 
 def test_each_next_forward_is_queued_before_the_codes_are_read():
     """One request that never stops early, 14 tokens in windows of 8: inside a window every
     read-back comes after the next step's forward (queued behind the sample), except at the
     window's last step, where nothing follows."""
-    engine, calls = traced_engine(8, [("b", 0, True, "Second one.", 14)])
+    engine, calls, _ = traced_engine(8, [("b", 0, True, "Second one.", 14)])
     out = collect(engine.run_until_idle())
     assert len(out["b"]) == 14
     decode = calls[calls.index(("read", 1)) + 1 :]  # after the prompt's step
@@ -80,9 +82,9 @@ def test_a_stop_mid_window_recomputes_the_step_for_the_rows_that_go_on():
         ("b", 0, True, "Second one.", 14),
         ("c", 9, False, "3", 14),
     ]
-    engine, calls = traced_engine(8, cases)
+    engine, calls, _ = traced_engine(8, cases)
     windowed = collect(engine.run_until_idle())
-    single_engine, _ = traced_engine(0, cases)
+    single_engine, _, _ = traced_engine(0, cases)
     assert windowed == collect(single_engine.run_until_idle())
     assert windowed["a"][-1] == (EOS,) and len(windowed["a"]) == 6
     recomputes = [
@@ -100,7 +102,7 @@ def test_a_forward_failing_inside_a_window_fails_its_request_and_not_the_next():
     """The next step's forward raises (an out-of-memory, say) after the step's sampling was
     queued: that request ends with the error, and a request after it is served normally (the
     abandoned read-back must not block the next one)."""
-    engine, calls = traced_engine(4, [("a", 0, True, "Hello.", 8)])
+    engine, _, proc = traced_engine(4, [("a", 0, True, "Hello.", 8)])
     runner_model = engine.runner.model
     forward = runner_model.decode_hidden
     seen = {"n": 0}
@@ -114,9 +116,8 @@ def test_a_forward_failing_inside_a_window_fails_its_request_and_not_the_next():
     runner_model.decode_hidden = failing  # type: ignore[method-assign]
     outs = engine.run_until_idle()
     assert any(o.request_id == "a" and o.error and "injected" in o.error for o in outs), outs
-    bundle_proc = TalkerProcessor(eos_bundle().tokenizer, eos_bundle().vocab, 256)
     engine.add_request(
-        bundle_proc.make_request(speech("b", "Hello.", seed=1, max_new_tokens=8, ignore_eos=True))
+        proc.make_request(speech("b", "Hello.", seed=1, max_new_tokens=8, ignore_eos=True))
     )
     served = collect(engine.run_until_idle())
     assert len(served["b"]) == 8
