@@ -90,6 +90,14 @@ def time_per_call(fn: Linear, x: torch.Tensor, weights: torch.Tensor, reps: int)
     with torch.cuda.graph(graph):
         for w in weights:
             fn(x, w)
+    us = replay_median_us(graph, reps, len(weights))
+    del graph
+    return us
+
+
+def replay_median_us(graph: torch.cuda.CUDAGraph, reps: int, calls: int) -> float:
+    """Median microseconds per call of a graph holding `calls` calls: one untimed replay,
+    then `reps` replays timed with CUDA events."""
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
@@ -98,9 +106,19 @@ def time_per_call(fn: Linear, x: torch.Tensor, weights: torch.Tensor, reps: int)
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(weights))
-    del graph
+        times.append(start.elapsed_time(end) * 1e3 / calls)
     return statistics.median(times)
+
+
+def provenance() -> dict[str, str | None]:
+    """When, at which commit and on what a kernel benchmark ran (its report's header)."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": os.environ.get("OMNIFLOW_COMMIT"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -211,11 +229,7 @@ def main() -> None:
         del weights
         torch.cuda.empty_cache()
     report = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": os.environ.get("OMNIFLOW_COMMIT"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **provenance(),
         "method": {"min_bytes": args.min_bytes, "reps": args.reps, "stat": "median us/call"},
         "cases": cases,
         "tuned_table": tuned_table(cases),

@@ -22,15 +22,12 @@ with `pdl`, the two final outputs must be equal bit for bit, and each graph is r
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import statistics
 import sys
 
 import torch
-import triton
 
+from omniflow.bench.gemv_bench import provenance, replay_median_us
 from omniflow.kernels.skinny_gemm import TUNED_ONE_ROW, skinny_linear
 
 LAYER = (("qkv", 4096, 1024), ("o", 1024, 2048), ("gate_up", 6144, 1024), ("down", 1024, 3072))
@@ -70,16 +67,7 @@ def time_chain(x: torch.Tensor, weights: Chain, pdl: bool, reps: int) -> tuple[f
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = run_chain(x, weights, pdl)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(weights))
-    return statistics.median(times), out.clone()
+    return replay_median_us(graph, reps, len(weights)), out.clone()
 
 
 def main() -> None:
@@ -97,11 +85,7 @@ def main() -> None:
     pdl_us, with_pdl = time_chain(x, weights, True, args.reps)
     equal = bool(torch.equal(plain, with_pdl))
     report = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": os.environ.get("OMNIFLOW_COMMIT"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **provenance(),
         "layers": args.layers,
         "gemvs": len(weights),
         "reps": args.reps,
