@@ -243,14 +243,15 @@ class ARModelRunner:
             sample = self._read_sample(queued)
             outs = self._record(reqs, sample)
             sampled.append(self._step(reqs, sample))
+            row_of = {i: j for j, i in enumerate(going)}  # a request's row in the layout
             keep = []
             for i, r in enumerate(reqs):
                 out = outs[r.request_id]
                 parts[r.request_id].append(out)
-                if i in going and out.tokens[0] not in r.sampling.stop_token_ids:
+                if i in row_of and out.tokens[0] not in r.sampling.stop_token_ids:
                     keep.append(i)  # the sampler bans stop ids until they may end a request
             if len(keep) < len(going):
-                self.decode_batch.select([going.index(i) for i in keep])
+                self.decode_batch.select([row_of[i] for i in keep])
                 if keep:
                     hidden = self._forward()  # the kept rows' batch, as without the overlap
             reqs = [reqs[i] for i in keep]
