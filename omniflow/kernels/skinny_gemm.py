@@ -271,8 +271,9 @@ def skinny_linear(
     is `silu(x) * up` instead of x, exactly as `kernels.silu_mul` computes it, so SwiGLU's
     gating and the down projection are one launch. `pdl` (one row, CUDA, Hopper or newer):
     launch with programmatic dependent launch, so the kernel starts while the previous one
-    runs and reads its first weight tile before waiting for it (an experiment measured by
-    `omniflow.bench.pdl_chain`; the model layers do not use it yet). Raises ValueError for
+    runs and reads its first weight tile before waiting for it, so the kernel before it must
+    not write the weight (an experiment measured by `omniflow.bench.pdl_chain`; the model
+    layers do not use it yet). Raises ValueError for
     shapes, dtypes, devices or configs it cannot run (M > MAX_M included: use F.linear)."""
     if weight.dim() != 2 or x.dim() < 1:
         raise ValueError(f"skinny_linear: weight must be [N, K], got {tuple(weight.shape)}")
@@ -294,6 +295,10 @@ def skinny_linear(
         ups = up.reshape(1, k).contiguous()
     if pdl and m != 1:
         raise ValueError(f"skinny_linear: pdl is for one row, got M={m}")
+    if pdl and not (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9):
+        raise ValueError(
+            f"skinny_linear: pdl needs a CUDA GPU of compute capability 9+, got {x.device}"
+        )
     if out is None:
         out = torch.empty(*lead, n, device=x.device, dtype=x.dtype)
     elif out.shape != (*lead, n) or out.dtype != x.dtype or not out.is_contiguous():

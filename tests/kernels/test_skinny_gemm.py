@@ -276,28 +276,39 @@ def test_cuda_mlp_down_projection_gates_in_the_kernel_for_one_row(monkeypatch, l
     assert gated == ([] if lead == (3,) else [(1024, 3072), (2048, 6144)])
 
 
-def test_pdl_is_for_one_row():
+def test_pdl_is_for_one_row_on_a_gpu():
+    w = torch.randn(16, 32)
     with pytest.raises(ValueError, match="pdl is for one row"):
-        skinny_linear(torch.randn(2, 32), torch.randn(16, 32), SkinnyConfig(8, 32, 4), pdl=True)
+        skinny_linear(torch.randn(2, 32), w, SkinnyConfig(8, 32, 4), pdl=True)
+    with pytest.raises(ValueError, match="pdl needs a CUDA GPU"):
+        skinny_linear(torch.randn(1, 32), w, SkinnyConfig(8, 32, 4), pdl=True)
 
 
 @pytest.mark.cuda
 def test_cuda_pdl_chain_in_a_graph_equals_the_plain_launches():
     """A chain of the code predictor's one-row GEMVs, each reading the previous output (the
-    dependence programmatic launch must respect), captured in a CUDA graph: with `pdl` the
-    outputs are bit for bit those without, gated and split-K shapes included."""
+    dependence programmatic launch must respect), captured in a CUDA graph and replayed for
+    three inputs in turn: with `pdl` every output is bit for bit the plain launches' (a
+    kernel reading before its wait would see the previous replay's values), gated and
+    split-K shapes included."""
     from omniflow.bench.pdl_chain import chain_weights, run_chain
 
     weights = chain_weights(layers=3, copies=1, device="cuda")
-    x = torch.randn(1, weights[0][1].shape[1], device="cuda", dtype=torch.bfloat16)
-    outs = {}
+    k = weights[0][1].shape[1]
+    inputs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    results: dict[bool, list[torch.Tensor]] = {}
     for pdl in (False, True):
-        graph = torch.cuda.CUDAGraph()
+        x = inputs[0].clone()
         run_chain(x, weights, pdl)  # compile outside the capture
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = run_chain(x, weights, pdl)
-        graph.replay()
+        results[pdl] = []
+        for new in inputs:
+            x.copy_(new)
+            graph.replay()
+            results[pdl].append(out.clone())
         torch.cuda.synchronize()
-        outs[pdl] = out.clone()
-    assert torch.equal(outs[True], outs[False])
-    assert outs[True].abs().sum() > 0
+    for plain, with_pdl in zip(results[False], results[True], strict=True):
+        assert torch.equal(plain, with_pdl)
+    assert not torch.equal(results[True][0], results[True][1])  # the inputs do matter
