@@ -6,6 +6,7 @@ window_k=0 run."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -78,10 +79,16 @@ def run(window_k: int, refuse, async_scheduling: bool = False):
     return frames, runner, engine
 
 
+@functools.cache
+def k0_reference(async_scheduling: bool):
+    """The window_k=0 codes (the same for every refusal reason: computed once per mode)."""
+    return run(0, itertools.repeat(None), async_scheduling)[0]
+
+
 @pytest.mark.parametrize("reason", REASONS)
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_refused_windows_give_the_k0_codes_with_a_recycling_pool(reason, async_scheduling):
-    reference, _, _ = run(0, itertools.repeat(None), async_scheduling)
+    reference = k0_reference(async_scheduling)
     # refuse every other window (the others run: refusals interleave with real windows)
     frames, runner, engine = run(
         4, itertools.cycle([reason, None]), async_scheduling=async_scheduling
