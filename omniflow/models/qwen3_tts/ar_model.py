@@ -86,8 +86,6 @@ class TalkerARModel:
         )
         self.slots = StreamSlots(stream_decoder, step_graphs, priming, window_graphs)
         self.readback = Readback()
-        self._tail: torch.Tensor | None = None
-        """[G] bool, True past codebook 0: the columns an EOS row's next frame zeroes."""
 
     # ---------------------------------------------------------------- inputs
 
@@ -171,10 +169,8 @@ class TalkerARModel:
         queued before the host has seen the codes."""
         code0 = sampler.draw(self.talker.logits(hidden), 0)
         full = self._complete(hidden, code0, sampler.with_policy(None, *_SUBTALKER))
-        if self._tail is None or self._tail.device != full.device:
-            self._tail = torch.arange(self.frame_width, device=full.device) > 0
-        frames = full.masked_fill((code0 == self.eos)[:, None] & self._tail, 0)
-        return QueuedFrames(code0, frames, self.readback.start(frames))
+        full[:, 1:].masked_fill_((code0 == self.eos)[:, None], 0)  # `full` is a fresh cat
+        return QueuedFrames(code0, full, self.readback.start(full))
 
     def read_frames(self, queued: QueuedFrames) -> FrameSample:
         rows = self.readback.wait(queued.codes)  # column 0 is codebook 0
