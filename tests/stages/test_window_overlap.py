@@ -121,3 +121,33 @@ def test_a_forward_failing_inside_a_window_fails_its_request_and_not_the_next():
     )
     served = collect(engine.run_until_idle())
     assert len(served["b"]) == 8
+
+
+def test_a_row_that_draws_eos_without_stopping_feeds_the_eos_frame_in_a_window():
+    """A request whose stop ids leave EOS out draws EOS every step (the biased head) and goes
+    on: its next input is the EOS frame (code0 alone, zeros after), which inside a window the
+    device must set before the host has seen the codes. Every frame the decode steps feed is
+    that frame, and the windowed codes equal single steps'."""
+
+    def run(window_k: int):
+        engine, _, proc = traced_engine(window_k, [])
+        model = engine.runner.model
+        forward = model.decode_hidden
+        fed: list[list[int]] = []
+
+        def recording(x, meta):
+            fed.extend(x.frames.tolist())
+            return forward(x, meta)
+
+        model.decode_hidden = recording  # type: ignore[method-assign]
+        sp = speech("e", "Go on.", seed=3, max_new_tokens=10)
+        r = proc.make_request(sp)
+        r.sampling = dataclasses.replace(r.sampling, stop_token_ids=(1,), min_new_tokens=0)
+        engine.add_request(r)
+        return collect(engine.run_until_idle())["e"], fed
+
+    windowed, fed = run(8)
+    assert windowed == run(0)[0]
+    assert len(windowed) == 10 and windowed == [(EOS,)] * 10, windowed
+    eos_frame = [EOS] + [0] * (len(fed[0]) - 1)
+    assert len(fed) >= 9 and all(f == eos_frame for f in fed), fed
