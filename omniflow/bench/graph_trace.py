@@ -1,0 +1,153 @@
+"""Where a captured code-predictor frame spends its time: kernel by kernel, in launch order,
+with the idle gap before each. On CUDA.
+
+    OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m omniflow.bench.graph_trace \
+        --model qwen3_tts_1_7b --batch 1 --out trace.json
+
+Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
+kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
+(which programmatic dependent launch or fewer launches would recover) or slow kernels is
+read off the trace: per replay, the graph's wall time (CUDA events, no profiler), the sum
+of kernel durations, and the gaps (one kernel's start minus the previous one's end) under
+the profiler. Also printed: the kernels grouped by name with count, time and gap before
+them. The model is the named preset with dummy weights in its configured dtype; the frame
+graph is the one the fused pipeline builds (`PredictorGraphs` with the runner's
+fixed-policy draw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from omniflow.bench.gemv_bench import provenance
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
+from omniflow.models.qwen3_tts.factory import build_talker
+from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
+from omniflow.stages.sampler import draw_fixed_policy
+
+
+def build_graphs(model: str, batch: int) -> PredictorGraphs:
+    """The preset's talker (dummy weights, on the GPU) and its frame graph for `batch`."""
+    graph = build_graph(compose([f"model={model}", "platform=cuda"]))
+    bundle = build_talker(graph.model, torch.device("cuda"))
+    talker = bundle.talker
+    graphs = PredictorGraphs(
+        talker.predictor,
+        talker.weights.talker.model.codec_embedding,
+        partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K),
+        max_batch=batch,
+        buckets=(batch,),
+    )
+    graphs.capture_all()
+    return graphs
+
+
+def kernel_spans(trace: Path) -> list[tuple[str, float, float]]:
+    """(name, start us, duration us) of every GPU kernel in a chrome trace, by start."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [
+        (e["name"], float(e["ts"]), float(e["dur"]))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "kernel"
+    ]
+    return sorted(spans, key=lambda s: s[1])
+
+
+def split_replays(spans: list[tuple[str, float, float]], replays: int) -> list[list]:
+    """The spans cut into `replays` equal runs (every replay launches the same kernels)."""
+    per = len(spans) // replays
+    if per * replays != len(spans):
+        raise RuntimeError(f"{len(spans)} kernels do not split into {replays} replays")
+    return [spans[i * per : (i + 1) * per] for i in range(replays)]
+
+
+def replay_stats(replay: list[tuple[str, float, float]]) -> dict:
+    """Wall, kernel and gap time of one replay, and its kernels by name."""
+    gaps = [0.0] + [
+        max(0.0, s - (ps + pd)) for (_, ps, pd), (_, s, _) in zip(replay, replay[1:], strict=False)
+    ]
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for (name, _, dur), gap in zip(replay, gaps, strict=True):
+        row = by_name[name[:80]]
+        row[0] += 1
+        row[1] += dur
+        row[2] += gap
+    first, last = replay[0], replay[-1]
+    return {
+        "kernels": len(replay),
+        "wall_us": last[1] + last[2] - first[1],
+        "kernel_us": sum(d for _, _, d in replay),
+        "gap_us": sum(gaps),
+        "by_name": sorted(
+            ({"name": n, "count": c, "us": t, "gap_us": g} for n, (c, t, g) in by_name.items()),
+            key=lambda r: -(r["us"] + r["gap_us"]),
+        ),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="qwen3_tts_1_7b")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=50, help="timed replays (no profiler)")
+    ap.add_argument("--traced", type=int, default=5, help="replays under the profiler")
+    ap.add_argument("--out", default="graph_trace.json")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("graph_trace needs a CUDA GPU")
+    graphs = build_graphs(args.model, args.batch)
+    k = args.batch
+    graph = graphs.graphs[k]
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(args.reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(args.traced):
+            graph.replay()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        replays = split_replays(kernel_spans(path), args.traced)
+    stats = [replay_stats(r) for r in replays]
+    best = min(stats, key=lambda s: s["wall_us"])
+    result = {
+        **provenance(),
+        "model": args.model,
+        "batch": k,
+        "replay_us_median": statistics.median(times),
+        "traced": {key: best[key] for key in ("kernels", "wall_us", "kernel_us", "gap_us")},
+        "by_name": best["by_name"],
+        "order": [(n[:60], round(s - replays[0][0][1], 2), round(d, 2)) for n, s, d in replays[0]],
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    t = result["traced"]
+    print(
+        f"batch {k}: replay {result['replay_us_median']:.1f} us (no profiler); traced "
+        f"{t['kernels']} kernels, wall {t['wall_us']:.1f} us = kernels {t['kernel_us']:.1f} "
+        f"+ gaps {t['gap_us']:.1f}"
+    )
+    for row in best["by_name"][:25]:
+        print(f"{row['count']:5d} {row['us']:9.1f} us {row['gap_us']:9.1f} gap  {row['name']}")
+
+
+if __name__ == "__main__":
+    main()
