@@ -34,11 +34,13 @@ the step time.)
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import queue
 import statistics
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +49,7 @@ from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
 from omniflow.bench.kernel_categories import category_table, kernel_rows
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
+from omniflow.bench.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
@@ -109,6 +112,7 @@ def run_batch(
     profile: str | None = None,
     overrides: tuple[str, ...] = (),
     requests: int = 0,
+    timeline: str | None = None,
 ) -> dict[str, Any]:
     graph = build_graph(
         compose([f"pipeline={pipeline}", f"model={model}", f"platform={platform}", *overrides])
@@ -126,9 +130,14 @@ def run_batch(
     orch = build_pipeline(graph)
     build_s = time.perf_counter() - t0
     timer = StepKindTimer(device_sync(graph.platform.device))  # every phase, synchronised
-    orch.set_phase_timer(timer)
+    # A timeline marks the phases as profiler ranges instead, synchronising nothing.
+    orch.set_phase_timer(RangeTimer() if timeline else timer)
     ends: queue.Queue[AudioEvent] = queue.Queue()
-    prof = kernel_profiler(graph.platform.device) if profile else None
+    prof = None
+    if profile:
+        prof = kernel_profiler(graph.platform.device)
+    elif timeline:
+        prof = timeline_profiler(graph.platform.device)
     orch.start()
     try:
         if prof is not None:
@@ -165,6 +174,13 @@ def run_batch(
         orch.stop()
     if prof is not None and profile:
         write_kernel_table(prof, f"{profile}.b{batch}.txt", engine_steps(timer))
+    summary_of_trace = None
+    if prof is not None and timeline:
+        trace = Path(f"{timeline}.b{batch}.json")
+        prof.export_chrome_trace(str(trace))
+        summary_of_trace = summarize(load_trace(trace))
+        Path(f"{trace}.gz").write_bytes(gzip.compress(trace.read_bytes()))
+        trace.unlink()
     info = orch.info()
     phases: dict[str, Any] = {}
     for stage, names in sorted(timer.seconds.items()):
@@ -183,6 +199,7 @@ def run_batch(
         "errors": errors,
         "build_s": build_s,
         "phases_ms": phases,
+        "timeline": summary_of_trace,
     }
 
 
@@ -205,9 +222,17 @@ def main() -> None:
         "--profile", default=None, help="path prefix: write a kernel table per batch size"
     )
     ap.add_argument(
+        "--timeline",
+        default=None,
+        help="path prefix: profile without device syncs, write PREFIX.b<batch>.json.gz (a "
+        "chrome trace with the phases as ranges) and add its summary (bench.timeline)",
+    )
+    ap.add_argument(
         "overrides", nargs="*", help="further config overrides, e.g. model.codec_dtype=bfloat16"
     )
     args = ap.parse_args()
+    if args.profile and args.timeline:
+        ap.error("--profile synchronises every phase, --timeline none: pass one of them")
     if args.requests < 0 or 0 < args.requests < min(args.batch):
         ap.error(f"--requests {args.requests}: 0 (one burst) or at least the smallest --batch")
     tree = commit()  # OMNIFLOW_COMMIT on a GPU machine's copy of the tree (no .git)
@@ -223,6 +248,7 @@ def main() -> None:
                 args.profile,
                 tuple(args.overrides),
                 args.requests,
+                args.timeline,
             )
         except BatchTooLarge as exc:
             ap.error(str(exc))
