@@ -24,6 +24,7 @@ def test_capture_all_logs_the_graphs_it_captured(caplog):
         graphs.capture_all()
         graphs.capture_all()  # nothing left to capture: no line
     torch.cuda.synchronize()
-    lines = [r.getMessage() for r in caplog.records]
+    # Only the graph family's logger: building the tiny parts warns about dummy weights.
+    lines = [r.getMessage() for r in caplog.records if r.name == "omniflow.models.bucket_graphs"]
     assert lines[0].startswith("captured 4 code-predictor frame graphs (rows up to 6) in "), lines
     assert len(lines) == 1, lines
