@@ -100,11 +100,15 @@ FAST_TOP_K = 256
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch.Tensor:
-    """Sample one id per row of `logits` [B, V]."""
+    """Sample one id per row of `logits` [B, V]. Without a nucleus cut (no row has top_p < 1,
+    the Qwen3-TTS default) this is `sample_top_k`: one launch on CUDA."""
+    if not batch.use_top_p:
+        return sample_top_k(logits, batch, stream)
     logits = logits.float()
     b, v = logits.shape
-    if batch.use_penalty and (batch.seen is not None or batch.history):
-        logits = _apply_penalty(logits, batch)
+    seen = _seen(batch, logits)
+    if seen is not None:
+        logits = _penalise(logits, seen, batch.repetition_penalty)
     if batch.banned is not None:
         logits = logits.masked_fill(batch.banned, float("-inf"))
     greedy = batch.temperature <= 0
@@ -120,10 +124,9 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
     rank = torch.arange(width, device=logits.device)[None, :]
     k = torch.where(batch.top_k > 0, batch.top_k, torch.full_like(batch.top_k, v))
     ordered = ordered.masked_fill(rank >= k[:, None], float("-inf"))
-    if batch.use_top_p:
-        probs = ordered.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs
-        ordered = ordered.masked_fill(before > batch.top_p[:, None], float("-inf"))
+    probs = ordered.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs
+    ordered = ordered.masked_fill(before > batch.top_p[:, None], float("-inf"))
     u = uniform_noise_at(batch.seeds, batch.counters, stream, order)
     gumbel = -torch.log(-torch.log(u))
     choice = torch.argmax(ordered + gumbel, dim=-1)
@@ -131,18 +134,56 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
     return order.gather(1, choice[:, None]).squeeze(1)
 
 
-def _apply_penalty(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+def sample_top_k(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch.Tensor:
+    """One id per row without a nucleus cut (top_p is not read): repetition penalty, banned
+    ids, then `fixed_policy_torch`'s draw with each row's own temperature and top_k (ties at
+    the k-th value stay candidates; greedy rows take the first maximum). On CUDA one Triton
+    launch (`kernels.topk_sample.sample_rows`) instead of about a hundred torch ops, which at
+    batch 1 kept the host busier than the GPU."""
+    seen = _seen(batch, logits)
+    if logits.is_cuda:
+        # Imported here: Triton is needed on CUDA machines only.
+        from omniflow.kernels.topk_sample import sample_rows
+
+        penalty = batch.repetition_penalty.float() if seen is not None else None
+        return sample_rows(
+            logits,
+            batch.seeds,
+            batch.counters,
+            batch.temperature.float(),
+            stream,
+            batch.top_k,
+            seen,
+            penalty,
+            batch.banned,
+        )
+    x = logits.float()
+    if seen is not None:
+        x = _penalise(x, seen, batch.repetition_penalty)
+    if batch.banned is not None:
+        x = x.masked_fill(batch.banned, float("-inf"))
+    b = batch
+    return fixed_policy_torch(x, stream, b.seeds, b.counters, b.temperature, b.top_k)
+
+
+def _seen(batch: SamplingBatch, logits: torch.Tensor) -> torch.Tensor | None:
+    """[B, V] bool: the ids the repetition penalty applies to, or None when no row has a
+    penalty (or nothing was sampled yet): the batch's device mask, else built from `history`."""
+    if not batch.use_penalty or (batch.seen is None and not batch.history):
+        return None
+    if batch.seen is not None:
+        return batch.seen
+    seen = torch.zeros(logits.shape, dtype=torch.bool)
+    for row, ids in enumerate(batch.history):
+        if ids:
+            seen[row, list(ids)] = True
+    return seen.to(logits.device)
+
+
+def _penalise(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
     """HF semantics: a seen id's logit is divided by the penalty if positive, else multiplied
-    (a penalty of 1 leaves its row unchanged). All rows at once, from the seen mask (built
-    here from `history` when the batch has no device mask)."""
-    seen = batch.seen
-    if seen is None:
-        seen = torch.zeros(logits.shape, dtype=torch.bool)
-        for row, ids in enumerate(batch.history):
-            if ids:
-                seen[row, list(ids)] = True
-        seen = seen.to(logits.device)
-    p = batch.repetition_penalty.to(logits.dtype)[:, None]
+    (a penalty of 1 leaves its row unchanged)."""
+    p = penalty.to(logits.dtype)[:, None]
     penalised = torch.where(logits > 0, logits / p, logits * p)
     return torch.where(seen, penalised, logits)
 
@@ -172,19 +213,24 @@ def fixed_policy_torch(
     seeds: torch.Tensor,
     counters: torch.Tensor,
     temperature: torch.Tensor,
-    top_k: int,
+    top_k: int | torch.Tensor,
 ) -> torch.Tensor:
     """The fixed policy's draw in torch: scaled = logits / temperature (1 where greedy); the
     candidates are the ids >= the k-th largest scaled logit (ties at the k-th value all stay
     in, as Hugging Face's top-k warper keeps them); argmax of scaled + Gumbel noise over them
-    (greedy rows: argmax of scaled); ties to the lowest id. The CPU path, and the oracle of
-    the CUDA kernel (`omniflow.kernels.topk_sample`)."""
+    (greedy rows: argmax of scaled); ties to the lowest id. `top_k` is one k for every row or
+    [B] (each row's own); k <= 0 or >= V: every id. The CPU path, and the oracle of the CUDA
+    kernel (`omniflow.kernels.topk_sample`)."""
     scaled = logits.float()
     greedy = temperature <= 0
     temp = torch.where(greedy, torch.ones_like(temperature), temperature)
     scaled = scaled / temp[:, None]
     v = scaled.shape[1]
-    if 0 < top_k < v:
+    if isinstance(top_k, torch.Tensor):
+        k = torch.where((top_k > 0) & (top_k < v), top_k, torch.full_like(top_k, v))
+        kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    elif 0 < top_k < v:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     noise = -torch.log(-torch.log(uniform_noise(seeds, counters, stream, v)))
@@ -321,7 +367,8 @@ class SamplingStaging:
             self.bans = self.staging.grown(self.bans, len(ban_pairs))
             self.bans.np[: len(ban_pairs)] = ban_pairs
             pairs = self.bans.upload(len(ban_pairs))
-            banned[pairs[:, 0], pairs[:, 1]] = True
+            # The device's True (`PenaltyHistory.true`): a host scalar would sync.
+            banned.index_put_((pairs[:, 0], pairs[:, 1]), self.history.true)
         # The history is kept for every row (one scatter per step), so a request's mask is
         # current whenever a penalty is asked for.
         host_slots = self.history.slots(rows)

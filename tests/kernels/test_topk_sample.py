@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from omniflow.kernels import topk_sample as ts
-from omniflow.stages.sampler import draw_fixed_policy, fixed_policy_torch, uniform_noise_at
+from omniflow.stages.sampler import (
+    SamplingBatch,
+    draw_fixed_policy,
+    fixed_policy_torch,
+    sample_top_k,
+    uniform_noise_at,
+)
 from tests.kernels.interpret import register, run_checks, run_group_in_child
 
 
@@ -86,7 +92,42 @@ def check_kernel(
     assert torch.equal(got, want), (got.tolist(), want.tolist())
 
 
+def check_rows(b: int, v: int, stream: int, tied: bool, seed: int) -> None:
+    """`sample_rows` (per-row k, penalty, bans) against `sample_top_k`'s torch path."""
+    seeds, counters, temp = keys(b, seed)
+    g = torch.Generator().manual_seed(seed + 200)
+    if tied:
+        logits = torch.randint(-4, 4, (b, v), generator=g).float() / 2
+    else:
+        logits = 3 * torch.randn(b, v, generator=g)
+    top_k = torch.randint(-1, 60, (b,), generator=g)  # <= 0 rows: every id
+    seen = torch.rand(b, v, generator=g) < 0.3
+    banned = torch.rand(b, v, generator=g) < 0.1
+    penalty = 1.0 + torch.rand(b, generator=g)
+    batch = SamplingBatch(
+        temperature=temp,
+        top_k=top_k,
+        top_p=torch.ones(b),
+        repetition_penalty=penalty,
+        seeds=seeds,
+        counters=counters,
+        banned=banned,
+        use_top_p=False,
+        seen=seen,
+    )
+    want = sample_top_k(logits, batch, stream)
+    got = ts.sample_rows(logits, seeds, counters, temp, stream, top_k, seen, penalty, banned)
+    assert torch.equal(got, want), (got.tolist(), want.tolist())
+    assert not banned.gather(1, got[:, None]).any()
+    plain = ts.sample_rows(logits, seeds, counters, temp, stream, top_k)
+    assert not torch.equal(plain, got)  # the penalty and bans acted
+
+
 GROUPS = {
+    "rows": lambda: [
+        ("penalty, bans, per-row k", lambda: check_rows(8, 512, 2, False, 11)),
+        ("ties", lambda: check_rows(8, 300, 4, True, 12)),
+    ],
     "sample": lambda: [
         ("k=50 fp32", lambda: check_kernel(6, 2048, 50, 1, torch.float32, False, 1)),
         ("k=50 stream 15 fp16", lambda: check_kernel(5, 2048, 50, 15, torch.float16, False, 2)),
