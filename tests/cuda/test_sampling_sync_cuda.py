@@ -69,5 +69,7 @@ def test_one_launch_draw_matches_the_torch_path(b):
     got = sample_top_k(logits.cuda(), dev, 2).cpu()
     assert (got == want).float().mean() >= 0.99
     plain = sample_rows(logits.cuda(), dev.seeds, dev.counters, dev.temperature, 2, dev.top_k)
-    plain = plain.cpu()
-    assert not torch.equal(plain, got)  # penalties and bans acted on the GPU too
+    bare = dataclasses.replace(cpu, use_penalty=False, banned=None)
+    assert (plain.cpu() == sample_top_k(logits, bare, 2)).float().mean() >= 0.99
+    if b >= 32:  # one row (greedy here) may draw the same id with or without them
+        assert not torch.equal(plain.cpu(), got)  # penalties and bans acted on the GPU
