@@ -1,0 +1,89 @@
+"""The timeline summary: GPU-busy time as a union of kernel spans, host time per phase from
+the engine's profiler ranges, and the ranges themselves recorded without any sync."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import torch
+
+from omniflow.bench.graph_trace import replay_stats, split_replays
+from omniflow.bench.timeline import RangeTimer, load_trace, summarize, union_ms
+
+
+def kernel(ts: float, dur: float, name: str = "k") -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+
+def span(cat: str, name: str, dur: float, ts: float = 0) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    spans = [(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]
+    assert union_ms(spans) == (12.0 + 5.0) / 1e3
+
+
+def test_summary_of_a_trace(tmp_path):
+    events = [
+        kernel(100, 50),
+        kernel(120, 60),  # overlaps the first: busy 100..180
+        kernel(400, 100),  # idle 180..400
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "omniflow.talker.sample",
+            "ts": 0,
+            "dur": 2000,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "omniflow.talker.sample",
+            "ts": 0,
+            "dur": 1000,
+        },
+        {"ph": "X", "cat": "user_annotation", "name": "other.range", "ts": 0, "dur": 9000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 0, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 3},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 9, "dur": 5},
+    ]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    s = summarize(load_trace(path))
+    assert s["wall_ms"] == 0.4 and s["gpu_busy_ms"] == 0.18
+    assert s["kernels"] == 3 and s["launches"] == {"cudaGraphLaunch": 1}
+    assert s["host_ms"] == {"talker.sample": {"count": 2, "ms": 3.0}}
+    assert s["top_ops"] == [{"name": "aten::add", "count": 2, "ms": 0.008}]
+
+
+def test_range_timer_marks_phases_in_a_cpu_trace(tmp_path):
+    """The engine's phases appear as ranges named omniflow.<stage>.<phase>; on the CPU there
+    are no kernels, so wall and busy are 0."""
+    timer = RangeTimer()
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu) as prof, timer.phase("talker", "forward"):
+        torch.ones(4).add_(1)
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    s = summarize(load_trace(path))
+    assert s["host_ms"]["talker.forward"]["count"] == 1
+    assert s["wall_ms"] == 0.0 and s["gpu_busy_ms"] == 0.0
+
+
+def test_graph_trace_splits_replays_and_measures_gaps():
+    spans = [("a", 0.0, 2.0), ("b", 3.0, 1.0), ("a", 10.0, 2.0), ("b", 12.0, 1.0)]
+    first, second = split_replays(spans, 2)
+    stats = replay_stats(first)
+    assert stats["kernels"] == 2 and stats["wall_us"] == 4.0
+    assert stats["kernel_us"] == 3.0 and stats["gap_us"] == 1.0
+    assert replay_stats(second)["gap_us"] == 0.0
+    assert {r["name"]: r["count"] for r in stats["by_name"]} == {"a": 1, "b": 1}
+    try:
+        split_replays(spans[:3], 2)
+    except RuntimeError as exc:
+        assert "do not split" in str(exc)
+    else:
+        raise AssertionError("an uneven trace must be refused")
