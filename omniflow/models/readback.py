@@ -7,11 +7,13 @@ goes to pinned host memory with `non_blocking=True`, an event is recorded behind
 `wait` blocks on that event only. The GPU keeps computing the next step while the host turns
 the codes into tokens and outputs.
 
-The pinned buffer is reused, so one copy is current at a time: a new `start` supersedes an
-outstanding one (a step that failed between its sampling and its read-back leaves one
-behind; the new copy is queued after it on the same stream), and `wait` refuses a superseded
-copy, whose buffer now holds another step's codes. On the CPU the copy is synchronous and
-there is no event.
+The pinned buffers are reused in turn: `depth` copies can be outstanding at once (a window
+queues step n+1's sampling before it reads step n's codes: two in flight), and a `start`
+that comes back round to a buffer whose copy was never read supersedes it (a step that
+failed between its sampling and its read-back, or a queued step discarded because a row
+stopped before it; the new copy is queued after it on the same stream). `wait` refuses a
+superseded copy, whose buffer now holds another step's codes. On the CPU the copy is
+synchronous and there is no event.
 """
 
 from __future__ import annotations
@@ -32,35 +34,41 @@ class PendingCodes:
 
 
 class Readback:
-    """One reusable pinned buffer for a [B, G] int64 device tensor per step."""
+    """`depth` reusable pinned buffers for [B, G] int64 device tensors, used in turn."""
 
-    def __init__(self) -> None:
-        self._host: torch.Tensor | None = None
-        self._pending: PendingCodes | None = None
+    def __init__(self, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self._host: list[torch.Tensor | None] = [None] * depth
+        self._pending: list[PendingCodes | None] = [None] * depth
+        self._next = 0
 
     def start(self, codes: torch.Tensor) -> PendingCodes:
-        """Queue the copy of `codes` [B, G] int64 to the host; returns at once. An
-        outstanding copy is superseded (see the module docstring)."""
+        """Queue the copy of `codes` [B, G] int64 to the host; returns at once. The next
+        buffer's outstanding copy, if any, is superseded (see the module docstring)."""
         b, g = codes.shape
         cuda = codes.is_cuda
-        host = self._host
+        i = self._next
+        self._next = (i + 1) % len(self._host)
+        host = self._host[i]
         if host is None or host.shape[0] < b or host.shape[1] != g or host.is_pinned() != cuda:
             rows = max(b, 2 * host.shape[0] if host is not None else b)
-            self._host = torch.empty((rows, g), dtype=torch.int64, pin_memory=cuda)
-        host = self._host[:b]
-        host.copy_(codes, non_blocking=cuda)
+            host = self._host[i] = torch.empty((rows, g), dtype=torch.int64, pin_memory=cuda)
+        view = host[:b]
+        view.copy_(codes, non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
             event.record()
-        self._pending = PendingCodes(host, event)
-        return self._pending
+        pending = self._pending[i] = PendingCodes(view, event)
+        return pending
 
     def wait(self, pending: PendingCodes) -> list[list[int]]:
         """The codes as lists, once their copy is done (not the work queued after it)."""
-        if pending is not self._pending:
-            raise RuntimeError("not the current read-back of this buffer (superseded or read)")
+        i = next((j for j, p in enumerate(self._pending) if p is pending), None)
+        if i is None:
+            raise RuntimeError("not a current read-back of these buffers (superseded or read)")
         if pending.copied is not None:
             pending.copied.synchronize()
-        self._pending = None
+        self._pending[i] = None
         return pending.host.tolist()

@@ -49,14 +49,18 @@ class PenaltyHistory:
         if slot is not None:
             self.free.append(slot)
 
-    def slots(self, rows: Sequence[HistoryRow]) -> list[int]:
-        """Each row's slot, with its mask brought in line with its token list."""
+    def slots(self, rows: Sequence[HistoryRow], pending: int = 0) -> list[int]:
+        """Each row's slot, with its mask brought in line with its token list. `pending`:
+        tokens each row has sampled and recorded here that its list does not hold yet (a
+        window queues step n+1's draw before the host reads step n's token); a row whose
+        mask holds any other count is rebuilt from its list (and its pending tokens are then
+        lost, so callers pass `pending` only for rows they recorded themselves)."""
         out = []
         for r in rows:
             slot = self.slot_of.get(r.request_id)
             if slot is None:
                 slot = self._allocate(r.request_id)
-            if self.recorded[slot] != len(r.tokens):
+            if self.recorded[slot] != len(r.tokens) + pending:
                 self._rebuild(slot, r.tokens)
             out.append(slot)
         return out

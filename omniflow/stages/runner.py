@@ -23,9 +23,13 @@ from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.models.interface import ARModel, FrameSample, KVLayout, QueuedFrames, SampledStep
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
-from omniflow.stages.sampler import BatchSampler, SamplingStaging
+from omniflow.stages.sampler import BatchSampler, SamplingBatch, SamplingStaging
 
 log = logging.getLogger(__name__)
+
+_Queued = tuple[SamplingBatch, QueuedFrames]
+"""A step's sampling batch (recorded in the penalty history once the step is kept) and its
+queued frames."""
 
 
 class ARModelRunner:
@@ -218,28 +222,34 @@ class ARModelRunner:
         k or at a stop token; the layout is built once and only shrinks. Returns the outputs
         (several steps concatenated) and the number of steps run.
 
-        Overlap: once a step's sampling is queued, the next step's forward is queued right
-        behind it for every row still short of its k (which the host knows), before the
-        host reads the codes back; the host then records the step while the GPU computes
-        the next one. A row that stopped at that step was computed needlessly (its request
-        is done; the K/V it wrote lies in its own blocks, which it frees), and the step is
-        then computed again for the rows that go on, so every kept row's hidden state comes
-        from the same batch as without the overlap: the codes are the same bit for bit."""
+        Overlap: the GPU runs two steps ahead of the host's bookkeeping. Before the host reads
+        step n's codes back, step n+1 is queued whole for every row still short of its k
+        (which the host knows): its forward and its sampling, keyed by the counters the rows
+        will have (`SamplingStaging.prepare(pending=1)`), so the host's reading, recording and
+        next preparation run while the GPU computes, and the GPU does not wait for the host
+        between steps (a batch-1 frame's host work is ~1.5 ms beside ~4 ms of GPU work). A
+        step's draw joins the penalty history only once the step is kept (at the top of its
+        iteration). If a row stopped at step n, step n+1 was computed needlessly for it: it
+        is discarded (never recorded; its read-back is never read) and computed again for the
+        rows that go on, so every kept row's codes come from the same batch as without the
+        overlap, bit for bit."""
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
         parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
         sampled: list[SampledStep] = []
         steps = 0
-        hidden = self._forward()
-        while reqs:
+        current: _Queued | None = self._queue_step(reqs, pending=0)
+        while current is not None:
             steps += 1
             for r in reqs:
                 r.num_computed += 1
-            queued = self._queue_sample(hidden, reqs)
+            batch, queued = current
+            self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
             going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
+            ahead: _Queued | None = None
             if going:
                 self.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
-                hidden = self._forward()
+                ahead = self._queue_step([reqs[i] for i in going], pending=1)
             sample = self._read_sample(queued)
             outs = self._record(reqs, sample)
             sampled.append(self._step(reqs, sample))
@@ -252,11 +262,17 @@ class ARModelRunner:
                     keep.append(i)  # the sampler bans stop ids until they may end a request
             if len(keep) < len(going):
                 self.decode_batch.select([row_of[i] for i in keep])
-                if keep:
-                    hidden = self._forward()  # the kept rows' batch, as without the overlap
+                kept = [reqs[i] for i in keep]
+                # The kept rows' step again, as without the overlap; their tokens are read.
+                ahead = self._queue_step(kept, pending=0) if kept else None
             reqs = [reqs[i] for i in keep]
+            current = ahead
         outputs = {rid: _concat(outs) for rid, outs in parts.items()}
         return self._with_audio(outputs, sampled), steps
+
+    def _queue_step(self, reqs: list[RunnerRequest], pending: int) -> _Queued:
+        """The decode batch's next forward and its sampling, queued (not recorded)."""
+        return self._queue_sample(self._forward(), reqs, pending)
 
     def _forward(self) -> torch.Tensor:
         """The decode batch's next hidden states (its K/V written), queued."""
@@ -265,14 +281,18 @@ class ARModelRunner:
             return self.model.decode_hidden(x, meta)
 
     def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
-        return self._read_sample(self._queue_sample(hidden, reqs))
+        batch, queued = self._queue_sample(hidden, reqs, pending=0)
+        self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
+        return self._read_sample(queued)
 
-    def _queue_sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> QueuedFrames:
+    def _queue_sample(
+        self, hidden: torch.Tensor, reqs: list[RunnerRequest], pending: int
+    ) -> _Queued:
+        """The rows' frame sampling queued on the device, for their token after `pending`
+        ones not yet read back; the caller records it in the penalty history once kept."""
         with self.timer.phase(self.stage_name, "sample"):
-            batch = self.sampling.prepare(reqs)
-            queued = self.model.queue_frames(hidden, BatchSampler(batch))
-            self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-            return queued
+            batch = self.sampling.prepare(reqs, pending)
+            return batch, self.model.queue_frames(hidden, BatchSampler(batch))
 
     def _read_sample(self, queued: QueuedFrames) -> FrameSample:
         with self.timer.phase(self.stage_name, "readback"):

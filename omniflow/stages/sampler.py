@@ -337,10 +337,15 @@ class SamplingStaging:
         self.suppress = torch.zeros(policy.vocab_size, dtype=torch.bool, device=device)
         self.suppress[list(policy.suppressed_ids)] = True
 
-    def prepare(self, rows: Sequence[SamplingRow]) -> SamplingBatch:
+    def prepare(self, rows: Sequence[SamplingRow], pending: int = 0) -> SamplingBatch:
         """The batch for these rows' next token: their settings, seeds and counters, the
         model's suppressed ids plus each row's own bans (its suppressed ids; its stop ids,
-        or the model's fallback, while it may not stop), and the rows' penalty-history masks."""
+        or the model's fallback, while it may not stop), and the rows' penalty-history masks.
+
+        `pending`: tokens every row has sampled (and `record`ed) beyond its `tokens` list, not
+        yet read back by the host (a window queues step n+1's draw before it reads step n):
+        the counters, the min-new-tokens bans and the history's count take them into
+        account, so the batch is the one the host would build after reading them."""
         b = len(rows)
         if b > self.temperature.capacity:
             raise ValueError(f"{b} rows to sample; staging holds {self.temperature.capacity}")
@@ -356,9 +361,10 @@ class SamplingStaging:
                 self.seeds.np[i] = r.seed
             except OverflowError as exc:  # as torch.tensor would: a ValueError, not a crash
                 raise ValueError(f"seed {r.seed} does not fit in int64") from exc
-            self.counters.np[i] = len(r.tokens)
+            count = len(r.tokens) + pending
+            self.counters.np[i] = count
             extra = list(s.suppress_token_ids)
-            if s.ignore_eos or len(r.tokens) < s.min_new_tokens:
+            if s.ignore_eos or count < s.min_new_tokens:
                 extra += list(s.stop_token_ids) or list(self.policy.fallback_stop_ids)
             ban_pairs.extend((i, t) for t in extra)
         use_penalty = any(s.repetition_penalty != 1.0 for s in sp)
@@ -371,7 +377,7 @@ class SamplingStaging:
             banned.index_put_((pairs[:, 0], pairs[:, 1]), self.history.true)
         # The history is kept for every row (one scatter per step), so a request's mask is
         # current whenever a penalty is asked for.
-        host_slots = self.history.slots(rows)
+        host_slots = self.history.slots(rows, pending)
         self.slots.np[:b] = host_slots
         slots = self.slots.upload(b)
         batch = SamplingBatch(

@@ -35,6 +35,28 @@ def test_a_new_copy_supersedes_an_outstanding_one():
         rb.wait(current)  # already read
 
 
+def test_two_copies_in_flight_and_the_third_supersedes_the_unread_first():
+    """A window reads step n while step n+1's copy is queued: with depth 2 both can be read,
+    in order; a copy that was never read (a step discarded after a stop) is superseded when
+    its buffer comes round again, and a buffer still holding a read copy is reused."""
+    rb = Readback(depth=2)
+    one = rb.start(torch.full((1, 2), 1, dtype=torch.int64))
+    two = rb.start(torch.full((2, 2), 2, dtype=torch.int64))
+    assert rb.wait(one) == [[1, 1]]
+    three = rb.start(torch.full((1, 2), 3, dtype=torch.int64))  # one's buffer, read: reused
+    assert rb.wait(two) == [[2, 2], [2, 2]]
+    discarded = rb.start(torch.full((1, 2), 4, dtype=torch.int64))
+    assert rb.wait(three) == [[3, 3]]
+    five = rb.start(torch.full((3, 2), 5, dtype=torch.int64))  # three's buffer, read
+    six = rb.start(torch.full((1, 2), 6, dtype=torch.int64))  # comes round to the unread 4
+    with pytest.raises(RuntimeError, match="superseded or read"):
+        rb.wait(discarded)
+    assert rb.wait(five) == [[5, 5]] * 3
+    assert rb.wait(six) == [[6, 6]]
+    with pytest.raises(ValueError, match="depth"):
+        Readback(depth=0)
+
+
 @pytest.mark.cuda
 def test_cuda_wait_does_not_wait_for_work_queued_after_the_copy():
     """The copy goes to pinned memory behind an event: after `wait` returns the codes, a

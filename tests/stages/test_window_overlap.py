@@ -1,6 +1,6 @@
-"""A decode window queues each next step's forward before it reads the step's codes back, and
-computes a step again for the kept rows when a row stopped: the order of the model calls,
-through real engine steps of the tiny model (the codes' equality with single steps is
+"""A decode window queues each next step (forward and sampling) before it reads the step's
+codes back, and computes a step again for the kept rows when a row stopped: the order of the
+model calls, through real engine steps of the tiny model (the codes' equality with single steps is
 `test_runner_paths.py::test_window_replay_equals_single_steps_when_a_request_stops_mid_window`)."""
 
 from __future__ import annotations
@@ -56,27 +56,35 @@ def traced_engine(
     return engine, calls, proc
 
 
-def test_each_next_forward_is_queued_before_the_codes_are_read():
+def test_each_next_step_is_queued_whole_before_the_codes_are_read():
     """One request that never stops early, 14 tokens in windows of 8: inside a window every
-    read-back comes after the next step's forward (queued behind the sample), except at the
-    window's last step, where nothing follows."""
+    read-back comes after the next step's forward and its sampling were queued (two steps
+    outstanding when the host reads), except at the window's last step, where nothing
+    follows (one outstanding)."""
     engine, calls, _ = traced_engine(8, [("b", 0, True, "Second one.", 14)])
     out = collect(engine.run_until_idle())
     assert len(out["b"]) == 14
     decode = calls[calls.index(("read", 1)) + 1 :]  # after the prompt's step
-    after_queue = [
-        tuple(n for n, _ in decode[i + 1 : i + 3]) for i, c in enumerate(decode) if c[0] == "queue"
-    ]
-    overlapped = after_queue.count(("forward", "read"))
-    window_ends = [a for a in after_queue if a[:1] == ("read",)]
-    assert overlapped + len(window_ends) == len(after_queue) == 13, decode
-    assert overlapped >= 10 and 1 <= len(window_ends) <= 3, after_queue
+    outstanding = []
+    queued = read = 0
+    for i, (name, _) in enumerate(decode):
+        if name == "queue":
+            assert decode[i - 1][0] == "forward", decode  # each sample right behind its forward
+            queued += 1
+        elif name == "read":
+            outstanding.append(queued - read)
+            read += 1
+    assert len(outstanding) == 13, decode
+    ahead = outstanding.count(2)
+    window_ends = outstanding.count(1)
+    assert ahead + window_ends == 13 and ahead >= 10 and 1 <= window_ends <= 3, outstanding
 
 
 def test_a_stop_mid_window_recomputes_the_step_for_the_rows_that_go_on():
     """'a' stops at its 6th token inside a window while 'b' and 'c' run on: the step after
-    its stop was queued for three rows, then computed again for the two kept ones before
-    their next sample; the windowed run's codes equal single steps'."""
+    its stop was queued whole (forward and sampling) for three rows before the stop was
+    read, then computed again for the two kept ones; the windowed run's codes equal single
+    steps' (the discarded sampling never reached the penalty history)."""
     cases = [
         ("a", 5, False, "First.", 14),
         ("b", 0, True, "Second one.", 14),
@@ -89,11 +97,9 @@ def test_a_stop_mid_window_recomputes_the_step_for_the_rows_that_go_on():
     assert windowed["a"][-1] == (EOS,) and len(windowed["a"]) == 6
     recomputes = [
         i
-        for i in range(len(calls) - 3)
-        if calls[i] == ("forward", 3)
-        and calls[i + 1] == ("read", 3)
-        and calls[i + 2] == ("forward", 2)
-        and calls[i + 3] == ("queue", 2)
+        for i in range(len(calls) - 4)
+        if calls[i : i + 5]
+        == [("forward", 3), ("queue", 3), ("read", 3), ("forward", 2), ("queue", 2)]
     ]
     assert len(recomputes) == 1, calls
 
@@ -151,3 +157,31 @@ def test_a_row_that_draws_eos_without_stopping_feeds_the_eos_frame_in_a_window()
     assert len(windowed) == 10 and windowed == [(EOS,)] * 10, windowed
     eos_frame = [EOS] + [0] * (len(fed[0]) - 1)
     assert len(fed) >= 9 and all(f == eos_frame for f in fed), fed
+
+
+def test_a_discarded_step_never_reaches_the_penalty_history():
+    """Between engine steps every running request's penalty mask holds exactly its tokens
+    with the count it was recorded with (a count off by one would make the next prepare
+    rebuild the mask from the host, which hides a discarded draw but waits for the device),
+    through a window in which one row stops and the step after it is discarded."""
+    cases = [
+        ("a", 5, False, "First.", 14),
+        ("b", 0, True, "Second one.", 14),
+        ("c", 9, False, "3", 14),
+    ]
+    engine, calls, _ = traced_engine(8, cases)
+    history = engine.runner.sampling.history
+    checked = 0
+    while engine.has_work:
+        engine.step()
+        for rid, r in engine.runner.requests.items():
+            slot = history.slot_of.get(rid)
+            if slot is None:
+                continue
+            assert history.recorded[slot] == len(r.tokens), rid
+            assert set(history.seen[slot].nonzero().flatten().tolist()) == set(r.tokens), rid
+            checked += 1
+    assert checked >= 3
+    assert [("forward", 3), ("queue", 3), ("read", 3), ("forward", 2)] in [
+        calls[i : i + 4] for i in range(len(calls) - 3)
+    ]  # the stop and its discarded step happened

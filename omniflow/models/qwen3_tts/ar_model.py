@@ -85,7 +85,8 @@ class TalkerARModel:
             fallback_stop_ids=(self.eos,),
         )
         self.slots = StreamSlots(stream_decoder, step_graphs, priming, window_graphs)
-        self.readback = Readback()
+        # Two read-backs in flight: a window queues step n+1 before it reads step n.
+        self.readback = Readback(depth=2)
 
     # ---------------------------------------------------------------- inputs
 
