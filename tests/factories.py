@@ -17,9 +17,9 @@ from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
+from omniflow.stages.draw import draw_fixed_policy
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
-from omniflow.stages.sampler import draw_fixed_policy
 
 
 @functools.cache

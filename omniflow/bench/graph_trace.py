@@ -34,7 +34,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
-from omniflow.stages.sampler import draw_fixed_policy
+from omniflow.stages.draw import draw_fixed_policy
 
 
 def build_graphs(model: str, batch: int) -> PredictorGraphs:

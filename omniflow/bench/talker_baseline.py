@@ -225,7 +225,8 @@ def main() -> None:
         "--timeline",
         default=None,
         help="path prefix: profile without device syncs, write PREFIX.b<batch>.json.gz (a "
-        "chrome trace with the phases as ranges) and add its summary (bench.timeline)",
+        "chrome trace with the phases as ranges) and add its summary (bench.timeline); "
+        "phases_ms is then empty (nothing is synchronised to time them)",
     )
     ap.add_argument(
         "overrides", nargs="*", help="further config overrides, e.g. model.codec_dtype=bfloat16"

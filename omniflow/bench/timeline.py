@@ -7,8 +7,9 @@ exact but the step is serialised (host, then device, then host). Served, the hos
 step's work while the GPU runs the previous one; whether the GPU then waits for the host is
 read off a timeline: `RangeTimer` marks each phase as a `torch.profiler.record_function`
 range (host only, nothing synchronised), and `summarize` reads the exported chrome trace:
-- `wall_ms`: first to last kernel (0 on the CPU, which runs no kernels);
-- `gpu_busy_ms`: the union of the kernels' intervals (several streams count once);
+- `wall_ms`: first to last piece of device work (0 on the CPU, which runs no kernels);
+- `gpu_busy_ms`: the union of the kernels', copies' and fills' intervals (several streams
+  count once);
 - `host_ms`: per phase, the summed duration of its ranges (a window's `decode_step`
   contains its `forward`/`sample`/`readback`/`audio` ranges);
 - `launches`: kernel and graph launches the host made, per name;
@@ -32,7 +33,15 @@ RANGE_PREFIX = "omniflow."
 TOP_OPS = 25
 """How many host ops (by call count: a launch-bound step is many small ones) to list."""
 
-LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
+LAUNCH_NAMES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaGraphLaunch",
+)
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Trace categories of device work: what counts as the GPU being busy."""
 
 
 class RangeTimer:
@@ -45,8 +54,8 @@ class RangeTimer:
 def timeline_profiler(device: str) -> torch.profiler.profile:
     """A profiler of every thread's host ops and ranges (the engine runs in its own thread,
     started before the profiler) and, on CUDA, every kernel."""
-    # Kineto's experimental config is the documented way to profile threads other than
-    # the one that starts the profiler.
+    # Kineto's experimental config (a private torch API, for a bench tool only) is how torch
+    # profiles threads other than the one that starts the profiler.
     from torch._C._profiler import _ExperimentalConfig
 
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -75,11 +84,13 @@ def union_ms(spans: list[tuple[float, float]]) -> float:
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Wall, GPU-busy and per-phase host time of a trace (see the module docstring)."""
-    kernels = [
-        (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+    work = [
+        (e.get("cat"), float(e["ts"]), float(e["ts"]) + float(e["dur"]))
         for e in events
-        if e.get("ph") == "X" and e.get("cat") == "kernel"
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS
     ]
+    kernels = [(s, e) for cat, s, e in work if cat == "kernel"]
+    spans = [(s, e) for _, s, e in work]
     host: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     launches: dict[str, int] = defaultdict(int)
@@ -97,8 +108,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
             ops[name][0] += 1
             ops[name][1] += float(e["dur"]) / 1e3
     # No kernels (a CPU run): the host ranges alone, wall and busy 0.
-    wall = (max(e for _, e in kernels) - min(s for s, _ in kernels)) / 1e3 if kernels else 0.0
-    busy = union_ms(kernels)
+    wall = (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e3 if spans else 0.0
+    busy = union_ms(spans)
     return {
         "wall_ms": wall,
         "gpu_busy_ms": busy,

@@ -8,7 +8,7 @@ repetition penalty and the banned ids: about a hundred torch launches, which at 
 the host busier than the GPU (docs/benchmarks.md). Here one program per row holds the row in
 registers and does all of it.
 
-Semantics: `omniflow.stages.sampler.fixed_policy_torch` (the oracle in the tests, and the
+Semantics: `omniflow.stages.draw.fixed_policy_torch` (the oracle in the tests, and the
 CPU path), after `sample_rows`' optional penalty and bans:
 - penalised = logits / penalty where the id was seen and the logit is > 0, logits * penalty
   where seen and <= 0 (Hugging Face's repetition penalty); banned ids -inf;
@@ -18,14 +18,15 @@ CPU path), after `sample_rows`' optional penalty and bans:
   value all stay in, as Hugging Face's top-k warper keeps them); top_k <= 0 or >= V: all;
   k is one for all rows or each row's own;
 - the draw is argmax(scaled + Gumbel(u)) over the candidates, u the request's counter-keyed
-  uniform for (seed, counter, stream, id) (`omniflow.stages.sampler.uniform_noise_at`, the
+  uniform for (seed, counter, stream, id) (`omniflow.stages.draw.uniform_noise_at`, the
   same 32-bit hash computed here in uint32 arithmetic); greedy rows take argmax(scaled);
   ties go to the lowest id.
 The k-th largest value is found without sorting: a 32-step bitwise search for the largest
 order-preserving key t with at least k keys >= t (the keys are the fp32 bit patterns mapped
 to unsigned order).
 
-Graph-safe: shapes and `top_k`/`stream` (Python ints) fix the launch; no host reads.
+Graph-safe: shapes, `stream` and a shared `top_k` (Python ints) or per-row k (a device
+tensor) fix the launch; no host reads.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _topk_sample_kernel(
     sign = tl.full((), 0x80000000, tl.uint32)
     key = tl.where(negative, ~bits, bits | sign)
     key = tl.where(valid, key, 0)
-    row_k = tl.load(top_k_ptr + row).to(tl.int32) if ROW_TOP_K else top_k
+    # A row's k is clamped to V in int64 before it narrows (a k of 2**32 + 3 means every id).
+    row_k = tl.minimum(tl.load(top_k_ptr + row), vocab).to(tl.int32) if ROW_TOP_K else top_k
     k = tl.minimum(tl.where(row_k > 0, row_k, vocab), vocab)
     t = tl.zeros((), dtype=tl.uint32)
     for i in tl.static_range(32):
@@ -151,17 +153,22 @@ def sample_rows(
     penalty: torch.Tensor | None = None,
     banned: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each row's own draw: logits [B, V]; seeds, counters, top_k [B] int64 (top_k <= 0: all
-    ids); temperature [B] float32; seen [B, V] bool with penalty [B] float32 (both or
-    neither); banned [B, V] bool -> ids [B] int64."""
+    """Each row's own draw: logits [B, V]; seeds, counters, top_k [B] int64 (top_k <= 0 or
+    >= V: all ids); temperature [B] float32; seen [B, V] bool with penalty [B] float32 (both
+    or neither); banned [B, V] bool -> ids [B] int64. The kernel reads rows with unit
+    strides, so other layouts are copied first (a no-op for the runner's own tensors)."""
     b, v = logits.shape
     if (seen is None) != (penalty is None):
         raise ValueError("sample_rows: seen and penalty go together")
     for name, mask in (("seen", seen), ("banned", banned)):
-        if mask is not None and (mask.shape != (b, v) or mask.stride(-1) != 1):
-            raise ValueError(f"sample_rows: {name} must be [{b}, {v}] with unit column stride")
+        if mask is not None and mask.shape != (b, v):
+            raise ValueError(f"sample_rows: {name} is {tuple(mask.shape)}, expected [{b}, {v}]")
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
+    seeds, counters, temperature, top_k = (
+        t.contiguous() for t in (seeds, counters, temperature, top_k)
+    )
+    seen, penalty, banned = (t if t is None else t.contiguous() for t in (seen, penalty, banned))
     out = torch.empty(b, device=logits.device, dtype=torch.int64)
     _launch(logits, seeds, counters, temperature, out, stream, top_k, seen, penalty, banned)
     return out

@@ -43,9 +43,9 @@ from omniflow.sched.generation import GenerationScheduler, GenRequest
 from omniflow.stages.builders import BuildContext, StageParts
 from omniflow.stages.code2wav import Code2WavRunner
 from omniflow.stages.connector import ChunkConnector, ChunkIntake
+from omniflow.stages.draw import draw_fixed_policy
 from omniflow.stages.kv_sizing import sized_scheduler
 from omniflow.stages.runner import ARModelRunner
-from omniflow.stages.sampler import draw_fixed_policy
 
 FRAME_RATE = 12.5
 """Codec frames per second of audio (1,920 samples at 24 kHz)."""

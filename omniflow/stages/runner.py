@@ -22,8 +22,10 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.models.interface import ARModel, FrameSample, KVLayout, QueuedFrames, SampledStep
+from omniflow.models.upload import upload_ints
+from omniflow.stages.draw import SamplingBatch
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
-from omniflow.stages.sampler import BatchSampler, SamplingBatch, SamplingStaging
+from omniflow.stages.sampler import BatchSampler, SamplingStaging
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +203,16 @@ class ARModelRunner:
             batch = build_prefill(
                 self.model, prefill, self.block_size, self.device, self.batched_decode
             )
+        # Pinned and non-blocking: a pageable copy would wait for the queued forwards.
+        rows = None
+        if batch.sample_rows:
+            rows = upload_ints([row for _, row in batch.sample_rows], self.device)
         with self.timer.phase(self.stage_name, "prefill"):
             embeds = self.model.embed_prefill(batch.inputs)
             out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
         for r, n in prefill:
             r.num_computed += n
-        if batch.sample_rows:
-            rows = torch.tensor([row for _, row in batch.sample_rows], device=self.device)
+        if rows is not None:
             hidden.append(out.index_select(0, rows))
         sampled = decoding + [r for r, _ in batch.sample_rows]
         if not sampled:

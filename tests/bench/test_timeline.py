@@ -30,6 +30,7 @@ def test_summary_of_a_trace(tmp_path):
         kernel(100, 50),
         kernel(120, 60),  # overlaps the first: busy 100..180
         kernel(400, 100),  # idle 180..400
+        span("gpu_memcpy", "Memcpy DtoH", 20, ts=490),  # overlaps the last kernel by 10
         {
             "ph": "X",
             "cat": "user_annotation",
@@ -53,7 +54,7 @@ def test_summary_of_a_trace(tmp_path):
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
     s = summarize(load_trace(path))
-    assert s["wall_ms"] == 0.4 and s["gpu_busy_ms"] == 0.18
+    assert s["wall_ms"] == 0.41 and s["gpu_busy_ms"] == 0.19
     assert s["kernels"] == 3 and s["launches"] == {"cudaGraphLaunch": 1}
     assert s["host_ms"] == {"talker.sample": {"count": 2, "ms": 3.0}}
     assert s["top_ops"] == [{"name": "aten::add", "count": 2, "ms": 0.008}]

@@ -12,7 +12,8 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.kernels.topk_sample import sample_rows
-from omniflow.stages.sampler import SamplingStaging, sample, sample_top_k
+from omniflow.stages.draw import sample, sample_top_k
+from omniflow.stages.sampler import SamplingStaging
 from tests.stages.test_sample_top_k import batch
 from tests.stages.test_sampler_prepare import POLICY, VOCAB, Row
 
@@ -25,6 +26,8 @@ def test_prepare_draw_and_record_queue_without_waiting_for_the_device():
     sp = SamplingParams(repetition_penalty=1.05, top_k=50, ignore_eos=True)  # EOS banned
     rows = [Row(sp, seed=i, tokens=[i, 2 * i]) for i in range(4)]
     logits = torch.randn(4, VOCAB, device=dev)
+    eos = POLICY.fallback_stop_ids[0]
+    logits[:, eos] = 50.0  # drawn every time unless the ban holds
     staging.record(staging.prepare(rows), torch.zeros(4, dtype=torch.int64, device=dev))
     for r in rows:  # admission: the first prepare builds the masks (it may wait)
         r.tokens.append(0)
@@ -44,7 +47,6 @@ def test_prepare_draw_and_record_queue_without_waiting_for_the_device():
     slots = torch.tensor(staging.history.slots(rows), device=dev)
     for ids in drawn:  # every draw was marked in its row's history
         assert staging.history.seen[slots, ids].all()
-    eos = POLICY.fallback_stop_ids[0]
     assert not any((ids == eos).any() for ids in drawn)  # banned while ignore_eos
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from omniflow.kernels import topk_sample as ts
-from omniflow.stages.sampler import (
+from omniflow.stages.draw import (
     SamplingBatch,
     draw_fixed_policy,
     fixed_policy_torch,
@@ -101,6 +101,8 @@ def check_rows(b: int, v: int, stream: int, tied: bool, seed: int) -> None:
     else:
         logits = 3 * torch.randn(b, v, generator=g)
     top_k = torch.randint(-1, 60, (b,), generator=g)  # <= 0 rows: every id
+    top_k[0] = 2**32 + 3  # >= V: every id (not 3 after narrowing to 32 bits)
+    temp[0] = 100.0  # nearly uniform: a draw among all ids, rarely among the top 3
     seen = torch.rand(b, v, generator=g) < 0.3
     banned = torch.rand(b, v, generator=g) < 0.1
     penalty = 1.0 + torch.rand(b, generator=g)

@@ -19,7 +19,7 @@ from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
 from omniflow.models.qwen3_tts.talker import Talker
-from omniflow.stages.sampler import SamplingBatch, sample
+from omniflow.stages.draw import SamplingBatch, sample
 from tests.factories import tiny_bundle
 
 SUBTALKER_TOP_K = 50
@@ -37,7 +37,6 @@ def subtalker_batch(
         repetition_penalty=torch.ones(n, device=seeds.device),
         seeds=seeds,
         counters=counters,
-        top_k_max=SUBTALKER_TOP_K,
         use_top_p=False,
         use_penalty=False,
     )

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from omniflow.stages.sampler import SamplingBatch, sample, sample_top_k
+from omniflow.stages.draw import SamplingBatch, sample, sample_top_k
 
 
 def batch(b: int, g: torch.Generator, **kw) -> SamplingBatch:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from omniflow.stages.sampler import SamplingBatch, sample, uniform_noise
+from omniflow.stages.draw import SamplingBatch, sample, uniform_noise
 
 
 def batch(b: int, **kw) -> SamplingBatch:
@@ -82,16 +84,66 @@ def test_repetition_penalty_hf_semantics():
     assert sample(torch.tensor([[-1.0, -0.5]]), b3).tolist() == [0]  # -0.5 * 4 < -1
 
 
-def test_candidate_path_draws_exactly_what_the_full_sort_draws():
+def test_a_rows_draw_does_not_depend_on_its_batch_mates_top_p():
+    """Tied logits (ties at the k-th value) and greedy rows: each top_p = 1 row draws the same
+    alone and beside top_p < 1 rows, and each top_p < 1 row the same alone and beside
+    top_p = 1 rows, with penalties and bans on."""
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(64, 2048, generator=g) * 3
-    top_k = torch.randint(1, 60, (64,), generator=g)
-    common = dict(
-        seeds=torch.arange(64, dtype=torch.int64) * 7919,
-        counters=torch.arange(64, dtype=torch.int64),
-        top_k=top_k,
-        top_p=torch.full((64,), 0.9),
+    n = 64
+    logits = torch.randint(-3, 3, (n, 300), generator=g).float() / 2
+    top_p = torch.where(torch.arange(n) % 2 == 0, 1.0, 0.7)
+    b = batch(
+        n,
+        seeds=torch.arange(n, dtype=torch.int64) * 7919,
+        counters=torch.arange(n, dtype=torch.int64),
+        top_k=torch.randint(1, 40, (n,), generator=g),
+        top_p=top_p,
+        temperature=torch.where(torch.arange(n) % 3 == 0, 0.0, 0.8),
+        repetition_penalty=torch.full((n,), 1.3),
+        seen=torch.rand(n, 300, generator=g) < 0.2,
+        banned=torch.rand(n, 300, generator=g) < 0.05,
+        use_top_p=True,
     )
-    full = sample(logits, batch(64, **common, top_k_max=0), stream=3)
-    fast = sample(logits, batch(64, **common, top_k_max=int(top_k.max())), stream=3)
-    assert torch.equal(full, fast)
+    mixed = sample(logits, b, stream=3)
+    for parity in (0, 1):
+        rows = torch.arange(parity, n, 2)
+        alone = dataclasses.replace(
+            b,
+            **{
+                f: getattr(b, f)[rows]
+                for f in (
+                    "temperature",
+                    "top_k",
+                    "top_p",
+                    "repetition_penalty",
+                    "seeds",
+                    "counters",
+                    "seen",
+                    "banned",
+                )
+            },
+            use_top_p=parity == 1,
+        )
+        assert torch.equal(sample(logits[rows], alone, stream=3), mixed[rows]), parity
+    # The nucleus acted on the top_p < 1 rows: without the cut some of them draw otherwise.
+    uncut = sample(logits, dataclasses.replace(b, top_p=torch.ones(n)), stream=3)
+    assert not torch.equal(uncut[1::2], mixed[1::2])
+
+
+def test_sample_keeps_ties_at_the_kth_value_on_both_paths():
+    """k=2 over [5, 4, 4, 4, 1, ...]: ids 0..3 are drawn, whether or not the batch has a
+    top_p < 1 row (the nucleus path, here with top_p 0.999 that cuts nothing of them)."""
+    rows = 400
+    logits = torch.ones(rows, 64)
+    logits[:, 0] = 5.0
+    logits[:, 1:4] = 4.0
+    for top_p in (1.0, 0.999):
+        b = batch(
+            rows,
+            seeds=torch.arange(rows, dtype=torch.int64),
+            top_k=torch.full((rows,), 2, dtype=torch.int64),
+            temperature=torch.full((rows,), 3.0),
+            top_p=torch.full((rows,), top_p),
+            use_top_p=top_p < 1,
+        )
+        assert set(sample(logits, b, stream=1).tolist()) == {0, 1, 2, 3}, top_p

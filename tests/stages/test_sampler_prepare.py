@@ -10,7 +10,8 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.models.interface import TokenPolicy
-from omniflow.stages.sampler import BatchSampler, SamplingBatch, SamplingStaging, sample
+from omniflow.stages.draw import SamplingBatch, sample
+from omniflow.stages.sampler import BatchSampler, SamplingStaging
 
 VOCAB = 3072
 EOS = 2150
@@ -58,7 +59,6 @@ def per_row_batch(rows: list[Row]) -> SamplingBatch:
         counters=torch.tensor([len(r.tokens) for r in rows], dtype=torch.int64),
         history=tuple(tuple(r.tokens) for r in rows),
         banned=banned,
-        top_k_max=max(s.top_k for s in sp) if all(s.top_k > 0 for s in sp) else 0,
         use_top_p=any(s.top_p < 1.0 for s in sp),
         use_penalty=any(s.repetition_penalty != 1.0 for s in sp),
     )
@@ -78,7 +78,6 @@ def per_row_sub_batch(batch: SamplingBatch, idx: torch.Tensor) -> SamplingBatch:
         repetition_penalty=torch.ones(n),
         seeds=batch.seeds[idx],
         counters=batch.counters[idx],
-        top_k_max=50,
         use_top_p=False,
         use_penalty=False,
     )
@@ -103,11 +102,7 @@ def assert_same_fields(new: SamplingBatch, old: SamplingBatch) -> None:
         a, b = getattr(new, name), getattr(old, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
     assert torch.equal(new.banned, old.banned)
-    assert (new.top_k_max, new.use_top_p, new.use_penalty) == (
-        old.top_k_max,
-        old.use_top_p,
-        old.use_penalty,
-    )
+    assert (new.use_top_p, new.use_penalty) == (old.use_top_p, old.use_penalty)
 
 
 def test_prepare_builds_the_per_row_batch_and_draws_the_same_ids():

@@ -22,6 +22,7 @@ from omniflow.models.interface import Frame, SampledStep
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.priming import ReferencePriming
+from omniflow.models.upload import to_device, upload_ints
 
 
 class StreamSlots:
@@ -112,8 +113,8 @@ class StreamSlots:
         else:  # eager: the rows run as one batch
             pcm = dec.decode([self._slots[rid] for rid in rids], list(codes))
             return {rid: p.float().cpu().numpy() for rid, p in zip(rids, pcm, strict=True)}
-        ids = torch.tensor([self._slots[rid] for rid in rids], device=dec.device)
-        parts = [graphs.run(ids, c.to(dec.device)) for c in passes]
+        ids = upload_ints([self._slots[rid] for rid in rids], dec.device)
+        parts = [graphs.run(ids, to_device(c, dec.device)) for c in passes]
         pcm = torch.cat(parts, dim=1).float().cpu().numpy()  # one copy for all rows
         return dict(zip(rids, pcm, strict=True))
 
@@ -139,10 +140,10 @@ class StreamSlots:
         assert self.graphs is not None and self.decoder is not None
         outputs = step.sample.outputs
         keep = [i for i, f in enumerate(outputs) if f is not None]
-        ids = torch.tensor([self._slots[rid] for rid in request_ids], device=self.decoder.device)
+        ids = upload_ints([self._slots[rid] for rid in request_ids], self.decoder.device)
         codes = step.sample.next_frames
         if len(keep) != len(outputs):
-            codes = codes.index_select(0, torch.tensor(keep, device=codes.device))
+            codes = codes.index_select(0, upload_ints(keep, codes.device))
         out = self.graphs.run(ids, codes).float().cpu().numpy()  # one copy for all rows
         return dict(zip(request_ids, out, strict=True))
 
