@@ -226,7 +226,8 @@ class ARModel(Protocol):
         """Sample each row's AR-loop token from its hidden state and complete its frame, all
         queued on the device; the codes' copy to the host is started, nothing waits. The next
         step's inputs (`next_tokens`, `next_frames`) are right for every row that goes on,
-        whatever it sampled. One call may be outstanding: `read_frames` it before the next."""
+        whatever it sampled. Two calls may be outstanding (a window queues step n+1 before it
+        reads step n); they are read in the order they were queued."""
         ...
 
     def read_frames(self, queued: QueuedFrames) -> FrameSample:

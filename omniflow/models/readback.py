@@ -1,8 +1,8 @@
 """A step's sampled codes copied to the host without waiting for the work queued after them.
 
 Why: `tensor.tolist()` waits for everything queued on the stream so far. A decode window
-queues the next step's talker forward right behind the codes it is about to read (the
-runner's overlap, `stages/runner.py`), so the read must wait for the codes alone: the copy
+queues the whole next step (forward and sampling) right behind the codes it is about to
+read (the runner's overlap, `stages/runner.py`), so the read must wait for the codes alone: the copy
 goes to pinned host memory with `non_blocking=True`, an event is recorded behind it, and
 `wait` blocks on that event only. The GPU keeps computing the next step while the host turns
 the codes into tokens and outputs.

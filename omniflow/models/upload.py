@@ -15,10 +15,11 @@ import torch
 
 
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`host` (a CPU tensor) on `device`, without a wait on CUDA."""
+    """`host` (a CPU tensor, any layout) on `device`, without a wait on CUDA. A strided view
+    is made contiguous first: torch would otherwise copy through a pageable temporary."""
     if device.type != "cuda":
         return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+    return host.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def upload_ints(values: list[int], device: torch.device) -> torch.Tensor:

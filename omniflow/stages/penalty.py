@@ -9,7 +9,8 @@ scatter (`record`), and a sampling call gathers its rows' masks (`rows`). Nothin
 the history, and nothing is read back.
 
 The mask stays exactly the set of a request's tokens: a row is rebuilt from the host's token
-list whenever the count it has recorded differs from that list's length (a request admitted
+list whenever the count it has recorded differs from that list's length plus the tokens a
+caller says are recorded but not yet read back (`pending`; a request admitted
 with tokens after preemption, a caller that appended tokens by other means), so `rows` is
 correct whatever happened before it.
 """
@@ -52,15 +53,20 @@ class PenaltyHistory:
     def slots(self, rows: Sequence[HistoryRow], pending: int = 0) -> list[int]:
         """Each row's slot, with its mask brought in line with its token list. `pending`:
         tokens each row has sampled and recorded here that its list does not hold yet (a
-        window queues step n+1's draw before the host reads step n's token); a row whose
-        mask holds any other count is rebuilt from its list (and its pending tokens are then
-        lost, so callers pass `pending` only for rows they recorded themselves)."""
+        window queues step n+1's draw before the host reads step n's token). Without
+        pending tokens a row whose mask holds another count is rebuilt from its list; with
+        them that would drop the pending tokens, so it is refused (a caller's bug)."""
         out = []
         for r in rows:
             slot = self.slot_of.get(r.request_id)
             if slot is None:
                 slot = self._allocate(r.request_id)
             if self.recorded[slot] != len(r.tokens) + pending:
+                if pending:
+                    raise RuntimeError(
+                        f"{r.request_id}: penalty history holds {self.recorded[slot]} tokens, "
+                        f"expected {len(r.tokens)} read + {pending} pending"
+                    )
                 self._rebuild(slot, r.tokens)
             out.append(slot)
         return out

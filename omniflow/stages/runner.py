@@ -227,7 +227,7 @@ class ARModelRunner:
         k or at a stop token; the layout is built once and only shrinks. Returns the outputs
         (several steps concatenated) and the number of steps run.
 
-        Overlap: the GPU runs two steps ahead of the host's bookkeeping. Before the host reads
+        Overlap: the GPU runs a whole step ahead of the host's bookkeeping. Before the host reads
         step n's codes back, step n+1 is queued whole for every row still short of its k
         (which the host knows): its forward and its sampling, keyed by the counters the rows
         will have (`SamplingStaging.prepare(pending=1)`), so the host's reading, recording and

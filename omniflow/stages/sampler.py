@@ -181,7 +181,10 @@ class SamplingStaging:
 
     def record(self, batch: SamplingBatch, ids: torch.Tensor) -> None:
         """The rows of `batch` (from `prepare`) sampled `ids` [B] (device): add them to the
-        rows' penalty histories. Call once per `prepare`, after the draw."""
+        rows' penalty histories. Call once per `prepare`, after the draw, and before the next
+        `prepare`: a batch's tensors are views of the staging's device buffers, which the next
+        `prepare` overwrites (the window records a step at the top of its iteration, when its
+        batch is still the last one prepared)."""
         if batch.history_slots is not None:
             slots, host = batch.history_slots
             self.history.record(slots, host, ids)

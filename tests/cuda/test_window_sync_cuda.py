@@ -1,8 +1,9 @@
-"""GPU: inside a window the host never waits for the device except at the step's read-back:
-dropping rows from the decode layout (`DecodeBatch.select`, when a row reaches its k or
-stops) uploads its index from pinned memory. A pageable upload would block until all queued
-work ran, the next step's overlapped forward included (docs/engine.md, "Multi-step
-windows")."""
+"""GPU: inside a window the host waits for the device only at the step's read-back and
+before it refills a pinned staging buffer whose last upload may still be queued
+(`Staging.begin`, which waits for an earlier step, never for the queued one): dropping rows
+from the decode layout (`DecodeBatch.select`, when a row reaches its k or stops) uploads its
+index from pinned memory. A pageable upload would block until all queued work ran, the next
+step's overlapped forward included (docs/engine.md, "Multi-step windows")."""
 
 from __future__ import annotations
 

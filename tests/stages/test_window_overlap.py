@@ -5,26 +5,29 @@ model calls, through real engine steps of the tiny model (the codes' equality wi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
+from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
+from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
-from tests.factories import EOS, eos_bundle, speech
+from tests.factories import EOS, eos_bundle, speech, tiny_bundle
 from tests.stages.test_talker_engine import collect
 
 
 def traced_engine(
-    window_k: int, cases
+    window_k: int, cases, bundle: TalkerBundle | None = None
 ) -> tuple[StageEngine, list[tuple[str, int]], TalkerProcessor]:
-    """An engine over the EOS-prone tiny talker whose model logs (call, rows) for every
-    decode forward, queued sample and read-back; and its request processor."""
-    bundle = eos_bundle()
+    """An engine over the EOS-prone tiny talker (or `bundle`) whose model logs (call, rows)
+    for every decode forward, queued sample and read-back; and its request processor."""
+    bundle = bundle if bundle is not None else eos_bundle()
     cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
     model = build_ar_model(bundle)
     calls: list[tuple[str, int]] = []
@@ -185,3 +188,41 @@ def test_a_discarded_step_never_reaches_the_penalty_history():
     assert [("forward", 3), ("queue", 3), ("read", 3), ("forward", 2)] in [
         calls[i : i + 4] for i in range(len(calls) - 3)
     ]  # the stop and its discarded step happened
+
+
+def ramp_bundle() -> TalkerBundle:
+    """The tiny model with codebook 0's head biased 50 - 0.1 i on ids 0..299: greedy with a
+    strong repetition penalty, each step draws the best id not drawn yet, so a penalty mask
+    that misses one token (the one queued but not read back) draws it again."""
+    base = tiny_bundle()
+    weights = copy.deepcopy(base.talker.weights)
+    head = weights.talker.codec_head
+    ramp = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        ramp.weight.copy_(head.weight)
+        ramp.bias.zero_()
+        ramp.bias[:300] = 50.0 - 0.1 * torch.arange(300, dtype=torch.float32)
+    weights.talker.codec_head = ramp
+    return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
+
+
+def test_a_window_penalises_the_token_it_has_not_read_back_yet():
+    """Greedy, repetition penalty 100, the ramped head: step n+1 is queued before step n's
+    token reaches the host, so its penalty must already hold that token. Windowed codes equal
+    single steps', and no codebook-0 id repeats."""
+    bundle = ramp_bundle()
+
+    def run(window_k: int):
+        engine, _, proc = traced_engine(window_k, [], bundle)
+        for rid, seed, n in (("g", 1, 20), ("h", 2, 13)):
+            r = proc.make_request(speech(rid, "Other.", seed=seed, max_new_tokens=n))
+            r.sampling = dataclasses.replace(
+                r.sampling, temperature=0.0, repetition_penalty=100.0, ignore_eos=True
+            )
+            engine.add_request(r)
+        return collect(engine.run_until_idle())
+
+    windowed = run(8)
+    assert windowed == run(0)
+    first = [f[0] for f in windowed["g"]]
+    assert len(first) == 20 and len(set(first)) == 20, first
