@@ -15,7 +15,7 @@ other test runs loading the machine.
 
 Both tests time the server against a spare CPU, so they carry the `serial` marker: CI runs them
 in a session of their own after the parallel (`-n 2`) one (README.md, "Tests"). Beside another
-pytest process running model tests, a probe failed the bound in 1 of 24 runs on that machine.
+pytest process running model tests, a probe assertion failed in 1 of 37 runs on that machine.
 """
 
 from __future__ import annotations
