@@ -142,18 +142,24 @@ class Collector:
 EOS = 2150
 
 
-def eos_bundle() -> TalkerBundle:
-    """The tiny model with a codebook-0 head biased so that EOS always wins the draw."""
+def biased_bundle(bias: torch.Tensor) -> TalkerBundle:
+    """The tiny model with `bias` [vocab] added to its codebook-0 head's logits."""
     base = tiny_bundle()
     weights = copy.deepcopy(base.talker.weights)
     head = weights.talker.codec_head
     biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
     with torch.no_grad():
         biased.weight.copy_(head.weight)
-        biased.bias.zero_()
-        biased.bias[EOS] = 1e4
+        biased.bias.copy_(bias)
     weights.talker.codec_head = biased
     return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
+
+
+def eos_bundle() -> TalkerBundle:
+    """The tiny model with a codebook-0 head biased so that EOS always wins the draw."""
+    bias = torch.zeros(tiny_bundle().talker.shape.vocab_size)
+    bias[EOS] = 1e4
+    return biased_bundle(bias)
 
 
 def wait_idle(orch, timeout: float = 20.0) -> None:

@@ -5,7 +5,6 @@ model calls, through real engine steps of the tiny model (the codes' equality wi
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -14,11 +13,10 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
-from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
-from tests.factories import EOS, eos_bundle, speech, tiny_bundle
+from tests.factories import EOS, biased_bundle, eos_bundle, speech, tiny_bundle
 from tests.stages.test_talker_engine import collect
 
 
@@ -194,16 +192,9 @@ def ramp_bundle() -> TalkerBundle:
     """The tiny model with codebook 0's head biased 50 - 0.1 i on ids 0..299: greedy with a
     strong repetition penalty, each step draws the best id not drawn yet, so a penalty mask
     that misses one token (the one queued but not read back) draws it again."""
-    base = tiny_bundle()
-    weights = copy.deepcopy(base.talker.weights)
-    head = weights.talker.codec_head
-    ramp = torch.nn.Linear(head.in_features, head.out_features, bias=True)
-    with torch.no_grad():
-        ramp.weight.copy_(head.weight)
-        ramp.bias.zero_()
-        ramp.bias[:300] = 50.0 - 0.1 * torch.arange(300, dtype=torch.float32)
-    weights.talker.codec_head = ramp
-    return TalkerBundle(Talker(weights, base.talker.config, base.vocab), base.tokenizer, base.vocab)
+    bias = torch.zeros(tiny_bundle().talker.shape.vocab_size)
+    bias[:300] = 50.0 - 0.1 * torch.arange(300, dtype=torch.float32)
+    return biased_bundle(bias)
 
 
 def test_a_window_penalises_the_token_it_has_not_read_back_yet():
