@@ -17,7 +17,7 @@ from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.draw import draw_fixed_policy
+from omniflow.stages.draw import SamplingBatch, draw_fixed_policy
 from omniflow.stages.engine import StageEngine
 from omniflow.stages.runner import ARModelRunner
 
@@ -187,3 +187,22 @@ def wait_idle(orch, timeout: float = 20.0) -> None:
 def stage_stats(orch, name: str):
     """The public gauges of one stage."""
     return next(s for s in orch.stats().stages if s.name == name)
+
+
+def sampling_batch(b: int, g: torch.Generator, **kw) -> SamplingBatch:
+    """A random codebook-0 `SamplingBatch` of b rows over 512 ids: greedy rows mixed in,
+    per-row top_k (<= 0: all ids), penalties, bans and seen masks; `kw` replaces fields."""
+    temperature = torch.rand(b, generator=g) + 0.5
+    temperature[::4] = 0.0
+    base = dict(
+        temperature=temperature,
+        top_k=torch.randint(-1, 80, (b,), generator=g),
+        top_p=torch.ones(b),
+        repetition_penalty=1.0 + torch.rand(b, generator=g),
+        seeds=torch.randint(-(2**62), 2**62, (b,), generator=g),
+        counters=torch.randint(0, 2**20, (b,), generator=g),
+        banned=torch.rand(b, 512, generator=g) < 0.1,
+        seen=torch.rand(b, 512, generator=g) < 0.3,
+    )
+    base.update(kw)
+    return SamplingBatch(**base)

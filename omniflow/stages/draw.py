@@ -95,10 +95,10 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) -> torch
     fast = sample_top_k(logits, batch, stream)
     if not batch.use_top_p:
         return fast
-    return torch.where(batch.top_p < 1, _sample_nucleus(logits, batch, stream), fast)
+    return torch.where(batch.top_p < 1, sample_nucleus(logits, batch, stream), fast)
 
 
-def _sample_nucleus(logits: torch.Tensor, batch: SamplingBatch, stream: int) -> torch.Tensor:
+def sample_nucleus(logits: torch.Tensor, batch: SamplingBatch, stream: int) -> torch.Tensor:
     """The general draw for rows with a nucleus cut: penalty, bans and temperature, the
     top-k candidates (ties at the k-th value kept), then the smallest prefix of them, in
     descending order (a stable sort: ties by id), whose mass before each id is <= top_p, and

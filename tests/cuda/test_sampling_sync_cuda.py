@@ -14,7 +14,7 @@ from omniflow.core.request import SamplingParams
 from omniflow.kernels.topk_sample import sample_rows
 from omniflow.stages.draw import sample, sample_top_k
 from omniflow.stages.sampler import SamplingStaging
-from tests.stages.test_sample_top_k import batch
+from tests.factories import sampling_batch as batch
 from tests.stages.test_sampler_prepare import POLICY, VOCAB, Row
 
 pytestmark = pytest.mark.cuda

@@ -7,39 +7,23 @@ import dataclasses
 
 import torch
 
-from omniflow.stages.draw import SamplingBatch, sample, sample_top_k
-
-
-def batch(b: int, g: torch.Generator, **kw) -> SamplingBatch:
-    temperature = torch.rand(b, generator=g) + 0.5
-    temperature[::4] = 0.0  # greedy rows mixed in
-    base = dict(
-        temperature=temperature,
-        top_k=torch.randint(-1, 80, (b,), generator=g),
-        top_p=torch.ones(b),
-        repetition_penalty=1.0 + torch.rand(b, generator=g),
-        seeds=torch.randint(-(2**62), 2**62, (b,), generator=g),
-        counters=torch.randint(0, 2**20, (b,), generator=g),
-        banned=torch.rand(b, 512, generator=g) < 0.1,
-        seen=torch.rand(b, 512, generator=g) < 0.3,
-    )
-    base.update(kw)
-    return SamplingBatch(**base)
+from omniflow.stages.draw import sample_nucleus, sample_top_k
+from tests.factories import sampling_batch as batch
 
 
 def test_without_ties_it_draws_what_the_nucleus_path_draws_at_top_p_1():
-    """Continuous logits (no ties): the one-launch path and the general path (sort, top-k by
-    rank, top_p = 1) agree row for row, with penalties, bans, greedy rows and per-row k."""
+    """Continuous logits (no ties): the one-launch path and the nucleus path (a full sort, the
+    top-k candidates, no cut at top_p = 1) agree row for row, with penalties, bans, greedy
+    rows and per-row k."""
     g = torch.Generator().manual_seed(0)
     for stream in (0, 3):
         b = batch(64, g)
         logits = 3 * torch.randn(64, 512, generator=g)
-        fast = sample(logits, dataclasses.replace(b, use_top_p=False), stream)
-        general = sample(logits, dataclasses.replace(b, use_top_p=True), stream)
-        assert torch.equal(fast, general)
+        fast = sample_top_k(logits, b, stream)
+        assert torch.equal(fast, sample_nucleus(logits, b, stream))
         assert not b.banned.gather(1, fast[:, None]).any()
         # The penalty and the bans act: without them other ids are drawn.
-        bare = dataclasses.replace(b, use_top_p=False, use_penalty=False, banned=None)
+        bare = dataclasses.replace(b, use_penalty=False, banned=None)
         assert not torch.equal(sample_top_k(logits, bare, stream), fast)
 
 
