@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from omniflow.bench.gemv_bench import provenance
+from omniflow.bench.gemv_bench import provenance, replay_median_us
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
@@ -109,15 +108,7 @@ def main() -> None:
     graphs = build_graphs(args.model, args.batch)
     k = args.batch
     graph = graphs.graphs[k]
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(args.reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
+    replay_us = replay_median_us(graph, args.reps, calls=1)
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(args.traced):
@@ -133,7 +124,7 @@ def main() -> None:
         **provenance(),
         "model": args.model,
         "batch": k,
-        "replay_us_median": statistics.median(times),
+        "replay_us_median": replay_us,
         "traced": {key: best[key] for key in ("kernels", "wall_us", "kernel_us", "gap_us")},
         "by_name": best["by_name"],
         "order": [(n[:60], round(s - replays[0][0][1], 2), round(d, 2)) for n, s, d in replays[0]],

@@ -104,20 +104,13 @@ def sample_nucleus(logits: torch.Tensor, batch: SamplingBatch, stream: int) -> t
     descending order (a stable sort: ties by id), whose mass before each id is <= top_p, and
     a Gumbel-max draw over what is left; greedy rows take the first maximum. Rows with
     top_p >= 1 are not cut (their float mass may round past 1)."""
-    x = logits.float()
-    seen = _seen(batch, x)
-    if seen is not None:
-        x = _penalise(x, seen, batch.repetition_penalty)
-    if batch.banned is not None:
-        x = x.masked_fill(batch.banned, float("-inf"))
+    x = _penalised_banned(logits, batch, _seen(batch, logits))
     greedy = batch.temperature <= 0
     temp = torch.where(greedy, torch.ones_like(batch.temperature), batch.temperature)
     x = x / temp[:, None]
     v = x.shape[1]
     ordered, order = x.sort(dim=-1, descending=True, stable=True)
-    top_k = batch.top_k
-    k = torch.where((top_k > 0) & (top_k < v), top_k, torch.full_like(top_k, v))
-    kth = ordered.gather(1, (k - 1)[:, None])
+    kth = ordered.gather(1, (_row_k(batch.top_k, v) - 1)[:, None])
     ordered = ordered.masked_fill(ordered < kth, float("-inf"))
     probs = ordered.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs
@@ -152,11 +145,7 @@ def sample_top_k(logits: torch.Tensor, batch: SamplingBatch, stream: int = 0) ->
             penalty,
             batch.banned,
         )
-    x = logits.float()
-    if seen is not None:
-        x = _penalise(x, seen, batch.repetition_penalty)
-    if batch.banned is not None:
-        x = x.masked_fill(batch.banned, float("-inf"))
+    x = _penalised_banned(logits, batch, seen)
     b = batch
     return fixed_policy_torch(x, stream, b.seeds, b.counters, b.temperature, b.top_k)
 
@@ -173,6 +162,24 @@ def _seen(batch: SamplingBatch, logits: torch.Tensor) -> torch.Tensor | None:
         if ids:
             seen[row, list(ids)] = True
     return seen.to(logits.device)
+
+
+def _penalised_banned(
+    logits: torch.Tensor, batch: SamplingBatch, seen: torch.Tensor | None
+) -> torch.Tensor:
+    """fp32 logits with the repetition penalty on the `seen` ids (None: none) and the
+    batch's banned ids at -inf: what both torch draws start from."""
+    x = logits.float()
+    if seen is not None:
+        x = _penalise(x, seen, batch.repetition_penalty)
+    if batch.banned is not None:
+        x = x.masked_fill(batch.banned, float("-inf"))
+    return x
+
+
+def _row_k(top_k: torch.Tensor, v: int) -> torch.Tensor:
+    """Each row's number of top-k candidates: its top_k, or all V ids for k <= 0 or >= V."""
+    return torch.where((top_k > 0) & (top_k < v), top_k, torch.full_like(top_k, v))
 
 
 def _penalise(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -203,7 +210,7 @@ def fixed_policy_torch(
     scaled = scaled / temp[:, None]
     v = scaled.shape[1]
     if isinstance(top_k, torch.Tensor):
-        k = torch.where((top_k > 0) & (top_k < v), top_k, torch.full_like(top_k, v))
+        k = _row_k(top_k, v)
         kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     elif 0 < top_k < v:
