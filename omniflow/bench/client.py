@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import statistics
 import sys
 import time
@@ -152,33 +153,41 @@ async def measured(
 async def run(
     url: str, prompts: list[Prompt], concurrency: int, warmup: int, model: str, voice: str
 ) -> Outcome:
-    """Warm-ups one by one (any failure raises), then every prompt at `concurrency`."""
-    # httpx pools at most 100 connections by default: at concurrency 128 the last 28 requests
-    # waited for the first ones to end (measured as a second wave on the GPU, half the
-    # throughput). One connection per concurrent request, all kept alive between requests.
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    """Warm-ups one by one (any failure raises), then every prompt at `concurrency`: that many
+    lanes, each sending its next prompt as soon as its previous one ends."""
+    tls = ssl.create_default_context()  # built once: 128 clients building one each took ~1 s
+    async with lane_client(tls) as client:
         for i in range(warmup):
             await one(client, url, model, voice, prompts[i % len(prompts)], seed=i)
-        sem = asyncio.Semaphore(concurrency)
+    queue = iter(enumerate(prompts))
+    results: list[Sample | Failure | None] = [None] * len(prompts)
 
-        async def bounded(i: int, p: Prompt) -> Sample | Failure:
-            async with sem:
-                return await measured(client, url, model, voice, i, p, seed=1000 + i)
-
-        t0 = time.perf_counter()
-        with tqdm(total=len(prompts), desc="requests", unit=" req", leave=False) as bar:
-
-            async def counted(i: int, p: Prompt) -> Sample | Failure:
-                result = await bounded(i, p)
+    async def lane(bar: tqdm) -> None:
+        async with lane_client(tls) as client:
+            for i, p in queue:  # one shared iterator: each prompt goes to exactly one lane
+                results[i] = await measured(client, url, model, voice, i, p, seed=1000 + i)
                 bar.update(1)
-                return result
 
-            results = await asyncio.gather(*(counted(i, p) for i, p in enumerate(prompts)))
-        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with tqdm(total=len(prompts), desc="requests", unit=" req", leave=False) as bar:
+        await asyncio.gather(*(lane(bar) for _ in range(min(concurrency, len(prompts)))))
+    wall = time.perf_counter() - t0
     samples = [r for r in results if isinstance(r, Sample)]
     failures = [r for r in results if isinstance(r, Failure)]
     return Outcome(samples, failures, wall)
+
+
+def lane_client(tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """A client of one keep-alive connection, one per concurrent lane.
+
+    One client shared by all lanes spent most of the load generator's CPU in httpcore's pool
+    bookkeeping, which scans every connection for every request and every stream it closes: at
+    concurrency 128 the load generator sat at one full core and kept only ~20 requests in
+    flight (docs/benchmarks.md, "The load generator was the c128 bottleneck"). A pool of one
+    has nothing to scan. (Shared, httpx's default of 100 connections also made concurrency
+    128 two waves.)"""
+    one_connection = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return httpx.AsyncClient(timeout=600, limits=one_connection, verify=tls)
 
 
 def write_outcome(path: str | Path, outcome: Outcome, summary: dict) -> None:

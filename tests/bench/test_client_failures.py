@@ -37,8 +37,11 @@ class FakeSpeech:
 
     def __init__(self) -> None:
         self.requests: list[str] = []
+        self.seeds: list[int] = []
+        self.connections = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode()
@@ -49,6 +52,7 @@ class FakeSpeech:
                 body = json.loads(await reader.readexactly(length))
                 kind = body["input"]
                 self.requests.append(kind)
+                self.seeds.append(body["seed"])
                 want = body["max_new_tokens"] * BYTES_PER_FRAME
                 if kind == "drop":
                     writer.close()
@@ -110,6 +114,18 @@ def test_failed_requests_are_counted_with_their_errors_and_the_run_completes():
     assert s["audio_seconds"] == pytest.approx(audio)
     assert s["audio_throughput"] == pytest.approx(audio / outcome.wall_s)
     assert s["rtf"]["max"] == max(x.rtf for x in outcome.samples)
+
+
+def test_each_lane_keeps_one_connection_and_every_prompt_is_sent_once():
+    """`concurrency` lanes, each with its own one-connection client kept alive across its
+    requests, taking prompts from one shared queue (docs/benchmarks.md: a pool shared by 128
+    requests cost the load generator a whole core)."""
+    fake = FakeSpeech()
+    prompts = [Prompt("ok", FRAMES)] * 12
+    outcome = asyncio.run(serving(fake, lambda url: run(url, prompts, 4, 1, "m", "v")))
+    assert len(outcome.samples) == 12 and outcome.failures == []
+    assert sorted(fake.seeds) == [0, *range(1000, 1012)]  # the warm-up, then each prompt once
+    assert fake.connections == 1 + 4  # the warm-up's client, then one per lane
 
 
 @pytest.mark.parametrize("kind", ["503", "short", "drop"])
