@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.bench.client import (
@@ -89,6 +90,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     pipeline.set_phase_timer(steps)
     # log lines (rounds, engine stats) print above the request bar, not through it
     with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
+        registry = srv.app.state.service.metrics.registry
+        first_since = first_audio_sums(registry)
         for i in range(b.rounds):
             client = [
                 f"--url={srv.url}",
@@ -105,7 +108,11 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             rounds.append(summary)
             errors += [f.error for f in outcome.failures]
             log_round(i + 1, b.rounds, summary, outcome)
-        registry = srv.app.state.service.metrics.registry
+            if i == 0 and b.rounds > 1:  # the warm-ups ran in round 1: leave them out
+                first_since = first_audio_sums(registry)
+        first = first_audio_parts(
+            first_since, first_audio_sums(registry), b.rounds == 1 and b.warmup > 0
+        )
         step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": ar.name})
         audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
         frames = audio_s * pipeline.info().sample_rate / 1920
@@ -130,6 +137,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
         "windows": windows,
         "steps": steps.summary(),
+        "first_audio_parts": first,
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
@@ -144,6 +152,16 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 for kind, v in kinds.items()
             ),
         )
+    if first is not None:
+        log.info(
+            "first audio, server side (mean of %d requests): %.1f ms = intake %.1f + made %.1f"
+            " + delivery %.1f",
+            first["requests"],
+            first["total_ms"],
+            first["intake_ms"],
+            first["made_ms"],
+            first["delivery_ms"],
+        )
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))
@@ -153,6 +171,34 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             + (f"; the failures are in {out_dir / 'result.json'}" if out_dir else "")
         )
     return result
+
+
+FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
+
+
+def first_audio_sums(registry: CollectorRegistry) -> dict[str, float]:
+    """The server's first-audio histograms so far: the sums (seconds) of the whole and of
+    its parts (`serve/metrics.py`), and the count of requests."""
+
+    def total(name: str) -> float:
+        return registry.get_sample_value(f"omniflow_first_audio{name}_seconds_sum") or 0.0
+
+    sums = {"total": total("")} | {p: total(f"_{p}") for p in FIRST_AUDIO_PARTS}
+    count = registry.get_sample_value("omniflow_first_audio_seconds_count") or 0.0
+    return sums | {"count": count}
+
+
+def first_audio_parts(
+    since: dict[str, float], now: dict[str, float], warm_ups_included: bool
+) -> dict[str, Any] | None:
+    """Mean first audio of the requests between two `first_audio_sums`, measured by the
+    server and split where it went (intake, the pipeline making it, delivery); the load
+    generator's ttfp adds the network and its own side. None when no request got audio."""
+    n = now["count"] - since["count"]
+    if n <= 0:
+        return None
+    means = {f"{k}_ms": 1e3 * (now[k] - since[k]) / n for k in ("total", *FIRST_AUDIO_PARTS)}
+    return {"requests": int(n), "warm_ups_included": warm_ups_included} | means
 
 
 def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> None:

@@ -21,6 +21,7 @@ from omniflow.core.pipeline import PipelineStats, StageStats
 from omniflow.serve.pipeline import Pipeline
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+FIRST_AUDIO_PART_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 10)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
 STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = (
@@ -66,8 +67,31 @@ class Metrics:
         self.audio_seconds = Counter("omniflow_audio_seconds", "Seconds of audio sent", registry=r)
         self.first_audio = Histogram(
             "omniflow_first_audio_seconds",
-            "Request arrival to first audio bytes",
+            "Request arrival to its first audio bytes sent (a whole response: its body ready);"
+            " the sum of the three omniflow_first_audio_*_seconds parts below",
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # First audio in three parts that add up to it, so a slow first audio says where it
+        # went: the server's own intake, the pipeline (queueing, prefill, the first frame and
+        # its decode), or the way back to the socket (engine thread -> event loop, response).
+        self.first_audio_intake = Histogram(
+            "omniflow_first_audio_intake_seconds",
+            "Request arrival to its submission to the pipeline (body, validation, voice)",
+            buckets=FIRST_AUDIO_PART_BUCKETS,
+            registry=r,
+        )
+        self.first_audio_made = Histogram(
+            "omniflow_first_audio_made_seconds",
+            "Submission to the pipeline making the request's first audio",
+            buckets=FIRST_AUDIO_PART_BUCKETS,
+            registry=r,
+        )
+        self.first_audio_delivery = Histogram(
+            "omniflow_first_audio_delivery_seconds",
+            "First audio made to its first bytes sent (hand-off to the event loop, response"
+            " start, encoding)",
+            buckets=FIRST_AUDIO_PART_BUCKETS,
             registry=r,
         )
         self.e2e = Histogram(
@@ -90,6 +114,14 @@ class Metrics:
         pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))
         r.register(StageCollector(pipeline.stats))
         ProcessCollector(registry=r)
+
+    def first_audio_sent(self, arrived: float, submitted: float, made: float, sent: float) -> None:
+        """A request's first audio went out: its latency from arrival, and the three parts
+        (`time.perf_counter` values; `made` from the engine's thread, the same clock)."""
+        self.first_audio.observe(sent - arrived)
+        self.first_audio_intake.observe(submitted - arrived)
+        self.first_audio_made.observe(made - submitted)
+        self.first_audio_delivery.observe(sent - made)
 
     def request_started(self) -> None:
         """A speech request runs: the in-flight gauge, and `watchers` if it is the only one."""

@@ -37,7 +37,13 @@ from omniflow.serve.openapi import speech_openapi
 from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
-from omniflow.serve.streaming import LiveResponses, LoopHandoff, SpeechResponse, event_channel
+from omniflow.serve.streaming import (
+    Arrival,
+    LiveResponses,
+    LoopHandoff,
+    SpeechResponse,
+    event_channel,
+)
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.serve.voices import Clone, VoiceService
 from omniflow.stages.builders import EncodedVoice, ReferenceEncoder
@@ -68,6 +74,7 @@ class SpeechService:
         self.responses.close()
 
     async def speech(self, request: Request) -> Response:
+        arrived = time.perf_counter()
         try:
             self.responses.admit()
             body = default_task(parse_body(await request.body(), SpeechBody), self.info)
@@ -75,11 +82,10 @@ class SpeechService:
             validate(body, self.info, self.server, registered=saved is not None)
             admit(self.pipeline.stats(), self.server)
             clone = saved or await self.clone_from_reference(body)
-            rid, events = self.submit(body, clone)
+            rid, events, submitted = self.submit(body, clone)
         except ApiError:
             self.metrics.requests.labels("rejected").inc()
             raise
-        t0 = time.perf_counter()
         response = SpeechResponse(
             self.pipeline,
             self.metrics,
@@ -87,7 +93,7 @@ class SpeechService:
             rid,
             events,
             request,
-            t0,
+            Arrival(arrived, submitted),
             self.server.stalled_client_timeout_s,
         )
         self.responses.add(response)
@@ -122,10 +128,12 @@ class SpeechService:
 
     def submit(
         self, body: SpeechBody, clone: Clone | None = None
-    ) -> tuple[str, asyncio.Queue[AudioEvent]]:
-        """Hand the request to the pipeline; its events arrive on the returned queue.
-        `clone`: a voice clone's reference (then `voice`, if any, named the registered
-        voice it came from, and is no preset speaker)."""
+    ) -> tuple[str, asyncio.Queue[AudioEvent], float]:
+        """Hand the request to the pipeline; its events arrive on the returned queue. Also
+        returns when it was handed over (`time.perf_counter`, taken just before, since a
+        pipeline may make events before its `submit` returns): the first audio's intake
+        part ends there. `clone`: a voice clone's reference (then `voice`, if any, named the
+        registered voice it came from, and is no preset speaker)."""
         loop = asyncio.get_running_loop()
         if self.handoff is None or self.handoff.loop is not loop:
             self.handoff = LoopHandoff(loop)
@@ -144,13 +152,14 @@ class SpeechService:
             ref_codes=clone.ref_codes if clone is not None else None,
             ref_text=clone.ref_text if clone is not None else None,
         )
+        submitted = time.perf_counter()
         try:
             self.pipeline.submit(speech, sink, self.server.max_buffered_audio_s)
         except PipelineUnavailable as exc:
             raise unavailable(str(exc)) from None
         except ValueError as exc:
             raise ApiError(400, clip(str(exc), 300), "input") from None
-        return speech.request_id, events
+        return speech.request_id, events, submitted
 
     def health(self) -> JSONResponse:
         stats = self.pipeline.stats()

@@ -44,10 +44,13 @@ class PacedStream(StreamingResponse):
         media_type: str,
         stall_timeout_s: float,
         on_end: Callable[[], None],
+        on_first_body: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(content, media_type=media_type)
         self.stall_timeout_s = stall_timeout_s
         self.on_end = on_end
+        self.on_first_body = on_first_body
+        """Called once, when the first body bytes have been handed to the connection."""
         self._timeout: asyncio.Timeout | None = None
         self._cap: float | None = None
         """Loop time past which no send may wait (set by `hurry`)."""
@@ -68,6 +71,9 @@ class PacedStream(StreamingResponse):
             try:
                 async with asyncio.timeout_at(when) as self._timeout:
                     await send(message)
+                if message["type"] == "http.response.body" and self.on_first_body is not None:
+                    first, self.on_first_body = self.on_first_body, None
+                    first()
             except TimeoutError:
                 raise ClientStalled from None
             finally:

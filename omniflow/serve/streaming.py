@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import Request
@@ -114,6 +115,15 @@ class DisconnectWatch:
                 continue
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """When a speech request arrived (its handler started) and when it was submitted to the
+    pipeline (`time.perf_counter`)."""
+
+    arrived: float
+    submitted: float
+
+
 class SpeechResponse:
     """The response state of one admitted request: counts its outcome exactly once, and
     aborts it in the pipeline whenever the response ends before the request did."""
@@ -126,11 +136,13 @@ class SpeechResponse:
         rid: str,
         events: asyncio.Queue[AudioEvent],
         request: Request,
-        t0: float,
+        times: Arrival,
         stall_timeout_s: float,
     ) -> None:
         self.pipeline, self.metrics, self.sample_rate = pipeline, metrics, sample_rate
-        self.rid, self.events, self.t0 = rid, events, t0
+        self.rid, self.events, self.times = rid, events, times
+        self.first_made: float | None = None
+        """When the pipeline made the first audio (`AudioEvent.made_at`)."""
         self.stall_timeout_s = stall_timeout_s
         self.watch = DisconnectWatch(request)
         self.finished = False
@@ -147,7 +159,7 @@ class SpeechResponse:
             m.requests.labels(outcome).inc()
             m.request_ended()
             if outcome == "ok":
-                m.e2e.observe(time.perf_counter() - self.t0)
+                m.e2e.observe(time.perf_counter() - self.times.arrived)
 
     def abort(self) -> None:
         self.pipeline.abort(self.rid)
@@ -183,7 +195,7 @@ class SpeechResponse:
             self.account(AudioEvent(self.rid, finished=True, finish_reason="error"))
             raise self.failed(first.error)
         self.account(first)
-        self.metrics.first_audio.observe(time.perf_counter() - self.t0)
+        self.first_made = first.made_at
         fmt, sr = body.response_format, self.sample_rate
         if body.stream_format == "sse":
             return self.streamed(sse(self.audio_events(first, False), fmt, sr), "text/event-stream")
@@ -194,8 +206,18 @@ class SpeechResponse:
         return await self.whole(first, fmt)
 
     def streamed(self, content: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
-        self.stream = PacedStream(content, media_type, self.stall_timeout_s, self.abort)
+        self.stream = PacedStream(
+            content, media_type, self.stall_timeout_s, self.abort, self.first_audio_sent
+        )
         return self.stream
+
+    def first_audio_sent(self) -> None:
+        """The first audio bytes went out (a WAV stream's header is sent with them): the
+        first-audio latency and its three parts."""
+        assert self.first_made is not None  # set before any response is made
+        self.metrics.first_audio_sent(
+            self.times.arrived, self.times.submitted, self.first_made, time.perf_counter()
+        )
 
     async def audio_events(self, first: AudioEvent, poll: bool) -> AsyncIterator[AudioEvent]:
         """The request's events from `first` to its end; `poll` watches for a client that
@@ -230,7 +252,9 @@ class SpeechResponse:
         if last.error:
             raise self.failed(last.error)
         audio = np.concatenate(parts)
-        return Response(encode_whole(audio, fmt, self.sample_rate), media_type=MEDIA_TYPES[fmt])
+        encoded = encode_whole(audio, fmt, self.sample_rate)
+        self.first_audio_sent()  # a whole response's first audio is its body, ready now
+        return Response(encoded, media_type=MEDIA_TYPES[fmt])
 
 
 def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
@@ -260,6 +284,7 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
         finished=last.finished,
         finish_reason=last.finish_reason,
         error=last.error,
+        made_at=ev.made_at,
     )
 
 

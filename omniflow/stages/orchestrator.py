@@ -21,8 +21,9 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,6 +63,10 @@ class AudioEvent:
     finished: bool = False
     finish_reason: FinishReason | None = None
     error: str | None = None
+    made_at: float = field(default_factory=time.perf_counter)
+    """When the event was made (`time.perf_counter`, on the thread that made it): the server
+    splits a request's first-audio latency at this point (`omniflow_first_audio_made_seconds`
+    and `omniflow_first_audio_delivery_seconds`)."""
 
 
 Sink = Callable[[AudioEvent], None]

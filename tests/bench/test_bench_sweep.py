@@ -65,6 +65,12 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         assert set(kinds) == {"mixed_step", "decode_step"}  # phases only when asked
         assert res["config"]["phase_timing"] == "steps"
         assert kinds["decode_step"]["median_ms"] > 0 and kinds["mixed_step"]["total_s"] > 0
+        # the server's first audio of the job's 2 requests, in parts that add up to it
+        first = res["first_audio_parts"]
+        assert first["requests"] == 2 and first["warm_ups_included"] is False
+        parts = first["intake_ms"] + first["made_ms"] + first["delivery_ms"]
+        assert all(first[f"{p}_ms"] > 0 for p in ("intake", "made", "delivery"))
+        assert abs(parts - first["total_ms"]) < 1e-6
     assert "pipeline.stages.talker.window_k=4" in results[1]["command"]
     assert results[0]["windows"] is None
     # K=0: each of the 3 frames after the prefill's is its own decode step, for both prompts
@@ -85,6 +91,7 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
     assert "sweep: 100%" in r.stderr and "2/2" in r.stderr  # the progress bar over jobs
     assert (out / "1" / ".hydra" / "overrides.yaml").is_file()
     assert "round 1/1" in (out / "1" / "bench.log").read_text()
+    assert "first audio, server side (mean of 2 requests)" in (out / "1" / "bench.log").read_text()
     again = omniflow("sweep", "summarize", str(out), cwd=tmp_path)
     assert again.returncode == 0 and "RTF median" in again.stdout
     # running the same command again would overwrite these results: refused, untouched
@@ -199,3 +206,17 @@ def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path):
     assert kinds["forward"]["count"] >= kinds["decode_step"]["count"]
     bad = omniflow("bench", *SMALL, "bench.phase_timing=gpu", cwd=tmp_path)
     assert bad.returncode == 2 and "bench.phase_timing" in bad.stderr
+
+
+def test_first_audio_parts_leave_out_round_one_and_its_warm_up(tmp_path):
+    """With more than one round, the server-side first audio is the later rounds' mean:
+    round 1 carries the warm-up request (a first request pays one-off costs)."""
+    from omniflow.bench.job import run_job
+    from omniflow.config.compose import compose
+
+    args = ["platform=cpu", "bench.num_prompts=1", "bench.max_frames=2", "bench.rounds=3"]
+    result = run_job(compose([*args, "bench.warmup=1"]), args, None)
+    first = result["first_audio_parts"]
+    assert first["requests"] == 2 and first["warm_ups_included"] is False  # rounds 2 and 3
+    parts = first["intake_ms"] + first["made_ms"] + first["delivery_ms"]
+    assert abs(parts - first["total_ms"]) < 1e-6

@@ -192,6 +192,7 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
     assert [r["failed"] for r in result["rounds"]] == [1, 2]
     assert [r["completed"] for r in result["rounds"]] == [2, 1]
     assert result["summary"]["failed"] == 3 and result["summary"]["completed"] == 3
+    assert result["first_audio_parts"] is None  # no request reached this job's server
     assert result["summary"]["errors"] == [
         {"error": "HTTP 503: busy", "count": 2},
         {"error": "ReadError: reset", "count": 1},

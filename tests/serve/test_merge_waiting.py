@@ -47,6 +47,7 @@ def test_waiting_audio_and_the_end_become_one_event():
     got = merge_waiting(first, q)
     assert np.array_equal(got.pcm, np.arange(12, dtype=np.float32))
     assert (got.frames, got.finished, got.finish_reason, got.error) == (3, True, "length", None)
+    assert got.made_at == first.made_at  # made when its first part was (first-audio split)
     assert q.empty()
 
 
