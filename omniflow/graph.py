@@ -41,6 +41,9 @@ class ResolvedStage(Frozen):
     prompt_graph_tokens: int = Field(
         description="Largest whole-prompt prefill run on the prompt graphs (0: eager; AR only)."
     )
+    audio_chunk_frames: int = Field(
+        description="Frames per decoder pass inside a window (0: one pass at the window's end)."
+    )
     stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
     ref_context_frames: int | None = Field(
         description="Decoder priming frames after resolution (None: stage decodes no audio)."

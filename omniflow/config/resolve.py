@@ -64,6 +64,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
             _check_prompt_graphs(key, stage, errors)
+            _check_audio_chunks(key, stage, errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
@@ -72,6 +73,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             arch=stage.arch,
             window_k=stage.window_k,
             prompt_graph_tokens=_prompt_graph_tokens(stage, platform),
+            audio_chunk_frames=_audio_chunk_frames(stage),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),
@@ -313,6 +315,27 @@ def _check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]
                 "that many tokens",
             )
         )
+
+
+def _check_audio_chunks(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
+    a full window: each pass is then one replay of the captured chunk graph."""
+    if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
+        return
+    c, k = stage.audio_chunk_frames, stage.window_k
+    ckey = f"{key}.audio_chunk_frames"
+    if not stage.stream_decode:
+        errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
+    elif k < 2:
+        errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k})"))
+    elif c >= k or k % c:
+        errors.append(ConfigError(ckey, f"must be a divisor of window_k ({k}) below it, got {c}"))
+
+
+def _audio_chunk_frames(stage: StageConfig) -> int:
+    if isinstance(stage, ARStageConfig) and stage.audio_chunk_frames is not None:
+        return stage.audio_chunk_frames
+    return 0
 
 
 def _check_window(

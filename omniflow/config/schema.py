@@ -101,6 +101,15 @@ class ARStageConfig(StageBase):
         "token bucket (with platform.cuda_graphs; eagerly elsewhere); 0: eager prefill; "
         "null: 512 (capped at scheduler.max_num_batched_tokens) with CUDA graphs, else 0.",
     )
+    audio_chunk_frames: int | None = Field(
+        None,
+        ge=1,
+        le=15,
+        description="With window_k and stream_decode: decode a window's audio in passes of this "
+        "many frames (a divisor of window_k, below it) as their steps are read back, on a "
+        "second CUDA stream beside the window's remaining steps; null: one pass at the "
+        "window's end.",
+    )
 
 
 class GenerationStageConfig(StageBase):

@@ -148,6 +148,14 @@ class SampledStep:
     sample: FrameSample
 
 
+class PendingAudio(Protocol):
+    """PCM being decoded (`ARModel.queue_audio`)."""
+
+    def result(self) -> dict[str, np.ndarray]:
+        """PCM per request (float32 samples), once the decoding is done."""
+        ...
+
+
 class RowSampler(Protocol):
     """Draws one id per row with each row's own settings and seeded noise (the runner's
     sampler). The model decides what to sample; how the noise is drawn stays the runner's."""
@@ -250,11 +258,13 @@ class ARModel(Protocol):
         rebuild, release the rest."""
         ...
 
-    def decode_audio(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
-        """After one or more consecutive sampling calls (a step, or a window's steps): PCM
-        per request for all the frames they produced, in order (empty when the model does
-        not stream-decode; rows whose output is None produce none). Deferring a window's
-        audio to its end lets the decoder take each request's frames in one pass."""
+    def queue_audio(self, steps: Sequence[SampledStep]) -> PendingAudio:
+        """After one or more consecutive sampling calls (a step, or a window's steps, or a
+        chunk of them): PCM per request for all the frames they produced, in order (empty
+        when the model does not stream-decode; rows whose output is None produce none), to
+        be read with `result()`. Deferring a window's audio lets the decoder take each
+        request's frames in one pass; a model may decode while the caller goes on (a
+        window's later steps), so the caller reads the result last."""
         ...
 
     def decoder_slots(self) -> tuple[int, int] | None:

@@ -148,6 +148,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         priming=priming,
         window_k=stage.window_k,
         prompt_graph_tokens=stage.prompt_graph_tokens,
+        audio_chunk_frames=stage.audio_chunk_frames,
     )
     platform = ctx.graph.platform
     cfg = sized_scheduler(
@@ -159,6 +160,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         ctx.device,
         ctx.dtype,
         batched_decode=PLATFORMS[ctx.graph.platform.name].batched_decode_attention,
+        audio_chunk_frames=stage.audio_chunk_frames,
     )
     processor = TalkerProcessor(
         bundle.tokenizer,

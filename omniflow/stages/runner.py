@@ -21,7 +21,14 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
-from omniflow.models.interface import ARModel, FrameSample, KVLayout, QueuedFrames, SampledStep
+from omniflow.models.interface import (
+    ARModel,
+    FrameSample,
+    KVLayout,
+    PendingAudio,
+    QueuedFrames,
+    SampledStep,
+)
 from omniflow.models.upload import upload_ints
 from omniflow.stages.draw import SamplingBatch
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
@@ -44,8 +51,12 @@ class ARModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         batched_decode: bool = False,
+        audio_chunk_frames: int = 0,
     ) -> None:
         self.model = model
+        self.audio_chunk_frames = audio_chunk_frames
+        """Inside a window, queue the audio of every this many steps as soon as they are read
+        back (0: the whole window's at its end); see `_decode`."""
         self.device = device
         self.dtype = dtype
         self.batched_decode = batched_decode
@@ -219,7 +230,7 @@ class ARModelRunner:
             return {}
         sample = self._sample(torch.cat(hidden), sampled)
         outputs = self._record(sampled, sample)
-        return self._with_audio(outputs, [self._step(sampled, sample)])
+        return self._with_audio(outputs, [self._step(sampled, sample)], [])
 
     def _decode(self, ks: dict[str, int]) -> tuple[dict[str, RequestStepOutput], int]:
         """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
@@ -237,11 +248,17 @@ class ARModelRunner:
         iteration). If a row stopped at step n, step n+1 was computed needlessly for it: it
         is discarded (never recorded; its read-back is never read) and computed again for the
         rows that go on, so every kept row's codes come from the same batch as without the
-        overlap, bit for bit."""
+        overlap, bit for bit.
+
+        With `audio_chunk_frames` C, the audio of steps 1..C, C+1..2C, ... is queued
+        (`ARModel.queue_audio`) as soon as the last of them is read back, while the GPU
+        computes the next step, and read at the window's end with the rest: a model that
+        decodes on a stream of its own does so beside the window's later steps."""
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
         parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
         sampled: list[SampledStep] = []
+        chunks: list[PendingAudio] = []  # audio queued before the window's end
         steps = 0
         current: _Queued | None = self._queue_step(reqs, pending=0)
         while current is not None:
@@ -272,8 +289,12 @@ class ARModelRunner:
                 ahead = self._queue_step(kept, pending=0) if kept else None
             reqs = [reqs[i] for i in keep]
             current = ahead
+            if current is not None and len(sampled) == self.audio_chunk_frames:
+                with self.timer.phase(self.stage_name, "audio"):
+                    chunks.append(self.model.queue_audio(sampled))
+                sampled = []
         outputs = {rid: _concat(outs) for rid, outs in parts.items()}
-        return self._with_audio(outputs, sampled), steps
+        return self._with_audio(outputs, sampled, chunks), steps
 
     def _queue_step(self, reqs: list[RunnerRequest], pending: int) -> _Queued:
         """The decode batch's next forward and its sampling, queued (not recorded)."""
@@ -320,14 +341,23 @@ class ARModelRunner:
         return SampledStep(tuple(r.request_id for r in reqs), sample)
 
     def _with_audio(
-        self, outputs: dict[str, RequestStepOutput], steps: list[SampledStep]
+        self,
+        outputs: dict[str, RequestStepOutput],
+        steps: list[SampledStep],
+        queued: list[PendingAudio],
     ) -> dict[str, RequestStepOutput]:
-        """The outputs with the PCM of the frames `steps` sampled (the model's post-frame
-        hook), decoded once for the step or the whole window."""
+        """The outputs with the PCM of the frames sampled: the audio `queued` earlier (a
+        window's first chunks, in order), then that of `steps` (the model's post-frame hook),
+        decoded in one pass for the step or the rest of the window."""
         with self.timer.phase(self.stage_name, "audio"):
-            audio = self.model.decode_audio(steps)
+            pending = [*queued, self.model.queue_audio(steps)] if steps else queued
+            parts = [p.result() for p in pending]
+        audio: dict[str, list[np.ndarray]] = {}
+        for part in parts:
+            for rid, pcm in part.items():
+                audio.setdefault(rid, []).append(pcm)
         return {
-            rid: dataclasses.replace(out, audio=audio[rid]) if rid in audio else out
+            rid: dataclasses.replace(out, audio=_joined(audio[rid])) if rid in audio else out
             for rid, out in outputs.items()
         }
 
@@ -342,3 +372,7 @@ def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
         frames=tuple(f for o in outs for f in o.frames),
         audio=np.concatenate(audio) if audio else None,
     )
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

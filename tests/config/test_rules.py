@@ -71,6 +71,42 @@ def test_window_k_is_per_stage_never_inherited():
     assert g.stages["code2wav"].window_k == 0
 
 
+# ------------------------------------------------------------------------- audio_chunk_frames
+
+CHUNK = "pipeline.stages.talker.audio_chunk_frames"
+
+
+@pytest.mark.parametrize(("k", "c"), [(8, 4), (8, 2), (16, 8), (16, 1)])
+def test_audio_chunk_frames_accepted_values(k, c):
+    g = graph(*FUSED, f"pipeline.stages.talker.window_k={k}", f"{CHUNK}={c}")
+    assert g.stages["talker"].audio_chunk_frames == c
+
+
+def test_audio_chunk_frames_unset_resolves_to_zero_on_every_stage():
+    g = graph(*TWO, "pipeline.stages.talker.window_k=8")
+    assert g.stages["talker"].audio_chunk_frames == 0
+    assert g.stages["code2wav"].audio_chunk_frames == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ((*FUSED, f"{CHUNK}=4"), "requires window_k >= 2 (window_k is 0)"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=3"), "a divisor of window_k (8)"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=8"), "below it, got 8"),
+        ((*TWO, "pipeline.stages.talker.window_k=8", f"{CHUNK}=4"), "requires stream_decode"),
+    ],
+)
+def test_audio_chunk_frames_refused_values(overrides, reason):
+    err = refused(*overrides)
+    assert err.key == CHUNK and reason in err.reason
+
+
+def test_audio_chunk_frames_refused_on_a_generation_stage():
+    err = refused(*TWO, "+pipeline.stages.code2wav.audio_chunk_frames=4")
+    assert "pipeline.stages.code2wav.audio_chunk_frames" in keys_of(err)
+
+
 # ----------------------------------------------------------------------------- stream_decode
 
 

@@ -243,3 +243,32 @@ def test_runner_refuses_a_window_naming_an_unknown_request():
     assert result.window_refusal == "unknown_request" and result.window_steps == 1
     assert len(result.outputs["r0"].tokens) == 1
     assert result.outputs["ghost"].error is not None
+
+
+def chunked_run(*overrides: str) -> tuple[list[np.ndarray], int]:
+    """Three requests of different lengths on the fused pipeline with 8-step windows: their
+    PCM and the number of audio (decoder) phases."""
+    orch = build("qwen3_tts_fused", "pipeline.stages.talker.window_k=8", *overrides)
+    counter = AudioCalls()
+    orch.set_phase_timer(counter)
+    try:
+        sinks = [Collector() for _ in range(3)]
+        for i, (sink, n) in enumerate(zip(sinks, (13, 21, 30), strict=True)):
+            orch.submit(speech(f"c{i}", max_new_tokens=n, ignore_eos=True, seed=i), sink)
+        return [s.wait().pcm for s in sinks], counter.calls
+    finally:
+        orch.stop()
+
+
+def test_a_window_decoded_in_chunks_gives_the_same_audio_in_order():
+    """`audio_chunk_frames=4` (and 2): each window's audio is decoded in passes of 4 (2)
+    frames queued as their steps are read back; rows leaving the window at their length
+    mid-chunk included, every request's PCM is the one-pass PCM within one 16-bit step, in
+    order, and there are more decoder passes than windows."""
+    whole, passes = chunked_run()
+    for c in (4, 2):
+        chunked, chunk_passes = chunked_run(f"pipeline.stages.talker.audio_chunk_frames={c}")
+        for a, b, n in zip(whole, chunked, (13, 21, 30), strict=True):
+            assert a.shape == b.shape == (n * 1920,)
+            np.testing.assert_allclose(b, a, rtol=0, atol=1 / 32768)
+        assert chunk_passes > passes

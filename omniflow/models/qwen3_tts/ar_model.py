@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from omniflow.models.interface import (
@@ -37,7 +36,7 @@ from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGr
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
-from omniflow.models.qwen3_tts.stream_slots import StreamSlots
+from omniflow.models.qwen3_tts.stream_slots import PendingPcm, StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.models.readback import Readback
 
@@ -60,6 +59,7 @@ class TalkerARModel:
         priming: ReferencePriming | None = None,
         window_graphs: DecoderStepGraphs | None = None,
         prompt_graph_tokens: int = 0,
+        audio_side_stream: torch.cuda.Stream | None = None,
     ) -> None:
         self.talker = talker
         self.frame_graphs = frame_graphs
@@ -84,7 +84,9 @@ class TalkerARModel:
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
         )
-        self.slots = StreamSlots(stream_decoder, step_graphs, priming, window_graphs)
+        self.slots = StreamSlots(
+            stream_decoder, step_graphs, priming, window_graphs, audio_side_stream
+        )
         # Two read-backs in flight: a window queues step n+1 before it reads step n.
         self.readback = Readback(depth=2)
 
@@ -198,8 +200,8 @@ class TalkerARModel:
     def preempt(self, request_id: str) -> None:
         self.slots.preempt(request_id)
 
-    def decode_audio(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
-        return self.slots.decode(steps)
+    def queue_audio(self, steps: Sequence[SampledStep]) -> PendingPcm:
+        return self.slots.queue(steps)
 
     def decoder_slots(self) -> tuple[int, int] | None:
         return self.slots.slots_in_use()
@@ -220,6 +222,7 @@ def build_ar_model(
     priming: ReferencePriming | None = None,
     window_k: int = 0,
     prompt_graph_tokens: int = 0,
+    audio_chunk_frames: int = 0,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
@@ -228,17 +231,24 @@ def build_ar_model(
     its KV cache, and so does the streaming decoder's per-frame step (captured now). With
     `priming`, voice-clone requests' decoder slots are primed with their reference frames.
     With `window_k` > 1 and decode graphs, a window's `window_k` frames per request are
-    decoded in one replay of a second set of decoder graphs at the window's end. With
+    decoded in one replay of a second set of decoder graphs at the window's end; with
+    `audio_chunk_frames` those graphs take that many frames, one replay per chunk, and on
+    CUDA every decoder pass runs on a stream of its own (the runner queues a window's
+    chunks while its later steps compute: `stream_slots.py`). With
     `prompt_graph_tokens`, whole-context prefills up to that many tokens run on the prompt
     path (`prompt_graph.py`: captured graphs when `decode_graphs`, else eagerly)."""
     graphs = None
     step_graphs = None
     window_graphs = None
+    side = None
+    if audio_chunk_frames and stream_decoder is not None and stream_decoder.device.type == "cuda":
+        side = torch.cuda.Stream(stream_decoder.device)
     if decode_graphs and stream_decoder is not None:
         step_graphs = DecoderStepGraphs(stream_decoder, max_batch)
         step_graphs.capture_all()
         if window_k > 1:
-            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=window_k)
+            frames = audio_chunk_frames or window_k
+            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=frames)
             window_graphs.capture_all()
     if frame_sample is not None:
         talker = bundle.talker
@@ -258,4 +268,5 @@ def build_ar_model(
         priming,
         window_graphs,
         prompt_graph_tokens,
+        side,
     )

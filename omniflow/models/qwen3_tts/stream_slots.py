@@ -9,11 +9,20 @@ voice-clone request continues exactly). Without a decoder every call is a no-op.
 
 Voice clone: a slot taken for a request with reference codes waiting in `priming` is primed
 with them (eagerly, grouped by length) before its first frame is decoded, by graph or not.
+
+Overlap (`side`, a second CUDA stream): `queue` then runs every decoder pass on that stream and
+returns at once with the PCM copying to pinned host memory; `PendingPcm.result` waits for
+it. The runner queues a window's first chunks while the window's later steps compute on the
+main stream (`audio_chunk_frames`, docs/architecture.md). All decoder work of the stage goes
+through the side stream then (slot zeroing, priming, parking, restoring, each pass), so it is
+ordered among itself; the side stream waits for the main stream only where it reads what the
+main stream made (a single step's codes on the device; a window's codes come from the host).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -34,24 +43,41 @@ class StreamSlots:
         graphs: DecoderStepGraphs | None = None,
         priming: ReferencePriming | None = None,
         window_graphs: DecoderStepGraphs | None = None,
+        side: torch.cuda.Stream | None = None,
     ) -> None:
         self.decoder = decoder
+        self.side = side
+        """The stream every decoder pass runs on (None: the caller's stream, synchronously)."""
         self.priming = priming
         """Reference frames waiting for their request's first frame (None: no voice clone)."""
         self.graphs = graphs
         """The decoder's per-frame step as CUDA graphs per batch bucket (None: eager)."""
         self.window_graphs = window_graphs
-        """The decoder over a whole window's frames per row (`frames` = window_k) as CUDA
-        graphs per batch bucket (None: a window's frames are decoded eagerly)."""
+        """The decoder over a window's frames per row (`frames`: window_k, or
+        audio_chunk_frames when a window is decoded in chunks) as CUDA graphs per batch
+        bucket (None: a window's frames are decoded eagerly)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
+
+    @contextmanager
+    def _on_side(self, after_main: bool = False) -> Iterator[None]:
+        """Decoder work on the side stream (when there is one); `after_main`: first wait for
+        what the main stream has queued (its results are read here)."""
+        if self.side is None:
+            yield
+            return
+        if after_main:
+            self.side.wait_stream(torch.cuda.current_stream(self.side.device))
+        with torch.cuda.stream(self.side):
+            yield
 
     def admit(self, request_id: str) -> None:
         """A resumed request gets a slot back with its parked state."""
         snap = self._parked.pop(request_id, None)
         if snap is not None and self.decoder is not None:
-            slot = self.decoder.allocate()
-            self.decoder.restore(slot, snap)
+            with self._on_side():
+                slot = self.decoder.allocate()
+                self.decoder.restore(slot, snap)
             self._slots[request_id] = slot
 
     def finish(self, request_id: str) -> None:
@@ -65,44 +91,54 @@ class StreamSlots:
     def preempt(self, request_id: str) -> None:
         slot = self._slots.pop(request_id, None)
         if slot is not None and self.decoder is not None:
-            self._parked[request_id] = self.decoder.snapshot(slot)
+            with self._on_side():  # after the slot's queued passes; kept on that stream
+                self._parked[request_id] = self.decoder.snapshot(slot)
             self.decoder.release(slot)
 
     def decode(self, steps: Sequence[SampledStep]) -> dict[str, np.ndarray]:
+        """`queue(steps)`, waited for."""
+        return self.queue(steps).result()
+
+    def queue(self, steps: Sequence[SampledStep]) -> PendingPcm:
         """The samples of every new frame of one or more consecutive steps, per request, in
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
         none. One step's frames are read from its `next_frames` on the device by the
-        per-frame graph; a window's frames are decoded per request in one pass, by the
+        per-frame graph; several steps' frames are decoded per request in one pass, by the
         window graph where a request has exactly its `frames` new frames, else by the
-        per-frame graph once per frame."""
+        per-frame graph once per frame. On the side stream the passes are only queued."""
         dec = self.decoder
         if dec is None:
-            return {}
+            return PendingPcm({}, [])
         frames: dict[str, list[Frame]] = {}
         for step in steps:
             for rid, f in zip(step.request_ids, step.sample.outputs, strict=True):
                 if f is not None:
                     frames.setdefault(rid, []).append(f)
         if not frames:
-            return {}
-        self._take_slots(list(frames))
-        if len(steps) == 1 and self.graphs is not None:
-            return self._graph_step(steps[0], list(frames))
-        out: dict[str, np.ndarray] = {}
-        groups: dict[int, list[str]] = {}
-        for rid, fs in frames.items():
-            groups.setdefault(len(fs), []).append(rid)
-        for n, rids in groups.items():
-            out.update(self._decode_group(rids, [frames[rid] for rid in rids], n))
-        return {rid: out[rid] for rid in frames}
+            return PendingPcm({}, [])
+        single = len(steps) == 1 and self.graphs is not None
+        with self._on_side(after_main=single):  # a single step reads the main stream's codes
+            self._take_slots(list(frames))
+            if single:
+                parts = [self._graph_step(steps[0], list(frames))]
+            else:
+                groups: dict[int, list[str]] = {}
+                for rid, fs in frames.items():
+                    groups.setdefault(len(fs), []).append(rid)
+                parts = [
+                    self._decode_group(rids, [frames[rid] for rid in rids], n)
+                    for n, rids in groups.items()
+                ]
+            return PendingPcm({rid: None for rid in frames}, parts)
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
-    ) -> dict[str, np.ndarray]:
+    ) -> tuple[list[str], torch.Tensor]:
         """Rows with n new frames each: the window graph when it takes exactly n frames;
         else the per-frame graph replayed n times (a request's last, shorter window; the
         eager decoder step took 14.7 ms at batch 1 on the H200, a replay ~3 ms,
-        docs/benchmarks.md); eager only without graphs."""
+        docs/benchmarks.md); eager only without graphs. Returns the rows and their PCM
+        [rows, n * 1920], on its way to the host."""
         dec = self.decoder
         assert dec is not None
         codes = torch.tensor(frames, dtype=torch.int64)  # [rows, n, 16]
@@ -112,11 +148,10 @@ class StreamSlots:
             graphs, passes = self.graphs, [codes[:, j] for j in range(n)]
         else:  # eager: the rows run as one batch
             pcm = dec.decode([self._slots[rid] for rid in rids], list(codes))
-            return {rid: p.float().cpu().numpy() for rid, p in zip(rids, pcm, strict=True)}
+            return rids, to_host(torch.stack(pcm).float())
         ids = upload_ints([self._slots[rid] for rid in rids], dec.device)
         parts = [graphs.run(ids, to_device(c, dec.device)) for c in passes]
-        pcm = torch.cat(parts, dim=1).float().cpu().numpy()  # one copy for all rows
-        return dict(zip(rids, pcm, strict=True))
+        return rids, to_host(torch.cat(parts, dim=1).float())  # one copy for all rows
 
     def _take_slots(self, request_ids: list[str]) -> None:
         """A slot for each request at its first frame, primed with its reference frames
@@ -135,7 +170,9 @@ class StreamSlots:
         if primed:
             dec.prime(primed, refs)
 
-    def _graph_step(self, step: SampledStep, request_ids: list[str]) -> dict[str, np.ndarray]:
+    def _graph_step(
+        self, step: SampledStep, request_ids: list[str]
+    ) -> tuple[list[str], torch.Tensor]:
         """One frame per row by the per-frame graph, its codes read on the device."""
         assert self.graphs is not None and self.decoder is not None
         outputs = step.sample.outputs
@@ -144,8 +181,7 @@ class StreamSlots:
         codes = step.sample.next_frames
         if len(keep) != len(outputs):
             codes = codes.index_select(0, upload_ints(keep, codes.device))
-        out = self.graphs.run(ids, codes).float().cpu().numpy()  # one copy for all rows
-        return dict(zip(request_ids, out, strict=True))
+        return request_ids, to_host(self.graphs.run(ids, codes).float())  # one copy for all
 
     def slots_in_use(self) -> tuple[int, int] | None:
         dec = self.decoder
@@ -153,3 +189,37 @@ class StreamSlots:
 
     def parked_ids(self) -> frozenset[str]:
         return frozenset(self._parked)
+
+
+class PendingPcm:
+    """A decoder call's PCM per request, copying to the host: `result()` waits for it.
+
+    On CUDA each part is one device-to-host copy into pinned memory, queued on the stream
+    that decoded it, with an event after them all; elsewhere the parts are already on the
+    host."""
+
+    def __init__(self, order: dict[str, None], parts: list[tuple[list[str], torch.Tensor]]) -> None:
+        self.order = order
+        """The requests, in the order their PCM is returned."""
+        self.parts = parts
+        self.done: torch.cuda.Event | None = None
+        if any(host.is_pinned() for _, host in parts):
+            self.done = torch.cuda.Event()
+            self.done.record()
+
+    def result(self) -> dict[str, np.ndarray]:
+        if self.done is not None:
+            self.done.synchronize()
+        pcm: dict[str, np.ndarray] = {}
+        for rids, host in self.parts:
+            pcm.update(zip(rids, host.numpy(), strict=True))
+        return {rid: pcm[rid] for rid in self.order}
+
+
+def to_host(pcm: torch.Tensor) -> torch.Tensor:
+    """`pcm` on the host; from CUDA, copying into pinned memory without a wait (read it only
+    after the stream's work is done: `PendingPcm.result`)."""
+    if pcm.device.type != "cuda":
+        return pcm
+    host = torch.empty(pcm.shape, dtype=pcm.dtype, pin_memory=True)
+    return host.copy_(pcm, non_blocking=True)

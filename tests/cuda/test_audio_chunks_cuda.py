@@ -1,0 +1,64 @@
+"""GPU: a window's audio decoded in chunks on a stream of its own (`audio_chunk_frames`,
+pytest -m cuda).
+
+The tiny fused pipeline on CUDA with graphs, 8-step windows: with `audio_chunk_frames=4` the
+PCM is the one-pass PCM within TF32 rounding (tests/cuda/test_window_audio_cuda.py says why
+passes over different frame counts differ there), every decoder pass runs on the side
+stream, and queueing a chunk does not wait for the device (the window's later steps run
+meanwhile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from omniflow.models.interface import FrameSample, SampledStep
+from tests.factories import Collector, build, speech
+
+pytestmark = pytest.mark.cuda
+
+WINDOW = "pipeline.stages.talker.window_k=8"
+CHUNKS = "pipeline.stages.talker.audio_chunk_frames=4"
+
+
+def pcm(*overrides: str) -> np.ndarray:
+    orch = build("qwen3_tts_fused", "platform=cuda", WINDOW, *overrides)
+    try:
+        sinks = [Collector() for _ in range(3)]
+        for i, (sink, n) in enumerate(zip(sinks, (33, 26, 19), strict=True)):
+            orch.submit(speech(f"r{i}", seed=i, max_new_tokens=n, ignore_eos=True), sink)
+        return np.concatenate([s.wait().pcm for s in sinks])
+    finally:
+        orch.stop()
+
+
+def test_chunked_window_audio_equals_one_pass():
+    whole, chunked = pcm(), pcm(CHUNKS)
+    assert whole.shape == chunked.shape == ((33 + 26 + 19) * 1920,)
+    rms = float(np.sqrt(np.mean(whole**2)))
+    err = float(np.sqrt(np.mean((chunked - whole) ** 2)))
+    print(f"chunked vs one-pass PCM: rms {rms:.3e}, error rms {err:.3e}")
+    assert rms > 1e-3 and err < 1e-2 * rms
+
+
+def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
+    orch = build("qwen3_tts_fused", "platform=cuda", WINDOW, CHUNKS)
+    try:
+        slots = orch.engines[0].runner.model.slots
+        assert slots.side is not None and slots.window_graphs is not None
+        assert slots.window_graphs.frames == 4
+        zeros = torch.zeros(1, 16, dtype=torch.int64, device="cuda")
+        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros))
+        slots.queue([step] * 4).result()  # the slot is taken and its first pass decoded
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            pending = slots.queue([step] * 4)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        pcm = pending.result()["x"]
+        assert pcm.shape == (4 * 1920,) and np.isfinite(pcm).all()
+        slots.finish("x")
+    finally:
+        orch.stop()
