@@ -265,6 +265,8 @@ def main() -> None:
     ap.add_argument("--voice", default="vivian")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.concurrency < 1:
+        ap.error(f"--concurrency must be at least 1, got {args.concurrency}")
     prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
     outcome = asyncio.run(
         run(args.url, prompts, args.concurrency, args.warmup, args.model, args.voice)

@@ -68,7 +68,7 @@ class Metrics:
         self.first_audio = Histogram(
             "omniflow_first_audio_seconds",
             "Request arrival to its first audio bytes sent (a whole response: its body ready);"
-            " the sum of the three omniflow_first_audio_*_seconds parts below",
+            " the sum of its three parts, omniflow_first_audio_{intake,made,delivery}_seconds",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -83,7 +83,8 @@ class Metrics:
         )
         self.first_audio_made = Histogram(
             "omniflow_first_audio_made_seconds",
-            "Submission to the pipeline making the request's first audio",
+            "Submission to the pipeline making the request's first audio (a whole response:"
+            " its last)",
             buckets=FIRST_AUDIO_PART_BUCKETS,
             registry=r,
         )
@@ -96,7 +97,7 @@ class Metrics:
         )
         self.e2e = Histogram(
             "omniflow_e2e_seconds",
-            "Request arrival to last audio bytes",
+            "Request arrival to its last audio bytes sent (a whole response: its body ready)",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )

@@ -45,12 +45,15 @@ class PacedStream(StreamingResponse):
         stall_timeout_s: float,
         on_end: Callable[[], None],
         on_first_body: Callable[[], None] | None = None,
+        on_last_body: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(content, media_type=media_type)
         self.stall_timeout_s = stall_timeout_s
         self.on_end = on_end
         self.on_first_body = on_first_body
         """Called once, when the first body bytes have been handed to the connection."""
+        self.on_last_body = on_last_body
+        """Called once, when the body's end has been (the stream completed)."""
         self._timeout: asyncio.Timeout | None = None
         self._cap: float | None = None
         """Loop time past which no send may wait (set by `hurry`)."""
@@ -63,6 +66,16 @@ class PacedStream(StreamingResponse):
             when = self._timeout.when()
             self._timeout.reschedule(self._cap if when is None else min(when, self._cap))
 
+    def _sent_body(self, more: bool) -> None:
+        """A body message went out: the first one, and the last (`more` false), once each."""
+        first, self.on_first_body = self.on_first_body, None
+        if first is not None:
+            first()
+        if not more:
+            last, self.on_last_body = self.on_last_body, None
+            if last is not None:
+                last()
+
     async def stream_response(self, send: Send) -> None:
         async def bounded(message: Message) -> None:
             when = asyncio.get_running_loop().time() + self.stall_timeout_s
@@ -71,9 +84,8 @@ class PacedStream(StreamingResponse):
             try:
                 async with asyncio.timeout_at(when) as self._timeout:
                     await send(message)
-                if message["type"] == "http.response.body" and self.on_first_body is not None:
-                    first, self.on_first_body = self.on_first_body, None
-                    first()
+                if message["type"] == "http.response.body":
+                    self._sent_body(more=message.get("more_body", False))
             except TimeoutError:
                 raise ClientStalled from None
             finally:

@@ -19,7 +19,6 @@ ends with `speech.audio.error`, a whole one is a 503.
 from __future__ import annotations
 
 import asyncio
-import base64
 import threading
 import time
 import weakref
@@ -30,12 +29,13 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from omniflow.serve.encoders import encode_whole, pcm16, sse_event, wav_header
+from omniflow.serve.bodies import raw_stream, sse
+from omniflow.serve.encoders import encode_whole
 from omniflow.serve.errors import ApiError, unavailable
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.pipeline import Pipeline, Sink
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
-from omniflow.serve.sending import PacedStream, StreamBroken
+from omniflow.serve.sending import PacedStream
 from omniflow.stages.orchestrator import AudioEvent
 
 DISCONNECT_POLL_S = 0.25
@@ -146,6 +146,8 @@ class SpeechResponse:
         self.stall_timeout_s = stall_timeout_s
         self.watch = DisconnectWatch(request)
         self.finished = False
+        self.ok = False
+        """It ended with all its audio (no error, not aborted)."""
         self.stopping = False
         """The server is shutting down: an error now is a 503, not a 500."""
         self.stream: PacedStream | None = None
@@ -155,11 +157,10 @@ class SpeechResponse:
         if ev.finished and not self.finished:
             self.finished = True
             outcome = {"abort": "abort", "error": "error"}.get(ev.finish_reason or "", "ok")
+            self.ok = outcome == "ok"
             m = self.metrics
             m.requests.labels(outcome).inc()
             m.request_ended()
-            if outcome == "ok":
-                m.e2e.observe(time.perf_counter() - self.times.arrived)
 
     def abort(self) -> None:
         self.pipeline.abort(self.rid)
@@ -207,17 +208,29 @@ class SpeechResponse:
 
     def streamed(self, content: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
         self.stream = PacedStream(
-            content, media_type, self.stall_timeout_s, self.abort, self.first_audio_sent
+            content,
+            media_type,
+            self.stall_timeout_s,
+            self.abort,
+            on_first_body=self.first_audio_sent,
+            on_last_body=self.last_audio_sent,
         )
         return self.stream
 
     def first_audio_sent(self) -> None:
-        """The first audio bytes went out (a WAV stream's header is sent with them): the
+        """The first audio bytes went out (a WAV stream's header goes with them): the
         first-audio latency and its three parts."""
         assert self.first_made is not None  # set before any response is made
         self.metrics.first_audio_sent(
             self.times.arrived, self.times.submitted, self.first_made, time.perf_counter()
         )
+
+    def last_audio_sent(self) -> None:
+        """The body's last bytes went out (a raw stream that broke or lost its client never
+        gets here; an SSE stream does, after its error event): the end-to-end latency of a
+        request that ended with all its audio."""
+        if self.ok:
+            self.metrics.e2e.observe(time.perf_counter() - self.times.arrived)
 
     async def audio_events(self, first: AudioEvent, poll: bool) -> AsyncIterator[AudioEvent]:
         """The request's events from `first` to its end; `poll` watches for a client that
@@ -253,7 +266,11 @@ class SpeechResponse:
             raise self.failed(last.error)
         audio = np.concatenate(parts)
         encoded = encode_whole(audio, fmt, self.sample_rate)
-        self.first_audio_sent()  # a whole response's first audio is its body, ready now
+        # a whole response's first audio is its body, ready now: made when its last event
+        # was, and its first and last bytes are one
+        self.first_made = last.made_at
+        self.first_audio_sent()
+        self.last_audio_sent()
         return Response(encoded, media_type=MEDIA_TYPES[fmt])
 
 
@@ -286,46 +303,6 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
         error=last.error,
         made_at=ev.made_at,
     )
-
-
-async def raw_stream(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
-    """Streamed pcm or wav: a WAV header with unknown sizes, then PCM16 as it comes."""
-    if fmt == "wav":
-        yield wav_header(sr)
-    async for ev in events:
-        if ev.pcm is not None:
-            yield pcm16(ev.pcm)
-        if ev.error:
-            raise StreamBroken(f"generation failed mid-stream: {ev.error}")
-
-
-async def sse(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:
-    """`speech.audio.delta` (base64 PCM16, or WAV bytes after a header for wav),
-    `speech.audio.done` with usage, or `speech.audio.error`."""
-    samples = 0
-    frames = 0
-    header_sent = fmt != "wav"
-    async for ev in events:
-        frames = ev.frames or frames
-        if ev.pcm is not None:
-            chunk = pcm16(ev.pcm)
-            if not header_sent:
-                chunk = wav_header(sr) + chunk
-                header_sent = True
-            samples += ev.pcm.size
-            yield sse_event(
-                {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()}
-            )
-        if ev.finished:
-            if ev.error:
-                yield sse_event({"type": "speech.audio.error", "error": {"message": ev.error}})
-            else:
-                usage = {
-                    "audio_seconds": samples / sr,
-                    "output_frames": frames,
-                    "finish_reason": ev.finish_reason,
-                }
-                yield sse_event({"type": "speech.audio.done", "usage": usage})
 
 
 class LiveResponses:

@@ -214,9 +214,12 @@ def test_first_audio_parts_leave_out_round_one_and_its_warm_up(tmp_path):
     from omniflow.bench.job import run_job
     from omniflow.config.compose import compose
 
-    args = ["platform=cpu", "bench.num_prompts=1", "bench.max_frames=2", "bench.rounds=3"]
-    result = run_job(compose([*args, "bench.warmup=1"]), args, None)
-    first = result["first_audio_parts"]
-    assert first["requests"] == 2 and first["warm_ups_included"] is False  # rounds 2 and 3
+    args = ["platform=cpu", "bench.num_prompts=1", "bench.max_frames=2", "bench.warmup=1"]
+    two = [*args, "bench.rounds=2"]
+    first = run_job(compose(two), two, None)["first_audio_parts"]
+    assert first["requests"] == 1 and first["warm_ups_included"] is False  # round 2 only
     parts = first["intake_ms"] + first["made_ms"] + first["delivery_ms"]
     assert abs(parts - first["total_ms"]) < 1e-6
+    one = [*args, "bench.rounds=1"]  # one round: its warm-up is in, and the result says so
+    first = run_job(compose(one), one, None)["first_audio_parts"]
+    assert first["requests"] == 2 and first["warm_ups_included"] is True
