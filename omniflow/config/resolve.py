@@ -328,8 +328,9 @@ def _check_audio_chunks(key: str, stage: StageConfig, errors: list[ConfigError])
         errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
     elif k < 2:
         errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k})"))
-    elif c >= k or k % c:
-        errors.append(ConfigError(ckey, f"must be a divisor of window_k ({k}) below it, got {c}"))
+    elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
+        reason = f"must be a divisor of window_k ({k}) from 2 to {k // 2}, got {c}"
+        errors.append(ConfigError(ckey, reason))
 
 
 def _audio_chunk_frames(stage: StageConfig) -> int:

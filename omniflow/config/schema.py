@@ -106,7 +106,7 @@ class ARStageConfig(StageBase):
         ge=1,
         le=15,
         description="With window_k and stream_decode: decode a window's audio in passes of this "
-        "many frames (a divisor of window_k, below it) as their steps are read back, on a "
+        "many frames (a divisor of window_k, 2 to window_k/2) as their steps are read back, on a "
         "second CUDA stream beside the window's remaining steps; null: one pass at the "
         "window's end.",
     )

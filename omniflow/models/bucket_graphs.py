@@ -45,8 +45,14 @@ class BucketGraphs:
         buckets: Sequence[int],
         capture: bool,
         warmup_iters: int,
+        capture_stream: torch.cuda.Stream | None = None,
     ) -> None:
         self.device = device
+        self.capture_stream = capture_stream
+        """The stream the graphs are captured on (None: torch's shared capture stream). Graphs
+        replayed on a stream of their own beside the others are captured on that stream:
+        cuBLAS keys its workspace by stream at capture, so graphs captured on one stream
+        share a workspace, which is only safe while they replay one after another."""
         self.buckets = bucket_sizes(max_batch, buckets)
         self.graphed = capture and device.type == "cuda"
         self.warmup_iters = warmup_iters
@@ -112,6 +118,8 @@ class BucketGraphs:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(
+            graph, pool=self._pool, stream=self.capture_stream, capture_error_mode="thread_local"
+        ):
             self._step(k)
         self.graphs[k] = graph

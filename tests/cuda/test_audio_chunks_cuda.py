@@ -43,22 +43,31 @@ def test_chunked_window_audio_equals_one_pass():
 
 
 def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
+    """On the side stream, without a host sync, and not behind the main stream's work: its
+    PCM is ready while a long kernel still runs on the main stream."""
     orch = build("qwen3_tts_fused", "platform=cuda", WINDOW, CHUNKS)
     try:
         slots = orch.engines[0].runner.model.slots
         assert slots.side is not None and slots.window_graphs is not None
         assert slots.window_graphs.frames == 4
+        assert slots.window_graphs.capture_stream is slots.side  # its own cuBLAS workspace
         zeros = torch.zeros(1, 16, dtype=torch.int64, device="cuda")
         step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros))
         slots.queue([step] * 4).result()  # the slot is taken and its first pass decoded
         torch.cuda.synchronize()
+        main = torch.cuda.current_stream()
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of spinning on the main stream
+        busy = torch.cuda.Event()
+        busy.record(main)
         torch.cuda.set_sync_debug_mode("error")
         try:
             pending = slots.queue([step] * 4)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         pcm = pending.result()["x"]
+        assert not busy.query()  # the main stream's kernel still runs: nothing waited for it
         assert pcm.shape == (4 * 1920,) and np.isfinite(pcm).all()
+        torch.cuda.synchronize()
         slots.finish("x")
     finally:
         orch.stop()

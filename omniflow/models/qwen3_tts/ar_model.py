@@ -242,13 +242,15 @@ def build_ar_model(
     window_graphs = None
     side = None
     if audio_chunk_frames and stream_decoder is not None and stream_decoder.device.type == "cuda":
-        side = torch.cuda.Stream(stream_decoder.device)
+        # high priority: another pool than the shared capture stream's (graphs captured on
+        # one stream share a cuBLAS workspace), and a chunk's audio is the latency-bound work
+        side = torch.cuda.Stream(stream_decoder.device, priority=-1)
     if decode_graphs and stream_decoder is not None:
-        step_graphs = DecoderStepGraphs(stream_decoder, max_batch)
+        step_graphs = DecoderStepGraphs(stream_decoder, max_batch, stream=side)
         step_graphs.capture_all()
         if window_k > 1:
             frames = audio_chunk_frames or window_k
-            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=frames)
+            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=frames, stream=side)
             window_graphs.capture_all()
     if frame_sample is not None:
         talker = bundle.talker

@@ -29,7 +29,8 @@ class DecoderStepGraphs(BucketGraphs):
     `capture_all`) into one memory pool shared by the buckets.
 
     The buckets share one set of static buffers of `max_batch` rows (a bucket of size k reads
-    and writes rows [:k]), which is safe because replays run one at a time on one stream.
+    and writes rows [:k]), which is safe because replays run one at a time on one stream
+    (`stream`, when the decoder runs on a stream of its own: captured there too).
     Without CUDA, or with `capture=False`, the same buffers, padding and step run eagerly (the
     CPU tests and a kill switch exercise everything but the capture)."""
 
@@ -41,6 +42,7 @@ class DecoderStepGraphs(BucketGraphs):
         capture: bool = True,
         warmup_iters: int = 2,
         frames: int = 1,
+        stream: torch.cuda.Stream | None = None,
     ) -> None:
         if frames < 1:
             raise ValueError(f"frames must be >= 1, got {frames}")
@@ -48,7 +50,7 @@ class DecoderStepGraphs(BucketGraphs):
         self.max_batch = max_batch
         self.frames = frames
         """New frames per row in each replay (codes [B, 16] when 1, else [B, frames, 16])."""
-        super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters)
+        super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters, stream)
         self.label = "codec decoder step" if frames == 1 else f"codec decoder {frames}-frame"
         dev = self.device
         pad = decoder.padding_slot

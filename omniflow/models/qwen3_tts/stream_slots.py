@@ -15,8 +15,9 @@ returns at once with the PCM copying to pinned host memory; `PendingPcm.result` 
 it. The runner queues a window's first chunks while the window's later steps compute on the
 main stream (`audio_chunk_frames`, docs/architecture.md). All decoder work of the stage goes
 through the side stream then (slot zeroing, priming, parking, restoring, each pass), so it is
-ordered among itself; the side stream waits for the main stream only where it reads what the
-main stream made (a single step's codes on the device; a window's codes come from the host).
+ordered among itself, and it reads nothing the main stream makes: every pass's codes come
+from the host (read back with the step), so it never waits for the main stream. Its graphs
+are captured on it (`BucketGraphs.capture_stream`: cuBLAS's workspace is per stream).
 """
 
 from __future__ import annotations
@@ -60,16 +61,20 @@ class StreamSlots:
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
 
     @contextmanager
-    def _on_side(self, after_main: bool = False) -> Iterator[None]:
-        """Decoder work on the side stream (when there is one); `after_main`: first wait for
-        what the main stream has queued (its results are read here)."""
+    def _on_side(self) -> Iterator[None]:
+        """Decoder work on the side stream (when there is one)."""
         if self.side is None:
             yield
             return
-        if after_main:
-            self.side.wait_stream(torch.cuda.current_stream(self.side.device))
         with torch.cuda.stream(self.side):
             yield
+
+    def _stream(self) -> torch.cuda.Stream | None:
+        """The stream the decoder's work is queued on (None: not CUDA)."""
+        dec = self.decoder
+        if self.side is not None or dec is None or dec.device.type != "cuda":
+            return self.side
+        return torch.cuda.current_stream(dec.device)
 
     def admit(self, request_id: str) -> None:
         """A resumed request gets a slot back with its parked state."""
@@ -103,9 +108,10 @@ class StreamSlots:
         """The samples of every new frame of one or more consecutive steps, per request, in
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
         none. One step's frames are read from its `next_frames` on the device by the
-        per-frame graph; several steps' frames are decoded per request in one pass, by the
-        window graph where a request has exactly its `frames` new frames, else by the
-        per-frame graph once per frame. On the side stream the passes are only queued."""
+        per-frame graph (without a side stream); several steps' frames are decoded per
+        request in one pass, by the window graph where a request has exactly its `frames`
+        new frames, else by the per-frame graph once per frame. On the side stream the
+        passes are only queued."""
         dec = self.decoder
         if dec is None:
             return PendingPcm({}, [])
@@ -116,8 +122,11 @@ class StreamSlots:
                     frames.setdefault(rid, []).append(f)
         if not frames:
             return PendingPcm({}, [])
-        single = len(steps) == 1 and self.graphs is not None
-        with self._on_side(after_main=single):  # a single step reads the main stream's codes
+        # a single step's codes are read on the device, where the main stream made them; on
+        # the side stream they come from the host like a window's (no wait for the main
+        # stream, no main-stream tensor read on another stream)
+        single = len(steps) == 1 and self.graphs is not None and self.side is None
+        with self._on_side():
             self._take_slots(list(frames))
             if single:
                 parts = [self._graph_step(steps[0], list(frames))]
@@ -129,7 +138,7 @@ class StreamSlots:
                     self._decode_group(rids, [frames[rid] for rid in rids], n)
                     for n, rids in groups.items()
                 ]
-            return PendingPcm({rid: None for rid in frames}, parts)
+            return PendingPcm({rid: None for rid in frames}, parts, self._stream())
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
@@ -198,21 +207,31 @@ class PendingPcm:
     that decoded it, with an event after them all; elsewhere the parts are already on the
     host."""
 
-    def __init__(self, order: dict[str, None], parts: list[tuple[list[str], torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        order: dict[str, None],
+        parts: list[tuple[list[str], torch.Tensor]],
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         self.order = order
         """The requests, in the order their PCM is returned."""
         self.parts = parts
         self.done: torch.cuda.Event | None = None
-        if any(host.is_pinned() for _, host in parts):
+        """Recorded on `stream` (the decoder's, CUDA) after the copies to the host."""
+        if stream is not None and parts:
             self.done = torch.cuda.Event()
-            self.done.record()
+            self.done.record(stream)
 
     def result(self) -> dict[str, np.ndarray]:
+        """PCM per request, copied out of the pinned buffers: they go back to torch's pinned
+        cache at once instead of riding along in the audio events (a whole response would
+        hold its pass's buffer until the request ends, and torch never frees pinned memory)."""
         if self.done is not None:
             self.done.synchronize()
         pcm: dict[str, np.ndarray] = {}
         for rids, host in self.parts:
-            pcm.update(zip(rids, host.numpy(), strict=True))
+            rows = host.numpy()
+            pcm.update(zip(rids, rows.copy() if host.is_pinned() else rows, strict=True))
         return {rid: pcm[rid] for rid in self.order}
 
 
