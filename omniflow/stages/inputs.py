@@ -194,7 +194,9 @@ class DecodeBatch:
                 self.side_ids.np[s, i] = self.model.side_id(r.payload, j + s)
         for buf in self._per_row():
             buf.upload(b)
-        self.side_ids.dev[:steps, :b].copy_(self.side_ids.host[:steps, :b], non_blocking=True)
+        # whole rows: a [:steps, :b] view is strided, and torch copies a strided pinned view
+        # through a pageable temporary, which waits for the queued work (seen on the H200)
+        self.side_ids.dev[:steps].copy_(self.side_ids.host[:steps], non_blocking=True)
         st.end()
         self.rows, self.step = b, 0
         self.seq_lens = [r.num_computed + 1 for r in reqs]
