@@ -37,6 +37,7 @@ from omniflow.bench.client import (
     read_samples,
     summarize,
 )
+from omniflow.bench.reuse import CACHE
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
@@ -83,13 +84,18 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
-    pipeline = build_pipeline(graph)
+    if b.reuse_pipeline:
+        pipeline, reused = CACHE.get(graph)  # started; left running for the next job
+    else:
+        pipeline, reused = build_pipeline(graph), False
+    windows_before = stage_windows(pipeline.stats(), ar.name)
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None
     )
     pipeline.set_phase_timer(steps)
     # log lines (rounds, engine stats) print above the request bar, not through it
-    with logging_redirect_tqdm(), ServerThread(pipeline, spec.server) as srv:
+    server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
+    with logging_redirect_tqdm(), server as srv:
         registry = srv.app.state.service.metrics.registry
         first_since = first_audio_sums(registry)
         for i in range(b.rounds):
@@ -116,7 +122,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": ar.name})
         audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
         frames = audio_s * pipeline.info().sample_rate / 1920
-        windows = stage_windows(pipeline.stats(), ar.name)
+        windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
     result = {
         "overrides": overrides,
         "config": {
@@ -131,6 +137,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "frames_per_prompt": [p.frames for p in prompts],
             "client": "separate process",
             "phase_timing": b.phase_timing,
+            "pipeline_reused": reused,
         },
         "rounds": rounds,
         "summary": _across_rounds(rounds, errors),
@@ -255,6 +262,16 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
     flat = {"planned_windows": w.planned, "executed_windows": w.executed, "executed_steps": w.steps}
     flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
     return flat
+
+
+def windows_since(
+    before: dict[str, int] | None, now: dict[str, int] | None
+) -> dict[str, int] | None:
+    """This job's window counters: a reused pipeline's counters started at the previous
+    jobs' totals."""
+    if now is None or before is None:
+        return now
+    return {k: v - before.get(k, 0) for k, v in now.items()}
 
 
 def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str, Any]:

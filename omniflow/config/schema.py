@@ -410,6 +410,11 @@ class BenchConfig(Frozen):
         "sample and audio phases, with a device synchronisation around each (exact phases, "
         "slower steps: for finding where a served step's time goes, not for throughput).",
     )
+    reuse_pipeline: bool = Field(
+        True,
+        description="Keep the built pipeline for the sweep's next job when its stage graph is "
+        "the same (jobs differing only in bench.* keys); false: every job builds its own.",
+    )
 
 
 class OmniflowSpec(Frozen):

@@ -51,23 +51,27 @@ log = logging.getLogger("omniflow.serve")
 GRACE_S = 10
 
 
-def make_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
-    """The app serving `pipeline`, which starts with the server and stops with it, and
-    returns the allocator's free memory whenever it goes idle (`memory.IdleTrim`)."""
+def make_app(pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = True) -> FastAPI:
+    """The app serving `pipeline`, which starts with the server and stops with it (unless
+    the caller keeps it running across servers: `owns_pipeline=False`, the bench's reused
+    pipeline), and returns the allocator's free memory whenever it goes idle
+    (`memory.IdleTrim`)."""
     app = build_app(pipeline, server)
     app.state.idle_trim = IdleTrim(malloc_trim(), IDLE_TRIM_S)
     app.state.service.metrics.watchers.append(app.state.idle_trim)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pipeline.start()
+        if owns_pipeline:
+            pipeline.start()
         freeze_heap()
         try:
             yield
         finally:
             gc.unfreeze()
-            log.info("stopping engines")
-            pipeline.stop()
+            if owns_pipeline:
+                log.info("stopping engines")
+                pipeline.stop()
 
     app.router.lifespan_context = lifespan
     return app
@@ -137,10 +141,12 @@ class ServerThread:
     """The server on a free loopback port in a background thread (benchmarks, tests).
 
     It takes a built, not yet started pipeline (`build_pipeline(graph)`), so that a test can
-    serve a pipeline it controls."""
+    serve a pipeline it controls; with `owns_pipeline=False` a started one, left running."""
 
-    def __init__(self, pipeline: Pipeline, server: ServerConfig) -> None:
-        self.app = make_app(pipeline, server)
+    def __init__(
+        self, pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = True
+    ) -> None:
+        self.app = make_app(pipeline, server, owns_pipeline)
         self.sock = listening_socket(socket.AF_INET)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]

@@ -50,6 +50,8 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
     assert r.returncode == 0, r.stderr
     results = [json.loads((out / str(i) / "result.json").read_text()) for i in range(2)]
     assert [res["config"]["window_k"] for res in results] == [0, 4]
+    # different stage graphs: each job built its own pipeline
+    assert [res["config"]["pipeline_reused"] for res in results] == [False, False]
     for res in results:
         assert res["config"]["frames_per_prompt"] == [4, 4]
         assert res["summary"]["rtf"]["median"] > 0

@@ -1,0 +1,64 @@
+"""`bench.reuse_pipeline`: a sweep's jobs with the same stage graph share one built pipeline
+(the build is most of a GPU job), a different graph builds anew and stops the old one, and
+a reusing job's results are its own (window counters counted from where it started)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omniflow.bench.job import run_job
+from omniflow.bench.reuse import CACHE, PipelineCache
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.graph import StageGraph
+
+
+@dataclass
+class FakePipeline:
+    graph: StageGraph
+    calls: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+
+def test_equal_graphs_share_a_started_pipeline_and_another_graph_stops_it():
+    built: list[FakePipeline] = []
+
+    def build(graph: StageGraph) -> FakePipeline:
+        built.append(FakePipeline(graph))
+        return built[-1]
+
+    cache = PipelineCache(build)  # type: ignore[arg-type]
+    a = build_graph(compose(["platform=cpu"]))
+    b = build_graph(compose(["platform=cpu", "pipeline.stages.talker.window_k=4"]))
+    first, reused = cache.get(a)
+    assert not reused and first.calls == ["start"]
+    again, reused = cache.get(build_graph(compose(["platform=cpu", "bench.concurrency=4"])))
+    assert reused and again is first  # bench keys are not part of the graph
+    other, reused = cache.get(b)
+    assert not reused and other is not first
+    assert first.calls == ["start", "stop"] and other.calls == ["start"]
+    cache.close()
+    assert other.calls == ["start", "stop"] and len(built) == 2
+
+
+def test_a_reusing_job_reports_its_own_window_counters():
+    args = [
+        "platform=cpu",
+        "pipeline.stages.talker.window_k=4",
+        "bench.num_prompts=2",
+        "bench.max_frames=6",
+        "bench.rounds=1",
+        "bench.warmup=0",
+    ]
+    CACHE.close()  # whatever an earlier test in this process left
+    first = run_job(compose(args), args, None)
+    second = run_job(compose(args), args, None)
+    assert first["config"]["pipeline_reused"] is False
+    assert second["config"]["pipeline_reused"] is True
+    assert first["windows"]["executed_windows"] > 0
+    assert second["windows"] == first["windows"]  # the same prompts: the same windows
