@@ -41,7 +41,7 @@ from omniflow.bench.reuse import CACHE
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.core.pipeline import PipelineStats, WindowCounters
+from omniflow.core.pipeline import NoTimer, PipelineStats, WindowCounters
 from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.serve.run import ServerThread
 from omniflow.stages.build import build_pipeline
@@ -86,7 +86,8 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     errors: list[str] = []
     if b.reuse_pipeline:
         pipeline, reused = CACHE.get(graph)  # started; left running for the next job
-    else:
+    else:  # a job of its own: no kept pipeline holds device memory beside it
+        CACHE.close()
         pipeline, reused = build_pipeline(graph), False
     windows_before = stage_windows(pipeline.stats(), ar.name)
     steps = StepKindTimer(
@@ -123,6 +124,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
         frames = audio_s * pipeline.info().sample_rate / 1920
         windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
+    pipeline.set_phase_timer(NoTimer())  # a kept pipeline's later steps are not this job's
     result = {
         "overrides": overrides,
         "config": {

@@ -39,8 +39,10 @@ class PipelineCache:
         """A started pipeline for `graph`, and whether it was reused (else built now)."""
         key = repr(graph)  # every field of the graph: equal graphs build equal pipelines
         if self._pipeline is not None and key == self._key:
-            log.info("reusing the pipeline the previous job built (bench.reuse_pipeline)")
-            return self._pipeline, True
+            if self._pipeline.stats().healthy:
+                log.info("reusing the pipeline the previous job built (bench.reuse_pipeline)")
+                return self._pipeline, True
+            log.warning("the kept pipeline has a dead stage: building a new one")
         self.close()
         start = time.perf_counter()
         pipeline = self.build(graph)
@@ -48,6 +50,11 @@ class PipelineCache:
         log.info("pipeline built in %.1f s", time.perf_counter() - start)
         self._key, self._pipeline = key, pipeline
         return pipeline, False
+
+    @property
+    def kept(self) -> bool:
+        """Whether a pipeline is kept (started) for the next job."""
+        return self._pipeline is not None
 
     def close(self) -> None:
         """Stop the kept pipeline and give its device memory back before another is built."""

@@ -329,7 +329,12 @@ def _check_audio_chunks(key: str, stage: StageConfig, errors: list[ConfigError])
     elif k < 2:
         errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k})"))
     elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
-        reason = f"must be a divisor of window_k ({k}) from 2 to {k // 2}, got {c}"
+        fits = [d for d in range(2, k // 2 + 1) if k % d == 0]
+        reason = (
+            f"must be a divisor of window_k ({k}) from 2 to {k // 2}: one of {fits}, got {c}"
+            if fits
+            else f"window_k ({k}) has no divisor from 2 to {k // 2}: use e.g. 4, 6, 8, 12 or 16"
+        )
         errors.append(ConfigError(ckey, reason))
 
 

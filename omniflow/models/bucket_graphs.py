@@ -110,7 +110,9 @@ class BucketGraphs:
         """Warm up on a side stream, then record bucket k. `thread_local` capture: other
         engine threads may keep using the GPU meanwhile; only this thread is barred from
         syncing calls. Recording runs no kernel."""
-        side = torch.cuda.Stream(self.device)
+        # on the capture stream when there is one: lazy set-up keyed by stream (cuBLAS's
+        # workspace) then happens here, not inside the capture, in the graphs' pool
+        side = self.capture_stream or torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             self._warm_up(k)

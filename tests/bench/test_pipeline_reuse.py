@@ -5,6 +5,7 @@ a reusing job's results are its own (window counters counted from where it start
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from omniflow.bench.job import run_job
 from omniflow.bench.reuse import CACHE, PipelineCache
@@ -17,6 +18,10 @@ from omniflow.graph import StageGraph
 class FakePipeline:
     graph: StageGraph
     calls: list[str] = field(default_factory=list)
+    healthy: bool = True
+
+    def stats(self) -> SimpleNamespace:
+        return SimpleNamespace(healthy=self.healthy)
 
     def start(self) -> None:
         self.calls.append("start")
@@ -42,8 +47,11 @@ def test_equal_graphs_share_a_started_pipeline_and_another_graph_stops_it():
     other, reused = cache.get(b)
     assert not reused and other is not first
     assert first.calls == ["start", "stop"] and other.calls == ["start"]
+    other.healthy = False  # a stage died in the last job: never handed on
+    rebuilt, reused = cache.get(b)
+    assert not reused and rebuilt is not other and other.calls == ["start", "stop"]
     cache.close()
-    assert other.calls == ["start", "stop"] and len(built) == 2
+    assert rebuilt.calls == ["start", "stop"] and len(built) == 3 and not cache.kept
 
 
 def test_a_reusing_job_reports_its_own_window_counters():
@@ -62,3 +70,7 @@ def test_a_reusing_job_reports_its_own_window_counters():
     assert second["config"]["pipeline_reused"] is True
     assert first["windows"]["executed_windows"] > 0
     assert second["windows"] == first["windows"]  # the same prompts: the same windows
+    assert CACHE.kept
+    off = [*args, "bench.reuse_pipeline=false"]  # its own pipeline, none kept beside it
+    assert run_job(compose(off), off, None)["config"]["pipeline_reused"] is False
+    assert not CACHE.kept

@@ -93,8 +93,9 @@ def test_audio_chunk_frames_unset_resolves_to_zero_on_every_stage():
     [
         ((*FUSED, f"{CHUNK}=4"), "requires window_k >= 2 (window_k is 0)"),
         ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=3"), "a divisor of window_k (8)"),
-        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=8"), "from 2 to 4, got 8"),
-        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=1"), "from 2 to 4, got 1"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=8"), "one of [2, 4], got 8"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=1"), "one of [2, 4], got 1"),
+        ((*FUSED, "pipeline.stages.talker.window_k=5", f"{CHUNK}=2"), "(5) has no divisor"),
         ((*TWO, "pipeline.stages.talker.window_k=8", f"{CHUNK}=4"), "requires stream_decode"),
     ],
 )

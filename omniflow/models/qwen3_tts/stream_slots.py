@@ -231,7 +231,10 @@ class PendingPcm:
         pcm: dict[str, np.ndarray] = {}
         for rids, host in self.parts:
             rows = host.numpy()
-            pcm.update(zip(rids, rows.copy() if host.is_pinned() else rows, strict=True))
+            if self.done is not None:  # each row its own array: none keeps a pass's batch
+                pcm.update((rid, row.copy()) for rid, row in zip(rids, rows, strict=True))
+            else:
+                pcm.update(zip(rids, rows, strict=True))
         return {rid: pcm[rid] for rid in self.order}
 
 
