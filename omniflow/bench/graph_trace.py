@@ -1,8 +1,11 @@
-"""Where a captured code-predictor frame spends its time: kernel by kernel, in launch order,
-with the idle gap before each. On CUDA.
+"""Where a captured graph spends its time: kernel by kernel, in launch order, with the idle
+gap before each. On CUDA. Two graphs: the code predictor's frame (`--graph predictor`, rows
+`--batch`) and a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
+bucket of `--tokens`: the first audio's largest part at c1).
 
     OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m omniflow.bench.graph_trace \
         --model qwen3_tts_1_7b --batch 1 --out trace.json
+    python -m omniflow.bench.graph_trace --graph prompt --tokens 128 --out prompt.json
 
 Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
 kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
@@ -33,6 +36,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
+from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.stages.draw import draw_fixed_policy
 
 
@@ -50,6 +54,41 @@ def build_graphs(model: str, batch: int) -> PredictorGraphs:
     )
     graphs.capture_all()
     return graphs
+
+
+def build_prompt_graph(model: str, tokens: int) -> torch.cuda.CUDAGraph:
+    """The preset's talker (dummy weights, on the GPU) and its prompt-prefill graph for a
+    bucket of `tokens`, over KV caches of the runner's layout (one pair per layer, a dummy
+    slot past the pool where padding rows write). Replayed over zero embeddings: the same
+    kernels and shapes as a real prompt of that bucket."""
+    graph = build_graph(compose([f"model={model}", "platform=cuda"]))
+    talker = build_talker(graph.model, torch.device("cuda")).talker
+    shape = talker.shape
+    slots = max(4096, tokens)
+    dtype = graph.model.dtype or "float32"
+    caches = [
+        tuple(
+            torch.zeros(
+                slots + 1,
+                shape.num_kv_heads,
+                shape.head_dim,
+                device="cuda",
+                dtype=getattr(torch, dtype),
+            )
+            for _ in range(2)
+        )
+        for _ in range(talker.num_layers)
+    ]
+    prompts = PromptGraphs(
+        talker,
+        caches,
+        max_tokens=tokens,
+        max_positions=slots,
+        dummy_slot=slots,
+        buckets=(tokens,),
+    )
+    prompts.capture_all()
+    return prompts.graphs[tokens]
 
 
 def kernel_spans(trace: Path) -> list[tuple[str, float, float]]:
@@ -98,16 +137,20 @@ def replay_stats(replay: list[tuple[str, float, float]]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="qwen3_tts_1_7b")
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--graph", choices=("predictor", "prompt"), default="predictor")
+    ap.add_argument("--batch", type=int, default=1, help="predictor: rows")
+    ap.add_argument("--tokens", type=int, default=128, help="prompt: the token bucket")
     ap.add_argument("--reps", type=int, default=50, help="timed replays (no profiler)")
     ap.add_argument("--traced", type=int, default=5, help="replays under the profiler")
     ap.add_argument("--out", default="graph_trace.json")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("graph_trace needs a CUDA GPU")
-    graphs = build_graphs(args.model, args.batch)
-    k = args.batch
-    graph = graphs.graphs[k]
+    if args.graph == "prompt":
+        k, graph = args.tokens, build_prompt_graph(args.model, args.tokens)
+    else:
+        k = args.batch
+        graph = build_graphs(args.model, k).graphs[k]
     replay_us = replay_median_us(graph, args.reps, calls=1)
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
@@ -123,7 +166,8 @@ def main() -> None:
     result = {
         **provenance(),
         "model": args.model,
-        "batch": k,
+        "graph": args.graph,
+        "batch" if args.graph == "predictor" else "tokens": k,
         "replay_us_median": replay_us,
         "traced": {key: best[key] for key in ("kernels", "wall_us", "kernel_us", "gap_us")},
         "by_name": best["by_name"],
@@ -132,7 +176,7 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(result, indent=1))
     t = result["traced"]
     print(
-        f"batch {k}: replay {result['replay_us_median']:.1f} us (no profiler); traced "
+        f"{args.graph} {k}: replay {result['replay_us_median']:.1f} us (no profiler); traced "
         f"{t['kernels']} kernels, wall {t['wall_us']:.1f} us = kernels {t['kernel_us']:.1f} "
         f"+ gaps {t['gap_us']:.1f}"
     )
