@@ -23,6 +23,8 @@ from omniflow.models.capabilities import ModelCapabilities
 from omniflow.models.registry import ARCHS
 
 WINDOW_MAX = 16
+DEFAULT_WINDOW_K = 8
+"""`window_k: null` where CUDA graphs are captured (`_window_k`)."""
 
 
 def build_graph(spec: OmniflowSpec) -> StageGraph:
@@ -64,14 +66,14 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
             _check_prompt_graphs(key, stage, errors)
-            _check_audio_chunks(key, stage, errors)
+            _check_audio_chunks(key, stage, _window_k(stage, cap, platform), errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
             name=name,
             kind=stage.kind,
             arch=stage.arch,
-            window_k=stage.window_k,
+            window_k=_window_k(stage, cap, platform),
             prompt_graph_tokens=_prompt_graph_tokens(stage, platform),
             audio_chunk_frames=_audio_chunk_frames(stage),
             stream_decode=stage.stream_decode,
@@ -317,12 +319,26 @@ def _check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]
         )
 
 
-def _check_audio_chunks(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+def _window_k(stage: StageConfig, cap: ModelCapabilities, platform: ResolvedPlatform | None) -> int:
+    """The stage's value, or for `null` DEFAULT_WINDOW_K on a stage that can take windows
+    where CUDA graphs are captured, 0 elsewhere: on the H200 the fused pipeline's c1 went from
+    8.8 to 14.2 audio-s/s with 8-step windows, c32 and c128 up as well, codes unchanged
+    (docs/benchmarks.md); on the CPU a window buys nothing (docs/architecture.md)."""
+    if stage.window_k is not None:
+        return stage.window_k
+    if platform is None or not platform.cuda_graphs:
+        return 0
+    # (the other window rules, parallel sizes, prefix caching, speculation, are refused
+    # outright in this version: `_check_unsupported`)
+    return DEFAULT_WINDOW_K if stage.kind == "ar" and cap.supports_window else 0
+
+
+def _check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
     """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
     a full window: each pass is then one replay of the captured chunk graph."""
     if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
         return
-    c, k = stage.audio_chunk_frames, stage.window_k
+    c = stage.audio_chunk_frames
     ckey = f"{key}.audio_chunk_frames"
     if not stage.stream_decode:
         errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
@@ -352,7 +368,7 @@ def _check_window(
     errors: list[ConfigError],
 ) -> None:
     k = stage.window_k
-    if k == 0:
+    if not k:  # off, or null: resolved to what the stage can take (`_window_k`)
         return
     wkey = f"{key}.window_k"
     if k == 1 or k < 0 or k > WINDOW_MAX:

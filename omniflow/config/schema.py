@@ -69,8 +69,10 @@ class StageBase(Frozen):
     upstream: UpstreamConfig | None = Field(
         None, description="Set on a stage that receives chunks from another stage."
     )
-    window_k: int = Field(
-        0, description="Multi-step decode window: 0 off, 2..16 steps merged per round."
+    window_k: int | None = Field(
+        0,
+        description="Multi-step decode window: 0 off, 2..16 steps merged per round; null: 8 on "
+        "an AR stage that can take windows where CUDA graphs are captured, else 0.",
     )
     stream_decode: bool = Field(
         False, description="The stage owns a streaming codec decoder and emits PCM."

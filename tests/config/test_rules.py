@@ -65,6 +65,25 @@ def test_window_k_refused_with_incompatible_stage_options(override, reason):
     assert window_errors and reason in window_errors[0].reason
 
 
+@pytest.mark.parametrize(
+    ("overrides", "k"),
+    [
+        (("pipeline=qwen3_tts_fused", "platform=cuda"), 8),  # the shipped null, on the GPU
+        (("pipeline=qwen3_tts_fused", "platform=cuda", "platform.cuda_graphs=false"), 0),
+        (tuple(FUSED), 0),  # the CPU
+        (("pipeline=qwen3_tts_fused", "platform=cuda", "pipeline.stages.talker.window_k=0"), 0),
+        (("pipeline=qwen3_tts", "platform=cuda", "pipeline.stages.talker.window_k=null"), 8),
+    ],
+)
+def test_window_k_null_is_8_where_cuda_graphs_are_captured(overrides, k):
+    assert graph(*overrides).stages["talker"].window_k == k
+
+
+def test_window_k_null_stays_off_where_a_stage_cannot_take_windows():
+    g = graph("pipeline=qwen3_tts", "platform=cuda", "+pipeline.stages.code2wav.window_k=null")
+    assert g.stages["code2wav"].window_k == 0  # a generation stage
+
+
 def test_window_k_is_per_stage_never_inherited():
     g = graph(*TWO, "pipeline.stages.talker.window_k=8")
     assert g.stages["talker"].window_k == 8

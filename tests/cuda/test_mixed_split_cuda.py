@@ -28,7 +28,8 @@ class FirstAudio(Collector):
 
 
 def test_a_request_arriving_mid_stream_leaves_the_running_one_unchanged():
-    orch = build("qwen3_tts_fused", "platform=cuda")
+    # single steps (CUDA's default is 8-step windows): a window would not take the arrival
+    orch = build("qwen3_tts_fused", "platform=cuda", "pipeline.stages.talker.window_k=0")
     try:
         alone = Collector()
         orch.submit(speech("a0", seed=5, max_new_tokens=30, ignore_eos=True), alone)
