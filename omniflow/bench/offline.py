@@ -87,6 +87,7 @@ def measure(
         "model": model,
         "pipeline": pipeline,
         "platform": graph.platform.name,
+        "window_k": {name: s.window_k for name, s in graph.stages.items()},
         "concurrency": concurrency,
         "overrides": list(overrides or []),
         "frames": frames,

@@ -12,7 +12,10 @@ steps in which every request computes its next frame (`mixed_step`: the others);
 `sample` and `audio` are per call and include a mixed step's decode rows; `readback` is the
 host waiting for a step's codes (with the device synchronised around each phase, little more
 than the copy); `prefill` is a mixed step's prefill forward (embedding and layers),
-`prefill_layout` the host building its inputs.
+`prefill_layout` the host building its inputs. With windows (`window_k`, recorded in the
+result; the fused pipeline's default on CUDA is 8) a `decode_step` is one window of up to K
+frames and `audio` one window's decoder pass: add `pipeline.stages.talker.window_k=0` for
+per-frame figures.
 
 `--requests N` (more than the batch) keeps `batch` requests in flight until N have ended,
 each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a
@@ -192,6 +195,7 @@ def run_batch(
         "stages": info.stages,
         "platform": graph.platform.name,
         "dtype": graph.platform.dtype,
+        "window_k": {name: s.window_k for name, s in graph.stages.items()},
         "batch": batch,
         "requests": total,
         "frames_per_request": frames,

@@ -323,7 +323,8 @@ def _window_k(stage: StageConfig, cap: ModelCapabilities, platform: ResolvedPlat
     """The stage's value, or for `null` DEFAULT_WINDOW_K on a stage that can take windows
     where CUDA graphs are captured, 0 elsewhere: on the H200 the fused pipeline's c1 went from
     8.8 to 14.2 audio-s/s with 8-step windows, c32 and c128 up as well, codes unchanged
-    (docs/benchmarks.md); on the CPU a window buys nothing (docs/architecture.md)."""
+    (docs/benchmarks.md); on the CPU a window buys nothing (sweeps/README.md,
+    `cpu_tiny_fused_window_k`)."""
     if stage.window_k is not None:
         return stage.window_k
     if platform is None or not platform.cuda_graphs:
@@ -343,7 +344,12 @@ def _check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Confi
     if not stage.stream_decode:
         errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
     elif k < 2:
-        errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k})"))
+        why = (
+            "; null is 8 only where CUDA graphs are captured: set window_k"
+            if stage.window_k is None
+            else ""
+        )
+        errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k}){why}"))
     elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
         fits = [d for d in range(2, k // 2 + 1) if k % d == 0]
         reason = (

@@ -28,6 +28,7 @@ def test_requests_keep_the_batch_in_flight_until_all_have_ended():
     first prefill)."""
     r = run_batch("qwen3_tts_tiny", "cpu", "qwen3_tts_fused", 2, 3, requests=6)
     assert r["requests"] == 6 and r["errors"] == []
+    assert r["window_k"] == {"talker": 0}  # the resolved window, recorded (null on the CPU)
     phases = r["phases_ms"]
     assert phases["talker.mixed_step"]["n"] >= 3
     assert phases["talker.prefill"]["n"] == phases["talker.mixed_step"]["n"]

@@ -101,6 +101,15 @@ def test_audio_chunk_frames_accepted_values(k, c):
     assert g.stages["talker"].audio_chunk_frames == c
 
 
+def test_audio_chunk_frames_takes_the_resolved_window():
+    """The fused pipeline's `window_k: null` is 8 on CUDA with graphs: chunks of 4 fit it;
+    without graphs it is 0, and the refusal says why."""
+    cuda = ("pipeline=qwen3_tts_fused", "platform=cuda", f"{CHUNK}=4")
+    assert graph(*cuda).stages["talker"].audio_chunk_frames == 4
+    err = refused(*cuda, "platform.cuda_graphs=false")
+    assert err.key == CHUNK and "null is 8 only where CUDA graphs are captured" in err.reason
+
+
 def test_audio_chunk_frames_unset_resolves_to_zero_on_every_stage():
     g = graph(*TWO, "pipeline.stages.talker.window_k=8")
     assert g.stages["talker"].audio_chunk_frames == 0
