@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omniflow.config.decode_rules import (
+    check_audio_chunks,
+    check_prompt_graphs,
+    check_window,
+    resolved_audio_chunk_frames,
+    resolved_prompt_graph_tokens,
+    resolved_window_k,
+)
 from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
 from omniflow.config.schema import (
-    ARStageConfig,
     ModelConfig,
     OmniflowSpec,
     SchedulerConfig,
@@ -21,10 +28,6 @@ from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
 from omniflow.models.capabilities import ModelCapabilities
 from omniflow.models.registry import ARCHS
-
-WINDOW_MAX = 16
-DEFAULT_WINDOW_K = 8
-"""`window_k: null` where CUDA graphs are captured (`_window_k`)."""
 
 
 def build_graph(spec: OmniflowSpec) -> StageGraph:
@@ -50,7 +53,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         cap = caps[name]
         is_final = name == final
         _check_unsupported(key, stage, errors)
-        _check_window(key, stage, cap, platform, errors)
+        check_window(key, stage, cap, platform, errors)
         _check_stream_decode(spec, key, stage, cap, is_final, errors)
         output = "audio" if stage.stream_decode else cap.output
         if is_final and output != "audio":
@@ -65,17 +68,17 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         ref = resolve_ref_context(key, stage, decodes_audio, cap, spec.model, errors)
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
-            _check_prompt_graphs(key, stage, errors)
-            _check_audio_chunks(key, stage, _window_k(stage, cap, platform), errors)
+            check_prompt_graphs(key, stage, errors)
+            check_audio_chunks(key, stage, resolved_window_k(stage, cap, platform), errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
             name=name,
             kind=stage.kind,
             arch=stage.arch,
-            window_k=_window_k(stage, cap, platform),
-            prompt_graph_tokens=_prompt_graph_tokens(stage, platform),
-            audio_chunk_frames=_audio_chunk_frames(stage),
+            window_k=resolved_window_k(stage, cap, platform),
+            prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
+            audio_chunk_frames=resolved_audio_chunk_frames(stage),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),
@@ -281,117 +284,6 @@ def _check_unsupported(key: str, stage: StageConfig, errors: list[ConfigError]) 
         errors.append(
             ConfigError(f"{key}.speculative_tokens", "speculative decoding is not implemented")
         )
-
-
-DEFAULT_PROMPT_GRAPH_TOKENS = 512
-"""What `prompt_graph_tokens: null` means with CUDA graphs: a one-prompt prefill is ~6 ms
-replayed against ~46 ms eager on the H200 (docs/benchmarks.md, "Prompt graphs measured"), and
-512 tokens cover a few new prompts per step while keeping the buckets' graph pool small (it
-is not counted by the KV sizing)."""
-
-
-def _prompt_graph_tokens(stage: StageConfig, platform: ResolvedPlatform | None) -> int:
-    """The stage's value, or for `null` the default where graphs are captured (never above
-    the step's token budget) and 0 where they are not: a flat padded prefill run eagerly
-    only costs padding."""
-    if not isinstance(stage, ARStageConfig):
-        return 0
-    if stage.prompt_graph_tokens is not None:
-        return stage.prompt_graph_tokens
-    if platform is None or not platform.cuda_graphs:
-        return 0
-    return min(DEFAULT_PROMPT_GRAPH_TOKENS, stage.scheduler.max_num_batched_tokens)
-
-
-def _check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
-    """A prompt-graph bucket above the step's token budget could never be used, yet would be
-    captured (memory and start-up time for nothing)."""
-    if not isinstance(stage, ARStageConfig) or stage.prompt_graph_tokens is None:
-        return
-    n, budget = stage.prompt_graph_tokens, stage.scheduler.max_num_batched_tokens
-    if n > budget:
-        errors.append(
-            ConfigError(
-                f"{key}.prompt_graph_tokens",
-                f"{n} exceeds scheduler.max_num_batched_tokens ({budget}): a step never holds "
-                "that many tokens",
-            )
-        )
-
-
-def _window_k(stage: StageConfig, cap: ModelCapabilities, platform: ResolvedPlatform | None) -> int:
-    """The stage's value, or for `null` DEFAULT_WINDOW_K on a stage that can take windows
-    where CUDA graphs are captured, 0 elsewhere: on the H200 the fused pipeline's c1 went from
-    8.8 to 14.2 audio-s/s with 8-step windows, c32 and c128 up as well, codes unchanged
-    (docs/benchmarks.md); on the CPU a window buys nothing (sweeps/README.md,
-    `cpu_tiny_fused_window_k`)."""
-    if stage.window_k is not None:
-        return stage.window_k
-    if platform is None or not platform.cuda_graphs:
-        return 0
-    # (the other window rules, parallel sizes, prefix caching, speculation, are refused
-    # outright in this version: `_check_unsupported`)
-    return DEFAULT_WINDOW_K if stage.kind == "ar" and cap.supports_window else 0
-
-
-def _check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
-    """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
-    a full window: each pass is then one replay of the captured chunk graph."""
-    if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
-        return
-    c = stage.audio_chunk_frames
-    ckey = f"{key}.audio_chunk_frames"
-    if not stage.stream_decode:
-        errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
-    elif k < 2:
-        why = (
-            "; null is 8 only where CUDA graphs are captured: set window_k"
-            if stage.window_k is None
-            else ""
-        )
-        errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k}){why}"))
-    elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
-        fits = [d for d in range(2, k // 2 + 1) if k % d == 0]
-        reason = (
-            f"must be a divisor of window_k ({k}) from 2 to {k // 2}: one of {fits}, got {c}"
-            if fits
-            else f"window_k ({k}) has no divisor from 2 to {k // 2}: use e.g. 4, 6, 8, 12 or 16"
-        )
-        errors.append(ConfigError(ckey, reason))
-
-
-def _audio_chunk_frames(stage: StageConfig) -> int:
-    if isinstance(stage, ARStageConfig) and stage.audio_chunk_frames is not None:
-        return stage.audio_chunk_frames
-    return 0
-
-
-def _check_window(
-    key: str,
-    stage: StageConfig,
-    cap: ModelCapabilities,
-    platform: ResolvedPlatform | None,
-    errors: list[ConfigError],
-) -> None:
-    k = stage.window_k
-    if not k:  # off, or null: resolved to what the stage can take (`_window_k`)
-        return
-    wkey = f"{key}.window_k"
-    if k == 1 or k < 0 or k > WINDOW_MAX:
-        errors.append(ConfigError(wkey, f"must be 0 (off) or 2..{WINDOW_MAX}, got {k}"))
-        return
-    reasons = []
-    if stage.kind != "ar":
-        reasons.append(f"requires kind 'ar' (stage kind is {stage.kind!r})")
-    if not cap.supports_window:
-        reasons.append(f"arch {stage.arch!r} does not declare multi-step window support")
-    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
-        reasons.append("requires tensor_parallel_size == pipeline_parallel_size == 1")
-    if stage.enable_prefix_caching:
-        reasons.append("requires enable_prefix_caching: false")
-    if stage.speculative_tokens:
-        reasons.append("cannot be combined with speculative decoding")
-    errors.extend(ConfigError(wkey, r) for r in reasons)
 
 
 def _check_stream_decode(

@@ -1,0 +1,127 @@
+"""Build-time rules of an AR stage's decode-step fields: the multi-step window
+(`window_k`), the window's audio chunks (`audio_chunk_frames`) and the prompt graphs
+(`prompt_graph_tokens`), each resolved (`null` means a platform-dependent default) and
+checked against the stage (docs/architecture.md, "Configuration and build-time rules")."""
+
+from __future__ import annotations
+
+from omniflow.config.schema import ARStageConfig, StageConfig
+from omniflow.errors import ConfigError
+from omniflow.graph import ResolvedPlatform
+from omniflow.models.capabilities import ModelCapabilities
+
+WINDOW_MAX = 16
+DEFAULT_WINDOW_K = 8
+"""`window_k: null` where CUDA graphs are captured (`resolved_window_k`)."""
+
+DEFAULT_PROMPT_GRAPH_TOKENS = 512
+"""What `prompt_graph_tokens: null` means with CUDA graphs: a one-prompt prefill is ~6 ms
+replayed against ~46 ms eager on the H200 (docs/benchmarks.md, "Prompt graphs measured"), and
+512 tokens cover a few new prompts per step while keeping the buckets' graph pool small (it
+is not counted by the KV sizing)."""
+
+
+def resolved_prompt_graph_tokens(stage: StageConfig, platform: ResolvedPlatform | None) -> int:
+    """The stage's value, or for `null` the default where graphs are captured (never above
+    the step's token budget) and 0 where they are not: a flat padded prefill run eagerly
+    only costs padding."""
+    if not isinstance(stage, ARStageConfig):
+        return 0
+    if stage.prompt_graph_tokens is not None:
+        return stage.prompt_graph_tokens
+    if platform is None or not platform.cuda_graphs:
+        return 0
+    return min(DEFAULT_PROMPT_GRAPH_TOKENS, stage.scheduler.max_num_batched_tokens)
+
+
+def check_prompt_graphs(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    """A prompt-graph bucket above the step's token budget could never be used, yet would be
+    captured (memory and start-up time for nothing)."""
+    if not isinstance(stage, ARStageConfig) or stage.prompt_graph_tokens is None:
+        return
+    n, budget = stage.prompt_graph_tokens, stage.scheduler.max_num_batched_tokens
+    if n > budget:
+        errors.append(
+            ConfigError(
+                f"{key}.prompt_graph_tokens",
+                f"{n} exceeds scheduler.max_num_batched_tokens ({budget}): a step never holds "
+                "that many tokens",
+            )
+        )
+
+
+def resolved_window_k(
+    stage: StageConfig, cap: ModelCapabilities, platform: ResolvedPlatform | None
+) -> int:
+    """The stage's value, or for `null` DEFAULT_WINDOW_K on a stage that can take windows
+    where CUDA graphs are captured, 0 elsewhere: on the H200 the fused pipeline's c1 went from
+    8.8 to 14.2 audio-s/s with 8-step windows, c32 and c128 up as well, codes unchanged
+    (docs/benchmarks.md); on the CPU a window buys nothing (sweeps/README.md,
+    `cpu_tiny_fused_window_k`)."""
+    if stage.window_k is not None:
+        return stage.window_k
+    if platform is None or not platform.cuda_graphs:
+        return 0
+    # (the other window rules, parallel sizes, prefix caching, speculation, are refused
+    # outright in this version: `_check_unsupported` in resolve.py)
+    return DEFAULT_WINDOW_K if stage.kind == "ar" and cap.supports_window else 0
+
+
+def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
+    """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
+    a full window: each pass is then one replay of the captured chunk graph."""
+    if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
+        return
+    c = stage.audio_chunk_frames
+    ckey = f"{key}.audio_chunk_frames"
+    if not stage.stream_decode:
+        errors.append(ConfigError(ckey, "requires stream_decode: true (no audio to decode)"))
+    elif k < 2:
+        why = (
+            "; null is 8 only where CUDA graphs are captured: set window_k"
+            if stage.window_k is None
+            else ""
+        )
+        errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k}){why}"))
+    elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
+        fits = [d for d in range(2, k // 2 + 1) if k % d == 0]
+        reason = (
+            f"must be a divisor of window_k ({k}) from 2 to {k // 2}: one of {fits}, got {c}"
+            if fits
+            else f"window_k ({k}) has no divisor from 2 to {k // 2}: use e.g. 4, 6, 8, 12 or 16"
+        )
+        errors.append(ConfigError(ckey, reason))
+
+
+def resolved_audio_chunk_frames(stage: StageConfig) -> int:
+    if isinstance(stage, ARStageConfig) and stage.audio_chunk_frames is not None:
+        return stage.audio_chunk_frames
+    return 0
+
+
+def check_window(
+    key: str,
+    stage: StageConfig,
+    cap: ModelCapabilities,
+    platform: ResolvedPlatform | None,
+    errors: list[ConfigError],
+) -> None:
+    k = stage.window_k
+    if not k:  # off, or null: resolved to what the stage can take (`resolved_window_k`)
+        return
+    wkey = f"{key}.window_k"
+    if k == 1 or k < 0 or k > WINDOW_MAX:
+        errors.append(ConfigError(wkey, f"must be 0 (off) or 2..{WINDOW_MAX}, got {k}"))
+        return
+    reasons = []
+    if stage.kind != "ar":
+        reasons.append(f"requires kind 'ar' (stage kind is {stage.kind!r})")
+    if not cap.supports_window:
+        reasons.append(f"arch {stage.arch!r} does not declare multi-step window support")
+    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
+        reasons.append("requires tensor_parallel_size == pipeline_parallel_size == 1")
+    if stage.enable_prefix_caching:
+        reasons.append("requires enable_prefix_caching: false")
+    if stage.speculative_tokens:
+        reasons.append("cannot be combined with speculative decoding")
+    errors.extend(ConfigError(wkey, r) for r in reasons)
