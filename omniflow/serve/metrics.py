@@ -72,28 +72,26 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+
         # First audio in three parts that add up to it, so a slow first audio says where it
         # went: the server's own intake, the pipeline (queueing, prefill, the first frame and
         # its decode), or the way back to the socket (engine thread -> event loop, response).
-        self.first_audio_intake = Histogram(
-            "omniflow_first_audio_intake_seconds",
-            "Request arrival to its submission to the pipeline (body, validation, voice)",
-            buckets=FIRST_AUDIO_PART_BUCKETS,
-            registry=r,
+        def part(name: str, doc: str) -> Histogram:
+            name = f"omniflow_first_audio_{name}_seconds"
+            return Histogram(name, doc, buckets=FIRST_AUDIO_PART_BUCKETS, registry=r)
+
+        self.first_audio_intake = part(
+            "intake", "Request arrival to its submission to the pipeline (body, validation, voice)"
         )
-        self.first_audio_made = Histogram(
-            "omniflow_first_audio_made_seconds",
+        self.first_audio_made = part(
+            "made",
             "Submission to the pipeline making the request's first audio (a whole response:"
             " its last)",
-            buckets=FIRST_AUDIO_PART_BUCKETS,
-            registry=r,
         )
-        self.first_audio_delivery = Histogram(
-            "omniflow_first_audio_delivery_seconds",
+        self.first_audio_delivery = part(
+            "delivery",
             "First audio made to its first bytes sent (hand-off to the event loop, response"
             " start, encoding)",
-            buckets=FIRST_AUDIO_PART_BUCKETS,
-            registry=r,
         )
         self.e2e = Histogram(
             "omniflow_e2e_seconds",

@@ -22,8 +22,7 @@ are captured on it (`BucketGraphs.capture_stream`: cuBLAS's workspace is per str
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -60,15 +59,6 @@ class StreamSlots:
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
 
-    @contextmanager
-    def _on_side(self) -> Iterator[None]:
-        """Decoder work on the side stream (when there is one)."""
-        if self.side is None:
-            yield
-            return
-        with torch.cuda.stream(self.side):
-            yield
-
     def _stream(self) -> torch.cuda.Stream | None:
         """The stream the decoder's work is queued on (None: not CUDA)."""
         dec = self.decoder
@@ -80,7 +70,7 @@ class StreamSlots:
         """A resumed request gets a slot back with its parked state."""
         snap = self._parked.pop(request_id, None)
         if snap is not None and self.decoder is not None:
-            with self._on_side():
+            with torch.cuda.stream(self.side):  # None: the caller's stream
                 slot = self.decoder.allocate()
                 self.decoder.restore(slot, snap)
             self._slots[request_id] = slot
@@ -96,7 +86,7 @@ class StreamSlots:
     def preempt(self, request_id: str) -> None:
         slot = self._slots.pop(request_id, None)
         if slot is not None and self.decoder is not None:
-            with self._on_side():  # after the slot's queued passes; kept on that stream
+            with torch.cuda.stream(self.side):  # after the slot's queued passes, on that stream
                 self._parked[request_id] = self.decoder.snapshot(slot)
             self.decoder.release(slot)
 
@@ -114,19 +104,19 @@ class StreamSlots:
         passes are only queued."""
         dec = self.decoder
         if dec is None:
-            return PendingPcm({}, [])
+            return PendingPcm((), [])
         frames: dict[str, list[Frame]] = {}
         for step in steps:
             for rid, f in zip(step.request_ids, step.sample.outputs, strict=True):
                 if f is not None:
                     frames.setdefault(rid, []).append(f)
         if not frames:
-            return PendingPcm({}, [])
+            return PendingPcm((), [])
         # a single step's codes are read on the device, where the main stream made them; on
         # the side stream they come from the host like a window's (no wait for the main
         # stream, no main-stream tensor read on another stream)
         single = len(steps) == 1 and self.graphs is not None and self.side is None
-        with self._on_side():
+        with torch.cuda.stream(self.side):  # None: the caller's stream
             self._take_slots(list(frames))
             if single:
                 parts = [self._graph_step(steps[0], list(frames))]
@@ -138,7 +128,7 @@ class StreamSlots:
                     self._decode_group(rids, [frames[rid] for rid in rids], n)
                     for n, rids in groups.items()
                 ]
-            return PendingPcm({rid: None for rid in frames}, parts, self._stream())
+            return PendingPcm(tuple(frames), parts, self._stream())
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
@@ -209,7 +199,7 @@ class PendingPcm:
 
     def __init__(
         self,
-        order: dict[str, None],
+        order: tuple[str, ...],
         parts: list[tuple[list[str], torch.Tensor]],
         stream: torch.cuda.Stream | None = None,
     ) -> None:
