@@ -80,7 +80,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     graph = build_graph(spec)
     b = spec.bench
     prompts_file = b.prompts or DEFAULT_PROMPTS
-    prompts = load_prompts(prompts_file, b.num_prompts, b.max_frames)
+    prompts = load_prompts(prompts_file, b.round_prompts, b.max_frames)
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -103,7 +103,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             client = [
                 f"--url={srv.url}",
                 f"--prompts={prompts_file}",
-                f"--num-prompts={b.num_prompts}",
+                f"--num-prompts={b.round_prompts}",
                 f"--max-frames={b.max_frames}",
                 f"--concurrency={b.concurrency}",
                 f"--warmup={b.warmup if i == 0 else 0}",

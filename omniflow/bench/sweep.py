@@ -109,8 +109,12 @@ def summarize(directory: Path) -> str:
     """Write summary.md and rtf.png into the sweep directory; return the summary."""
     results = load_results(directory)
     swept = _swept(results)
+    # prompts_per_lane gives each concurrency its own count: a column then, not the header
+    counts = {r["config"]["num_prompts"] for r in results}
+    per_job = len(counts) > 1
     head = [
         *swept,
+        *(["prompts"] if per_job else []),
         "failed",
         "RTF median (min-max)",
         "first audio s",
@@ -128,6 +132,7 @@ def summarize(directory: Path) -> str:
         rows.append(
             [
                 *(_value(r, k) for k in swept),
+                *([str(r["config"]["num_prompts"])] if per_job else []),
                 str(_failed(r)),
                 f"{rtf['median']:.3f} ({rtf['min']:.3f}-{rtf['max']:.3f})" if rtf else "-",
                 _num(s["ttfp_s"], "median", 3),
@@ -147,9 +152,12 @@ def summarize(directory: Path) -> str:
     xlabel = swept[-1] if swept else "job"
     points = _points(results, swept)
     plot = plot_sweep(points, xlabel, directory / "rtf.png") if points else None
+    prompts = (
+        "prompts per round in the table" if per_job else f"{cfg['num_prompts']} prompts per round"
+    )
     text = (
         f"# Sweep {directory.name}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, "
-        f"{cfg['platform']} ({cfg['dtype']}), {cfg['num_prompts']} prompts per round, "
+        f"{cfg['platform']} ({cfg['dtype']}), {prompts}, "
         f"commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n{table}\n"
         + (f"\n![median RTF and worst underrun per job]({plot.name})\n" if plot else "")
     )

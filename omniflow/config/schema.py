@@ -399,8 +399,15 @@ class BenchConfig(Frozen):
     """`omniflow bench` settings (one job of a sweep)."""
 
     prompts: str | None = Field(None, description="JSONL prompt file; unset: the shipped set.")
-    num_prompts: int = Field(16, ge=1, description="Prompts per round.")
+    num_prompts: int = Field(16, ge=1, description="Prompts per round (see prompts_per_lane).")
     concurrency: int = Field(1, ge=1, description="Requests in flight.")
+    prompts_per_lane: int | None = Field(
+        None,
+        ge=1,
+        description="When set, a round sends at least this many prompts per request in flight "
+        "(max(num_prompts, prompts_per_lane * concurrency)): one sweep over concurrency keeps "
+        "every level past its ramp-up instead of measuring c128 on a single wave.",
+    )
     warmup: int = Field(2, ge=0, description="Warm-up requests, excluded from results.")
     rounds: int = Field(3, ge=1, description="Measured rounds.")
     max_frames: int | None = Field(None, ge=1, description="Cap on frames per request.")
@@ -417,6 +424,11 @@ class BenchConfig(Frozen):
         description="Keep the built pipeline for the sweep's next job when its stage graph is "
         "the same (jobs differing only in bench.* keys); false: every job builds its own.",
     )
+
+    @property
+    def round_prompts(self) -> int:
+        """Prompts each round sends: num_prompts, raised to prompts_per_lane per lane."""
+        return max(self.num_prompts, (self.prompts_per_lane or 0) * self.concurrency)
 
 
 class OmniflowSpec(Frozen):

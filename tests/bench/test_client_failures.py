@@ -233,3 +233,52 @@ def test_a_job_where_no_request_completed_fails_after_writing_its_result(tmp_pat
     assert result["summary"]["failed"] == 1 and result["summary"]["rtf"] is None
     [row] = _table(summarize_sweep(tmp_path))
     assert row["failed"] == "1" and row["RTF median (min-max)"] == "-"
+
+
+@pytest.mark.parametrize(
+    ("extra", "want"),
+    [([], 3), (["bench.prompts_per_lane=5"], 10), (["bench.prompts_per_lane=1"], 3)],
+)
+def test_prompts_per_lane_raises_the_round_to_that_many_per_request_in_flight(
+    tmp_path, monkeypatch, extra, want
+):
+    from omniflow.bench import job
+    from omniflow.config.compose import compose
+
+    sent: list[list[str]] = []
+
+    def child(args: list[str]) -> Outcome:
+        sent.append(args)
+        return Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0)
+
+    monkeypatch.setattr(job, "load_in_child", child)
+    over = ["platform=cpu", "bench.num_prompts=3", "bench.concurrency=2", "bench.rounds=1"]
+    spec = compose([*over, "bench.warmup=0", *extra])
+    with pytest.raises(RuntimeError, match="no request completed"):
+        job.run_job(spec, over, tmp_path / "0")
+    assert f"--num-prompts={want}" in sent[0] and "--concurrency=2" in sent[0]
+    result = json.loads((tmp_path / "0" / "result.json").read_text())
+    assert result["config"]["num_prompts"] == want
+    assert len(result["config"]["frames_per_prompt"]) == want
+
+
+def test_a_sweep_whose_jobs_sent_different_counts_shows_them_per_job(tmp_path, monkeypatch):
+    from omniflow.bench import job
+    from omniflow.bench.sweep import summarize as summarize_sweep
+    from omniflow.config.compose import compose
+
+    monkeypatch.setattr(
+        job, "load_in_child", lambda args: Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0)
+    )
+    for i, c in enumerate((1, 4)):
+        over = ["platform=cpu", f"bench.concurrency={c}", "bench.prompts_per_lane=2"]
+        with pytest.raises(RuntimeError, match="no request completed"):
+            job.run_job(
+                compose([*over, "bench.num_prompts=1", "bench.warmup=0"]), over, tmp_path / str(i)
+            )
+    text = summarize_sweep(tmp_path)
+    assert [(row["bench.concurrency"], row["prompts"]) for row in _table(text)] == [
+        ("1", "2"),
+        ("4", "8"),
+    ]
+    assert "prompts per round in the table" in text
