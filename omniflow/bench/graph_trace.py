@@ -41,7 +41,8 @@ from omniflow.stages.draw import draw_fixed_policy
 
 
 def build_graphs(model: str, batch: int) -> PredictorGraphs:
-    """The preset's talker (dummy weights, on the GPU) and its frame graph for `batch`."""
+    """The preset's talker (dummy weights, on the GPU) and its frame graph for `batch`
+    (`.graphs[batch]`; keep the returned holder while replaying, as for the prompt graph)."""
     graph = build_graph(compose([f"model={model}", "platform=cuda"]))
     bundle = build_talker(graph.model, torch.device("cuda"))
     talker = bundle.talker
@@ -56,11 +57,13 @@ def build_graphs(model: str, batch: int) -> PredictorGraphs:
     return graphs
 
 
-def build_prompt_graph(model: str, tokens: int) -> torch.cuda.CUDAGraph:
+def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
     """The preset's talker (dummy weights, on the GPU) and its prompt-prefill graph for a
-    bucket of `tokens`, over KV caches of the runner's layout (one pair per layer, a dummy
-    slot past the pool where padding rows write). Replayed over zero embeddings: the same
-    kernels and shapes as a real prompt of that bucket."""
+    bucket of `tokens` (`.graphs[tokens]`), over KV caches of the runner's layout (one pair
+    per layer, a dummy slot past the pool where padding rows write). Replayed over zero
+    embeddings: the same kernels and shapes as a real prompt of that bucket. Keep the
+    returned holder while replaying: its static buffers and caches are what the graph reads
+    and writes."""
     graph = build_graph(compose([f"model={model}", "platform=cuda"]))
     talker = build_talker(graph.model, torch.device("cuda")).talker
     shape = talker.shape
@@ -88,7 +91,7 @@ def build_prompt_graph(model: str, tokens: int) -> torch.cuda.CUDAGraph:
         buckets=(tokens,),
     )
     prompts.capture_all()
-    return prompts.graphs[tokens]
+    return prompts
 
 
 def kernel_spans(trace: Path) -> list[tuple[str, float, float]]:
@@ -146,11 +149,13 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("graph_trace needs a CUDA GPU")
+    # The holder stays referenced: dropped, it frees the graph's static inputs and caches,
+    # and a replay over reused memory reads garbage indices (a device-side assert).
     if args.graph == "prompt":
-        k, graph = args.tokens, build_prompt_graph(args.model, args.tokens)
+        k, holder = args.tokens, build_prompt_graph(args.model, args.tokens)
     else:
-        k = args.batch
-        graph = build_graphs(args.model, k).graphs[k]
+        k, holder = args.batch, build_graphs(args.model, args.batch)
+    graph = holder.graphs[k]
     replay_us = replay_median_us(graph, args.reps, calls=1)
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:

@@ -11,8 +11,12 @@ pytestmark = pytest.mark.cuda
 
 
 def test_the_prompt_graph_and_the_frame_graph_build_and_replay():
+    """Both holders kept while the graphs replay: built one after the other, the second's
+    allocations would otherwise reuse the first's freed static inputs (the first version of
+    this test dropped them and a replay read garbage positions: a device-side assert)."""
     prompt = build_prompt_graph("qwen3_tts_tiny", 16)
-    frame = build_graphs("qwen3_tts_tiny", 2).graphs[2]
-    for graph in (prompt, frame):
+    frame = build_graphs("qwen3_tts_tiny", 2)
+    for graph in (prompt.graphs[16], frame.graphs[2]):
         graph.replay()
     torch.cuda.synchronize()
+    assert prompt.out[:16].isfinite().all() and (frame.out[:2] >= 0).all()
