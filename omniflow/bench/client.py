@@ -151,14 +151,24 @@ async def measured(
 
 
 async def run(
-    url: str, prompts: list[Prompt], concurrency: int, warmup: int, model: str, voice: str
+    url: str,
+    prompts: list[Prompt],
+    concurrency: int,
+    warmup: int,
+    model: str,
+    voice: str,
+    measure: bool = True,
 ) -> Outcome:
-    """Warm-ups one by one (any failure raises), then every prompt at `concurrency`: that many
-    lanes, each sending its next prompt as soon as its previous one ends."""
+    """Warm-ups one by one (any failure raises), then, when `measure`, every prompt at
+    `concurrency`: that many lanes, each sending its next prompt as soon as its previous one
+    ends. (`omniflow bench` warms up in a call of its own, so the server's counters can be
+    read between the warm-ups and the measured requests.)"""
     tls = ssl.create_default_context()  # built once: 128 clients building one each took ~1 s
     async with lane_client(tls) as client:
         for i in range(warmup):
             await one(client, url, model, voice, prompts[i % len(prompts)], seed=i)
+    if not measure:
+        return Outcome([], [], 0.0)
     queue = iter(enumerate(prompts))
     results: list[Sample | Failure | None] = [None] * len(prompts)
 
@@ -261,6 +271,7 @@ def main() -> None:
     ap.add_argument("--max-frames", type=int, default=0, help="cap per prompt (0: none)")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--warmup-only", action="store_true", help="send the warm-ups, nothing else")
     ap.add_argument("--model", default="qwen3-tts-tiny")
     ap.add_argument("--voice", default="vivian")
     ap.add_argument("--out", default=None)
@@ -269,8 +280,20 @@ def main() -> None:
         ap.error(f"--concurrency must be at least 1, got {args.concurrency}")
     prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
     outcome = asyncio.run(
-        run(args.url, prompts, args.concurrency, args.warmup, args.model, args.voice)
+        run(
+            args.url,
+            prompts,
+            args.concurrency,
+            args.warmup,
+            args.model,
+            args.voice,
+            measure=not args.warmup_only,
+        )
     )
+    if args.warmup_only:
+        if args.out:
+            write_outcome(args.out, outcome, {"warmups": args.warmup})
+        return
     summary = summarize(outcome) | {"concurrency": args.concurrency}
     print(json.dumps(summary, indent=2))
     if outcome.failures:

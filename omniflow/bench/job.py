@@ -89,39 +89,37 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     else:  # a job of its own: no kept pipeline holds device memory beside it
         CACHE.close()
         pipeline, reused = build_pipeline(graph), False
-    windows_before = stage_windows(pipeline.stats(), ar.name)
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None
     )
-    pipeline.set_phase_timer(steps)
+    client = [
+        f"--prompts={prompts_file}",
+        f"--num-prompts={b.round_prompts}",
+        f"--max-frames={b.max_frames}",
+        f"--concurrency={b.concurrency}",
+        f"--model={graph.model.name}",
+        f"--voice={VOICE}",
+    ]
     # log lines (rounds, engine stats) print above the request bar, not through it
     server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
     with logging_redirect_tqdm(), server as srv:
+        client.append(f"--url={srv.url}")
+        if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
+            load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"])
         registry = srv.app.state.service.metrics.registry
-        first_since = first_audio_sums(registry)
+        first_since, served_since = first_audio_sums(registry), served_sums(registry, ar.name)
+        windows_before = stage_windows(pipeline.stats(), ar.name)
+        pipeline.set_phase_timer(steps)
         for i in range(b.rounds):
-            client = [
-                f"--url={srv.url}",
-                f"--prompts={prompts_file}",
-                f"--num-prompts={b.round_prompts}",
-                f"--max-frames={b.max_frames}",
-                f"--concurrency={b.concurrency}",
-                f"--warmup={b.warmup if i == 0 else 0}",
-                f"--model={graph.model.name}",
-                f"--voice={VOICE}",
-            ]
-            outcome = load_in_child(client)
+            outcome = load_in_child([*client, "--warmup=0"])
             summary = summarize(outcome)
             rounds.append(summary)
             errors += [f.error for f in outcome.failures]
             log_round(i + 1, b.rounds, summary, outcome)
-            if i == 0 and b.rounds > 1:  # the warm-ups ran in round 1: leave them out
-                first_since = first_audio_sums(registry)
-        first = first_audio_parts(
-            first_since, first_audio_sums(registry), b.rounds == 1 and b.warmup > 0
-        )
-        step_s = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": ar.name})
-        audio_s = registry.get_sample_value("omniflow_audio_seconds_total") or 0.0
+        first = first_audio_parts(first_since, first_audio_sums(registry))
+        served = served_sums(registry, ar.name)
+        step_s = served["step_s"] - served_since["step_s"]
+        audio_s = served["audio_s"] - served_since["audio_s"]
         frames = audio_s * pipeline.info().sample_rate / 1920
         windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
     pipeline.set_phase_timer(NoTimer())  # a kept pipeline's later steps are not this job's
@@ -197,17 +195,24 @@ def first_audio_sums(registry: CollectorRegistry) -> dict[str, float]:
     return sums | {"count": count}
 
 
-def first_audio_parts(
-    since: dict[str, float], now: dict[str, float], warm_ups_included: bool
-) -> dict[str, Any] | None:
-    """Mean first audio of the requests between two `first_audio_sums`, measured by the
-    server and split where it went (intake, the pipeline making it, delivery); the load
-    generator's ttfp adds the network and its own side. None when no request got audio."""
+def first_audio_parts(since: dict[str, float], now: dict[str, float]) -> dict[str, Any] | None:
+    """Mean first audio of the requests between two `first_audio_sums` (the measured rounds:
+    the warm-ups ran before), measured by the server and split where it went (intake, the
+    pipeline making it, delivery); the load generator's ttfp adds the network and its own
+    side. None when no request got audio."""
     n = now["count"] - since["count"]
     if n <= 0:
         return None
     means = {f"{k}_ms": 1e3 * (now[k] - since[k]) / n for k in ("total", *FIRST_AUDIO_PARTS)}
-    return {"requests": int(n), "warm_ups_included": warm_ups_included} | means
+    return {"requests": int(n)} | means
+
+
+def served_sums(registry: CollectorRegistry, stage: str) -> dict[str, float]:
+    """The server's totals so far of the stage's step time and of the audio made (seconds):
+    a job reports the difference over its measured rounds."""
+    step = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": stage})
+    audio = registry.get_sample_value("omniflow_audio_seconds_total")
+    return {"step_s": step or 0.0, "audio_s": audio or 0.0}
 
 
 def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> None:
