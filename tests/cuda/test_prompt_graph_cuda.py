@@ -23,7 +23,10 @@ DEV = torch.device("cuda")
 BF16 = torch.bfloat16
 
 
-def test_a_replay_equals_the_eager_step_on_the_same_inputs():
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_replay_equals_the_eager_step_on_the_same_inputs(packed):
+    """packed: the largest bucket is the longest prompt, so the three prompts together take
+    several replays of whole requests (a step above the largest bucket)."""
     prepare_device("cuda")
     engine, proc = talker_engine(max_num_seqs=4, num_kv_blocks=256, device=DEV, dtype=BF16)
     runner = engine.runner
@@ -34,11 +37,14 @@ def test_a_replay_equals_the_eager_step_on_the_same_inputs():
     kv = runner.model.kv
     assert kv is not None
 
+    longest = max(r.prompt_len for r in reqs)
+    assert sum(r.prompt_len for r in reqs) > longest
+
     def make(capture: bool) -> PromptGraphs:
         return PromptGraphs(
             runner.model.talker,
             runner.kv_caches,
-            max_tokens=128,
+            max_tokens=longest if packed else 128,
             max_positions=kv.max_blocks * kv.block_size,
             dummy_slot=kv.dummy_slot,
             capture=capture,
@@ -57,6 +63,7 @@ def test_a_replay_equals_the_eager_step_on_the_same_inputs():
         assert got is not None and want is not None and torch.equal(got, want)
         for c, w in zip((c for pair in runner.kv_caches for c in pair), want_kv, strict=True):
             assert torch.equal(c[: kv.dummy_slot], w[: kv.dummy_slot])
+    assert graphed.served == 3 and (graphed.replays > 3) == packed
 
 
 def serve(*overrides: str):

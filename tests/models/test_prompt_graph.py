@@ -11,7 +11,11 @@ import dataclasses
 import pytest
 import torch
 
-from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs, covers_whole_contexts
+from omniflow.models.qwen3_tts.prompt_graph import (
+    PromptGraphs,
+    covers_whole_contexts,
+    pack_requests,
+)
 from omniflow.stages.inputs import build_prefill
 from tests.stages.test_runner_paths import decoding_runner
 
@@ -57,6 +61,38 @@ def test_whole_prompts_equal_the_eager_forward_and_write_only_their_slots():
         dummy = runner.model.kv.dummy_slot
         for c, e in zip((c for p in runner.kv_caches for c in p), eager_kv, strict=True):
             torch.testing.assert_close(c[:dummy], e[:dummy], atol=2e-5, rtol=2e-5)
+
+
+def test_a_step_above_the_largest_bucket_runs_as_replays_of_whole_requests():
+    """74 tokens (prompts of 22, 39 and 13) with buckets up to 64: two replays, (22 + 39)
+    and 13, whose concatenation equals the eager forward, K/V included."""
+    _, runner, reqs = decoding_runner()
+    model = runner.model
+    batch = whole_prompts(runner, reqs, True)
+    assert batch.meta.query_starts == (0, 22, 61, 74)
+    embeds = model.embed_prefill(batch.inputs)
+    before = snapshot(runner.kv_caches)
+    want = model.talker.forward(embeds, batch.positions, batch.meta, runner.kv_caches)
+    eager_kv = snapshot(runner.kv_caches)
+    for c, c0 in zip((c for p in runner.kv_caches for c in p), before, strict=True):
+        c.copy_(c0)
+    prompt = graphs(runner, 64)
+    got = prompt.run(embeds, batch.positions, batch.meta)
+    assert got is not None and got.shape == want.shape
+    assert (prompt.served, prompt.replays) == (1, 2)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    dummy = runner.model.kv.dummy_slot
+    for c, e in zip((c for p in runner.kv_caches for c in p), eager_kv, strict=True):
+        torch.testing.assert_close(c[:dummy], e[:dummy], atol=2e-5, rtol=2e-5)
+
+
+def test_requests_are_packed_in_order_into_groups_within_the_bucket():
+    assert pack_requests((0, 22, 61, 74), 64) == [(0, 61), (61, 74)]
+    assert pack_requests((0, 22, 61, 74), 48) == [(0, 22), (22, 61), (61, 74)]
+    assert pack_requests((0, 22, 61, 74), 74) == [(0, 74)]
+    assert pack_requests((0, 32, 64), 32) == [(0, 32), (32, 64)]  # exactly full groups
+    assert pack_requests((0, 22, 61, 74), 38) is None  # the 39-token request fits no bucket
+    assert pack_requests((0, 5), 16) == [(0, 5)]
 
 
 def test_prompts_of_different_lengths_do_not_attend_to_each_other():
@@ -110,11 +146,14 @@ def test_the_key_puts_a_pipelines_prefills_on_the_prompt_path_with_the_same_audi
 
     eager, none = serve()
     assert none is None
-    graphed, prompt = serve("pipeline.stages.talker.prompt_graph_tokens=256")
-    assert prompt is not None and prompt.served >= 1
-    for rid in eager:
-        assert graphed[rid].shape == eager[rid].shape == (6 * 1920,)
-        torch.testing.assert_close(graphed[rid], eager[rid], atol=1e-4, rtol=1e-4)
+    # 48: each prompt fits, the two together do not: prefilled in one step (as they usually
+    # are), that step runs as two replays (the model-level test above pins that down)
+    for tokens in (256, 48):
+        graphed, prompt = serve(f"pipeline.stages.talker.prompt_graph_tokens={tokens}")
+        assert prompt is not None and prompt.served >= 1 and prompt.replays >= prompt.served
+        for rid in eager:
+            assert graphed[rid].shape == eager[rid].shape == (6 * 1920,)
+            torch.testing.assert_close(graphed[rid], eager[rid], atol=1e-4, rtol=1e-4)
 
 
 def changed_slots(before: list[torch.Tensor], kv_caches) -> set[int]:

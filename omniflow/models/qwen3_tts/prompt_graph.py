@@ -11,9 +11,10 @@ no cached prefix: each request attends causally within its own contiguous tokens
 laid out flat, padded to the smallest token bucket >= T. Every request's positions then start
 at 0, so the graph numbers the segments itself (a new one at each position 0: the cumulative
 count of zeros) and builds the mask from them (same segment, not after the query): nothing is
-copied from the host, and a bucket's graph serves any mix of prompt lengths. Steps continuing
-a cached prefix (chunked prefill), and steps above the largest bucket, run the eager path
-(`Talker.forward`).
+copied from the host, and a bucket's graph serves any mix of prompt lengths. A step of more
+tokens than the largest bucket runs as several replays, each over consecutive whole requests
+(`pack_requests`). Steps continuing a cached prefix (chunked prefill), and a single request
+longer than the largest bucket, run the eager path (`Talker.forward`).
 
 A padding row is inert: position 0 (so its own segment: it attends only to itself), its K/V
 written to `dummy_slot`, embedding zeros. The K/V of real rows are written to the cache as the
@@ -37,7 +38,8 @@ from omniflow.models.qwen3_tts.talker import Talker
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 """Token counts a prefill is padded to. The mask is dense over a bucket (T x T), so large
-buckets pay attention over padding and across prompts: steps above `max_tokens` run eager."""
+buckets pay attention over padding and across prompts: a step above `max_tokens` runs as
+several replays of whole requests (`PromptGraphs.run`)."""
 
 
 def covers_whole_contexts(meta: AttentionMetadata) -> bool:
@@ -46,6 +48,23 @@ def covers_whole_contexts(meta: AttentionMetadata) -> bool:
         return False
     starts = meta.query_starts
     return all(starts[b + 1] - starts[b] == n for b, n in enumerate(meta.seq_lens))
+
+
+def pack_requests(query_starts: Sequence[int], max_tokens: int) -> list[tuple[int, int]] | None:
+    """Token ranges [a, b) over consecutive whole requests, each at most `max_tokens`
+    (greedy, in order: a step's requests stay in their flat layout), covering every token;
+    None when one request alone is longer (it cannot go through a bucket)."""
+    groups: list[tuple[int, int]] = []
+    start = query_starts[0]
+    for a, b in zip(query_starts, query_starts[1:], strict=False):
+        if b - a > max_tokens:
+            return None
+        if b - start > max_tokens:
+            groups.append((start, a))
+            start = a
+    if query_starts[-1] > start:
+        groups.append((start, query_starts[-1]))
+    return groups
 
 
 class PromptGraphs(BucketGraphs):
@@ -87,25 +106,49 @@ class PromptGraphs(BucketGraphs):
         self.out = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
         self.served = 0
         """Prefills this path has run (the rest ran eagerly): logs and tests read it."""
+        self.replays = 0
+        """Replays (or eager bucket steps) those prefills took: more than one per prefill
+        for steps above the largest bucket."""
 
     @torch.no_grad()
     def run(
         self, embeds: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor | None:
         """Final-norm hidden states [T, H] of a whole-context prefill (a new tensor), this
-        step's K/V written at `meta.slot_mapping`; None when the step does not qualify
-        (a cached prefix, or more tokens than the largest bucket): run it eagerly."""
+        step's K/V written at `meta.slot_mapping`; None when the step does not qualify (a
+        cached prefix, or one request longer than the largest bucket): run it eagerly.
+
+        A step of more tokens than the largest bucket runs as several replays, each over
+        consecutive whole requests (`pack_requests`): every request attends only within
+        itself, so how the requests are grouped changes nothing in the result. Eagerly such
+        a step paid ~50 ms of launches (the c32/c128 mixed steps that admit a dozen or more
+        new prompts at once, docs/benchmarks.md); a replay is a few ms."""
+        if not covers_whole_contexts(meta):
+            return None
+        groups = pack_requests(meta.query_starts, self.max_tokens)
+        if groups is None:
+            return None
+        outs = [
+            self._run_tokens(embeds[a:b], positions[a:b], meta.slot_mapping[a:b]) for a, b in groups
+        ]
+        self.served += 1
+        self.replays += len(groups)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _run_tokens(
+        self, embeds: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+    ) -> torch.Tensor:
+        """One replay over whole requests of at most `max_tokens` tokens in all."""
         t = embeds.shape[0]
         k = self.bucket_for(t)
-        if k is None or not covers_whole_contexts(meta):
-            return None
+        if k is None:  # pack_requests keeps every group within max_tokens, itself a bucket
+            raise RuntimeError(f"{t} tokens above the largest bucket ({self.max_tokens})")
         self.embeds[:t].copy_(embeds)
         self.positions[:t].copy_(positions)
-        self.slot_mapping[:t].copy_(meta.slot_mapping)
+        self.slot_mapping[:t].copy_(slots)
         self._pad(t, k)
         self._compute(k)
-        self.served += 1
-        return self.out[:t].clone()
+        return self.out[:t].clone()  # the next replay overwrites the static output
 
     @torch.no_grad()
     def capture_all(self) -> None:
