@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.bench.client import (
@@ -38,10 +37,12 @@ from omniflow.bench.client import (
     summarize,
 )
 from omniflow.bench.reuse import CACHE
+from omniflow.bench.server_sums import first_audio_parts, first_audio_sums, served_sums
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import NoTimer, PipelineStats, WindowCounters
+from omniflow.errors import ConfigError
 from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.serve.run import ServerThread
 from omniflow.stages.build import build_pipeline
@@ -81,6 +82,12 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     b = spec.bench
     prompts_file = b.prompts or DEFAULT_PROMPTS
     prompts = load_prompts(prompts_file, b.round_prompts, b.max_frames)
+    if len(prompts) < b.round_prompts:  # never a silently smaller round
+        key = "bench.prompts_per_lane" if b.round_prompts > b.num_prompts else "bench.num_prompts"
+        raise ConfigError(
+            key,
+            f"a round needs {b.round_prompts} prompts and {prompts_file} holds {len(prompts)}",
+        )
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -100,29 +107,31 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         f"--model={graph.model.name}",
         f"--voice={VOICE}",
     ]
-    # log lines (rounds, engine stats) print above the request bar, not through it
-    server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
-    with logging_redirect_tqdm(), server as srv:
-        client.append(f"--url={srv.url}")
-        if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
-            load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"])
-        registry = srv.app.state.service.metrics.registry
-        first_since, served_since = first_audio_sums(registry), served_sums(registry, ar.name)
-        windows_before = stage_windows(pipeline.stats(), ar.name)
-        pipeline.set_phase_timer(steps)
-        for i in range(b.rounds):
-            outcome = load_in_child([*client, "--warmup=0"])
-            summary = summarize(outcome)
-            rounds.append(summary)
-            errors += [f.error for f in outcome.failures]
-            log_round(i + 1, b.rounds, summary, outcome)
-        first = first_audio_parts(first_since, first_audio_sums(registry))
-        served = served_sums(registry, ar.name)
-        step_s = served["step_s"] - served_since["step_s"]
-        audio_s = served["audio_s"] - served_since["audio_s"]
-        frames = audio_s * pipeline.info().sample_rate / 1920
-        windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
-    pipeline.set_phase_timer(NoTimer())  # a kept pipeline's later steps are not this job's
+    try:
+        # log lines (rounds, engine stats) print above the request bar, not through it
+        server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
+        with logging_redirect_tqdm(), server as srv:
+            client.append(f"--url={srv.url}")
+            if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
+                load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"])
+            registry = srv.app.state.service.metrics.registry
+            first_since, served_since = first_audio_sums(registry), served_sums(registry, ar.name)
+            windows_before = stage_windows(pipeline.stats(), ar.name)
+            pipeline.set_phase_timer(steps)
+            for i in range(b.rounds):
+                outcome = load_in_child([*client, "--warmup=0"])
+                summary = summarize(outcome)
+                rounds.append(summary)
+                errors += [f.error for f in outcome.failures]
+                log_round(i + 1, b.rounds, summary, outcome)
+            first = first_audio_parts(first_since, first_audio_sums(registry))
+            served = served_sums(registry, ar.name)
+            step_s = served["step_s"] - served_since["step_s"]
+            audio_s = served["audio_s"] - served_since["audio_s"]
+            frames = audio_s * pipeline.info().sample_rate / 1920
+            windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
+    finally:  # a kept pipeline's later steps are not this job's, even after a failure
+        pipeline.set_phase_timer(NoTimer())
     result = {
         "overrides": overrides,
         "config": {
@@ -142,6 +151,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "rounds": rounds,
         "summary": _across_rounds(rounds, errors),
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
+        "served_frames": round(frames),
         "windows": windows,
         "steps": steps.summary(),
         "first_audio_parts": first,
@@ -178,41 +188,6 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             + (f"; the failures are in {out_dir / 'result.json'}" if out_dir else "")
         )
     return result
-
-
-FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
-
-
-def first_audio_sums(registry: CollectorRegistry) -> dict[str, float]:
-    """The server's first-audio histograms so far: the sums (seconds) of the whole and of
-    its parts (`serve/metrics.py`), and the count of requests."""
-
-    def total(name: str) -> float:
-        return registry.get_sample_value(f"omniflow_first_audio{name}_seconds_sum") or 0.0
-
-    sums = {"total": total("")} | {p: total(f"_{p}") for p in FIRST_AUDIO_PARTS}
-    count = registry.get_sample_value("omniflow_first_audio_seconds_count") or 0.0
-    return sums | {"count": count}
-
-
-def first_audio_parts(since: dict[str, float], now: dict[str, float]) -> dict[str, Any] | None:
-    """Mean first audio of the requests between two `first_audio_sums` (the measured rounds:
-    the warm-ups ran before), measured by the server and split where it went (intake, the
-    pipeline making it, delivery); the load generator's ttfp adds the network and its own
-    side. None when no request got audio."""
-    n = now["count"] - since["count"]
-    if n <= 0:
-        return None
-    means = {f"{k}_ms": 1e3 * (now[k] - since[k]) / n for k in ("total", *FIRST_AUDIO_PARTS)}
-    return {"requests": int(n)} | means
-
-
-def served_sums(registry: CollectorRegistry, stage: str) -> dict[str, float]:
-    """The server's totals so far of the stage's step time and of the audio made (seconds):
-    a job reports the difference over its measured rounds."""
-    step = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": stage})
-    audio = registry.get_sample_value("omniflow_audio_seconds_total")
-    return {"step_s": step or 0.0, "audio_s": audio or 0.0}
 
 
 def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> None:

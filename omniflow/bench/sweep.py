@@ -111,7 +111,7 @@ def summarize(directory: Path) -> str:
     swept = _swept(results)
     # prompts_per_lane gives each concurrency its own count: a column then, not the header
     counts = {r["config"]["num_prompts"] for r in results}
-    per_job = len(counts) > 1
+    per_job = len(counts) > 1 and "bench.num_prompts" not in swept  # else a column already
     head = [
         *swept,
         *(["prompts"] if per_job else []),
@@ -153,7 +153,9 @@ def summarize(directory: Path) -> str:
     points = _points(results, swept)
     plot = plot_sweep(points, xlabel, directory / "rtf.png") if points else None
     prompts = (
-        "prompts per round in the table" if per_job else f"{cfg['num_prompts']} prompts per round"
+        "prompts per round in the table"
+        if len(counts) > 1
+        else f"{cfg['num_prompts']} prompts per round"
     )
     text = (
         f"# Sweep {directory.name}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, "

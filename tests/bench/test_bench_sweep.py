@@ -230,3 +230,5 @@ def test_the_warm_ups_run_first_and_count_nowhere(tmp_path):
     assert result["windows"]["executed_steps"] <= 2 * 3
     assert result["steps"]["talker"]["mixed_step"]["count"] <= 2
     assert sum(r["completed"] for r in result["rounds"]) == 2
+    # ms/frame over the measured frames only: 2 x 4, not the warm-ups' 3 x 4 besides
+    assert result["served_frames"] == 8 and result["talker_ms_per_frame"] > 0

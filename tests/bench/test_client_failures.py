@@ -282,3 +282,30 @@ def test_a_sweep_whose_jobs_sent_different_counts_shows_them_per_job(tmp_path, m
         ("4", "8"),
     ]
     assert "prompts per round in the table" in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        (["bench.num_prompts=4"], "bench.num_prompts"),
+        (["bench.prompts_per_lane=3"], "bench.prompts_per_lane"),
+    ],
+)
+def test_a_prompt_file_too_short_for_the_round_is_refused_naming_the_key(tmp_path, extra, key):
+    from omniflow.bench import job
+    from omniflow.config.compose import compose
+    from omniflow.errors import ConfigError
+
+    prompts = tmp_path / "three.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"text": f"t{i}", "seconds": 1.0}) + "\n" for i in range(3))
+    )
+    over = [
+        "platform=cpu",
+        f"bench.prompts={prompts}",
+        "bench.num_prompts=2",
+        "bench.concurrency=2",
+    ]
+    with pytest.raises(ConfigError) as exc:
+        job.run_job(compose([*over, *extra]), over, None)
+    assert exc.value.key == key and "holds 3" in str(exc.value)
