@@ -39,7 +39,8 @@ class ResolvedStage(Frozen):
     arch: str = Field(description="Registry name of the component.")
     window_k: int = Field(description="Multi-step window (0 off).")
     prompt_graph_tokens: int = Field(
-        description="Largest whole-prompt prefill run on the prompt graphs (0: eager; AR only)."
+        description="Largest prompt-graph bucket (tokens per replay; larger whole-prompt steps "
+        "replay it over groups of requests; 0: eager; AR only)."
     )
     audio_chunk_frames: int = Field(
         description="Frames per decoder pass inside a window (0: one pass at the window's end)."

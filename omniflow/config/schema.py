@@ -99,8 +99,9 @@ class ARStageConfig(StageBase):
         None,
         ge=0,
         le=2048,
-        description="Prefills of whole prompts up to this many tokens replay a CUDA graph per "
-        "token bucket (with platform.cuda_graphs; eagerly elsewhere); 0: eager prefill; "
+        description="Prefills of whole prompts replay a CUDA graph per token bucket up to this "
+        "many tokens (with platform.cuda_graphs; eagerly elsewhere); a larger step runs as "
+        "several replays of whole requests, a single longer prompt eagerly; 0: eager prefill; "
         "null: 512 (capped at scheduler.max_num_batched_tokens) with CUDA graphs, else 0.",
     )
     audio_chunk_frames: int | None = Field(

@@ -150,7 +150,7 @@ def test_the_key_puts_a_pipelines_prefills_on_the_prompt_path_with_the_same_audi
     # are), that step runs as two replays (the model-level test above pins that down)
     for tokens in (256, 48):
         graphed, prompt = serve(f"pipeline.stages.talker.prompt_graph_tokens={tokens}")
-        assert prompt is not None and prompt.served >= 1 and prompt.replays >= prompt.served
+        assert prompt is not None and prompt.served >= 1
         for rid in eager:
             assert graphed[rid].shape == eager[rid].shape == (6 * 1920,)
             torch.testing.assert_close(graphed[rid], eager[rid], atol=1e-4, rtol=1e-4)

@@ -126,19 +126,20 @@ class PromptGraphs(BucketGraphs):
         if not covers_whole_contexts(meta):
             return None
         groups = pack_requests(meta.query_starts, self.max_tokens)
-        if groups is None:
+        if not groups:  # a request above the largest bucket (or, never sent, no request)
             return None
-        outs = [
-            self._run_tokens(embeds[a:b], positions[a:b], meta.slot_mapping[a:b]) for a, b in groups
-        ]
+        out = torch.empty_like(embeds, dtype=self.out.dtype)
+        for a, b in groups:
+            self._run_tokens(embeds[a:b], positions[a:b], meta.slot_mapping[a:b], out[a:b])
         self.served += 1
         self.replays += len(groups)
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+        return out
 
     def _run_tokens(
-        self, embeds: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
-    ) -> torch.Tensor:
-        """One replay over whole requests of at most `max_tokens` tokens in all."""
+        self, embeds: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, dest: torch.Tensor
+    ) -> None:
+        """One replay over whole requests of at most `max_tokens` tokens in all, its hidden
+        states copied to `dest` (before the next replay overwrites the static output)."""
         t = embeds.shape[0]
         k = self.bucket_for(t)
         if k is None:  # pack_requests keeps every group within max_tokens, itself a bucket
@@ -148,7 +149,7 @@ class PromptGraphs(BucketGraphs):
         self.slot_mapping[:t].copy_(slots)
         self._pad(t, k)
         self._compute(k)
-        return self.out[:t].clone()  # the next replay overwrites the static output
+        dest.copy_(self.out[:t])
 
     @torch.no_grad()
     def capture_all(self) -> None:
