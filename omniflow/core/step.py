@@ -8,8 +8,8 @@ afterwards only diffs travel (`CachedRequestData`: new block ids, the computed c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from omniflow.core.request import SamplingParams
 
@@ -87,6 +87,14 @@ class RequestStepOutput:
     """Set when the model failed for this request: it ends with exactly one error."""
 
 
+class LateAudio(Protocol):
+    """Audio of a step still being made when the runner answered (`stages/step_audio.py`)."""
+
+    def attach(self, outputs: Mapping[str, RequestStepOutput]) -> dict[str, RequestStepOutput]:
+        """The outputs with their audio, once it is made (waits for it)."""
+        ...
+
+
 @dataclass(frozen=True)
 class StepResult:
     """The runner's answer to one plan."""
@@ -97,3 +105,13 @@ class StepResult:
     """Forward steps the runner executed for a window plan (0 without a window)."""
     window_refusal: str | None = None
     """Why the runner ran a window plan as a single step (run-time gate), if it did."""
+    late_audio: LateAudio | None = None
+    """The outputs' audio, still being decoded: `settled()` puts it in. The runner answers
+    without waiting for it, so under async scheduling the next step is queued meanwhile."""
+
+    def settled(self) -> StepResult:
+        """This result with its late audio in the outputs (waiting for it); itself if none."""
+        if self.late_audio is None:
+            return self
+        outputs = self.late_audio.attach(self.outputs)
+        return replace(self, outputs=outputs, late_audio=None)

@@ -330,7 +330,11 @@ class ARScheduler:
     # ------------------------------------------------------------------ results
 
     def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]:
-        """Apply a step's results: append tokens, finish requests, release resources."""
+        """Apply a step's results: append tokens, finish requests, release resources. A
+        result whose audio is still being decoded is settled first (waiting for it): under
+        async scheduling this runs after the next plan was submitted, so the next step's
+        work is queued while this one's audio finishes (`stages/step_audio.py`)."""
+        result = result.settled()
         expected = self._expected.pop(plan.step_id, {})
         if plan.window:
             self.window_stats.executed_steps += result.window_steps

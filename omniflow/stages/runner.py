@@ -12,7 +12,6 @@ banned ids, frame completion, audio) is the model's (`models/interface.py`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import numpy as np
@@ -33,6 +32,7 @@ from omniflow.models.upload import upload_ints
 from omniflow.stages.draw import SamplingBatch
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.stages.sampler import BatchSampler, SamplingStaging
+from omniflow.stages.step_audio import StepAudio
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,8 @@ class ARModelRunner:
             with self.timer.phase(self.stage_name, "decode_step" if decode else "mixed_step"):
                 if plan.window:
                     return self._run_window(plan)
-                return StepResult(plan.step_id, self._run(order))
+                outputs, audio = self._run(order, plan.step_id)
+                return StepResult(plan.step_id, outputs, late_audio=audio)
         except (RuntimeError, ValueError) as exc:  # a model failure ends each request once
             log.exception("%s step %d failed", self.model.name, plan.step_id)
             message = f"{self.model.name} step failed: {exc}"
@@ -180,27 +181,33 @@ class ARModelRunner:
                 self._refusals_logged.add(reason)
                 log.info("window refused at run time (%s): running a single step", reason)
             known = [rid for rid in plan.num_scheduled_tokens if rid in self.requests]
-            single = self._run([(rid, 1) for rid in known])
+            single, audio = self._run([(rid, 1) for rid in known], plan.step_id)
             for rid in plan.num_scheduled_tokens:  # a plan naming a request the runner lacks
                 if rid not in self.requests:
                     single[rid] = RequestStepOutput(error=f"{rid}: not held by the runner")
-            return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
-        outputs, steps = self._decode(dict(plan.window))
-        return StepResult(plan.step_id, outputs, window_steps=steps)
+            return StepResult(
+                plan.step_id, single, window_steps=1, window_refusal=reason, late_audio=audio
+            )
+        outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
+        return StepResult(plan.step_id, outputs, window_steps=steps, late_audio=audio)
 
     # ------------------------------------------------------------------ steps
 
-    def _run(self, order: list[tuple[str, int]]) -> dict[str, RequestStepOutput]:
+    def _run(
+        self, order: list[tuple[str, int]], step_id: int
+    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None]:
         """One step. A mixed step runs its decoding rows (one token at the end of their
         known tokens) on the decode path, where a CUDA graph replays them, and only the
         rest on the prefill path: while requests keep arriving, most steps are mixed, and
         the running requests would otherwise decode eagerly beside every new prompt. The
         two paths agree bit for bit on the CPU (tests/stages/test_runner_paths.py); all
-        rows are then sampled in one call."""
+        rows are then sampled in one call. The audio comes back still being decoded
+        (`stages/step_audio.py`)."""
         reqs = [(self.requests[rid], n) for rid, n in order]
         decoding = [r for r, n in reqs if n == 1 and r.in_decode]
         if len(decoding) == len(reqs):
-            return self._decode({rid: 1 for rid, _ in order})[0]
+            outputs, audio, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
+            return outputs, audio
         prefill = [(r, n) for r, n in reqs if not (n == 1 and r.in_decode)]
         hidden: list[torch.Tensor] = []
         if decoding:
@@ -227,16 +234,19 @@ class ARModelRunner:
             hidden.append(out.index_select(0, rows))
         sampled = decoding + [r for r, _ in batch.sample_rows]
         if not sampled:
-            return {}
+            return {}, None
         sample = self._sample(torch.cat(hidden), sampled)
         outputs = self._record(sampled, sample)
-        return self._with_audio(outputs, [self._step(sampled, sample)], [])
+        return outputs, self._audio([self._step(sampled, sample)], [], step_id)
 
-    def _decode(self, ks: dict[str, int]) -> tuple[dict[str, RequestStepOutput], int]:
+    def _decode(
+        self, ks: dict[str, int], step_id: int
+    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
         """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
         the token and frame it sampled into the next on the device. A request leaves at its
         k or at a stop token; the layout is built once and only shrinks. Returns the outputs
-        (several steps concatenated) and the number of steps run.
+        (several steps concatenated), their audio still being decoded (`StepAudio`), and
+        the number of steps run.
 
         Overlap: the GPU runs a whole step ahead of the host's bookkeeping. Before the host reads
         step n's codes back, step n+1 is queued whole for every row still short of its k
@@ -294,7 +304,7 @@ class ARModelRunner:
                     chunks.append(self.model.queue_audio(sampled))
                 sampled = []
         outputs = {rid: _concat(outs) for rid, outs in parts.items()}
-        return self._with_audio(outputs, sampled, chunks), steps
+        return outputs, self._audio(sampled, chunks, step_id), steps
 
     def _queue_step(self, reqs: list[RunnerRequest], pending: int) -> _Queued:
         """The decode batch's next forward and its sampling, queued (not recorded)."""
@@ -340,26 +350,15 @@ class ARModelRunner:
     def _step(reqs: list[RunnerRequest], sample: FrameSample) -> SampledStep:
         return SampledStep(tuple(r.request_id for r in reqs), sample)
 
-    def _with_audio(
-        self,
-        outputs: dict[str, RequestStepOutput],
-        steps: list[SampledStep],
-        queued: list[PendingAudio],
-    ) -> dict[str, RequestStepOutput]:
-        """The outputs with the PCM of the frames sampled: the audio `queued` earlier (a
+    def _audio(
+        self, steps: list[SampledStep], queued: list[PendingAudio], step_id: int
+    ) -> StepAudio | None:
+        """The PCM of the frames sampled, still being decoded: the audio `queued` earlier (a
         window's first chunks, in order), then that of `steps` (the model's post-frame hook),
-        decoded in one pass for the step or the rest of the window."""
+        queued now in one pass for the step or the rest of the window. None without any."""
         with self.timer.phase(self.stage_name, "audio"):
             pending = [*queued, self.model.queue_audio(steps)] if steps else queued
-            parts = [p.result() for p in pending]
-        audio: dict[str, list[np.ndarray]] = {}
-        for part in parts:
-            for rid, pcm in part.items():
-                audio.setdefault(rid, []).append(pcm)
-        return {
-            rid: dataclasses.replace(out, audio=_joined(audio[rid])) if rid in audio else out
-            for rid, out in outputs.items()
-        }
+        return StepAudio(pending, self.model.name, step_id) if pending else None
 
 
 def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
@@ -373,6 +372,3 @@ def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
         audio=np.concatenate(audio) if audio else None,
     )
 
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

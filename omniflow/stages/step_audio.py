@@ -1,0 +1,57 @@
+"""A step's audio, still being decoded when the runner answers (`StepResult.late_audio`).
+
+The runner queues the decoder for a step's frames (a window's last chunk, or a single step's
+frame) and returns without waiting for the PCM. The scheduler's `update` settles it
+(`StepResult.settled`). Under async scheduling the engine submits the next plan before it
+updates with this one, so the next step's forward and sampling are queued while this step's
+audio is decoded and copied to the host: the decoder pass and the host's turn-around between
+steps stop sitting on the critical path (at c1 an 8-frame window's decoder pass is ~4 ms of
+a ~42 ms window, after its last frame, docs/benchmarks.md). With sync scheduling it is settled
+at once, as before. The PCM is the same either way: only when it is waited for moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from omniflow.core.step import RequestStepOutput
+from omniflow.models.interface import PendingAudio
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepAudio:
+    """The decoder calls of one step, in order (a window's chunks, then the rest)."""
+
+    pending: Sequence[PendingAudio]
+    model: str
+    """Named in the error a failed decode gives each of the step's requests."""
+    step_id: int
+
+    def attach(self, outputs: Mapping[str, RequestStepOutput]) -> dict[str, RequestStepOutput]:
+        """The outputs with each request's PCM (its parts joined in order); waits for the
+        decoding. A decode that fails ends every request of the step with one error, as a
+        failure inside the step does."""
+        try:
+            parts = [p.result() for p in self.pending]
+        except (RuntimeError, ValueError) as exc:
+            log.exception("%s step %d: its audio failed", self.model, self.step_id)
+            message = f"{self.model} step failed: {exc}"
+            return {rid: RequestStepOutput(error=message) for rid in outputs}
+        audio: dict[str, list[np.ndarray]] = {}
+        for part in parts:
+            for rid, pcm in part.items():
+                audio.setdefault(rid, []).append(pcm)
+        return {
+            rid: dataclasses.replace(out, audio=_joined(audio[rid])) if rid in audio else out
+            for rid, out in outputs.items()
+        }
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
