@@ -331,9 +331,10 @@ class ARScheduler:
 
     def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]:
         """Apply a step's results: append tokens, finish requests, release resources. A
-        result whose audio is still being decoded is settled first (waiting for it): under
-        async scheduling this runs after the next plan was submitted, so the next step's
-        work is queued while this one's audio finishes (`stages/step_audio.py`)."""
+        result whose audio is still being decoded is settled first (waiting for it). The
+        engine hands its results over without their late audio and waits for that itself,
+        after queueing the next step (`StageEngine._with_late_audio`); callers driving a
+        runner directly get it settled here."""
         result = result.settled()
         expected = self._expected.pop(plan.step_id, {})
         if plan.window:

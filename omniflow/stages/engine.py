@@ -15,6 +15,7 @@ same tokens for a seeded request (the runner feeds the token it sampled itself).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -24,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import PhaseTimer, StageStats
+from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
@@ -138,6 +139,9 @@ class StageEngine:
         self._death: str | None = None
         self._progressed = False
         self.num_steps = 0
+        self.timer: PhaseTimer = NoTimer()
+        """Times the wait for a step's late audio (`audio_wait`); `set_timer` also gives it to
+        the runner for the step's own phases."""
         self.step_observer: Callable[[float], None] | None = None
         """Called with each productive step's duration in seconds (metrics)."""
         self._stats_at = time.monotonic()
@@ -196,6 +200,11 @@ class StageEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished or self._inflight is not None
 
+    def set_timer(self, timer: PhaseTimer) -> None:
+        """Time this stage's step phases (benchmarks): the runner's and the audio wait."""
+        self.timer = timer
+        self.runner.set_timer(timer, self.name)
+
     def step(self) -> list[StageOutput]:
         """One round: sync -> schedule, execute, update; async -> schedule n+1, update n."""
         self.num_steps += 1
@@ -206,7 +215,9 @@ class StageEngine:
         if not self.async_scheduling:
             if not runs:
                 return early
-            return early + self.scheduler.update(plan, self.runner.execute(plan))
+            result = self.runner.execute(plan)
+            done = self.scheduler.update(plan, dataclasses.replace(result, late_audio=None))
+            return early + self._with_late_audio(done, result)
         submitted: Future[StepResult] | None = None
         if runs:
             submitted = self._executor.submit(self.runner.execute, plan)
@@ -215,9 +226,42 @@ class StageEngine:
         outputs: list[StageOutput] = early
         if self._inflight is not None:
             prev_plan, prev = self._inflight
-            outputs = early + self.scheduler.update(prev_plan, prev.result())
+            result = prev.result()
+            # The tokens first: the update lifts a window's fence. The step's audio may still
+            # be decoding (`StepResult.late_audio`); when the fence held this round's plan
+            # back, plan and submit the next step before waiting for that audio.
+            done = self.scheduler.update(prev_plan, dataclasses.replace(result, late_audio=None))
+            if submitted is None and result.late_audio is not None:
+                plan = self.scheduler.schedule()
+                outputs = outputs + self.scheduler.drain_outputs()
+                if not plan.is_empty or plan.finished_ids:
+                    submitted = self._executor.submit(self.runner.execute, plan)
+            outputs = outputs + self._with_late_audio(done, result)
         self._inflight = (plan, submitted) if submitted is not None else None
         return outputs
+
+    def _with_late_audio(self, outputs: list[StageOutput], result: StepResult) -> list[StageOutput]:
+        """The step's outputs with its audio, waited for now (`stages/step_audio.py`). A decode
+        that failed ends each of the step's requests with one error instead (their tokens were
+        applied already: a request still running is finished here)."""
+        if result.late_audio is None:
+            return outputs
+        with self.timer.phase(self.name, "audio_wait"):
+            step = result.settled().outputs
+        out: list[StageOutput] = []
+        for o in outputs:
+            got = step.get(o.request_id)
+            if got is not None and got.error is not None:
+                if not o.finished:
+                    self.scheduler.finish(o.request_id, "error", got.error)
+                out.append(
+                    StageOutput(o.request_id, finished=True, finish_reason="error", error=got.error)
+                )
+            elif got is not None and got.audio is not None:
+                out.append(dataclasses.replace(o, audio=got.audio))
+            else:
+                out.append(o)
+        return out
 
     def run_until_idle(self, max_steps: int = 1_000_000) -> list[StageOutput]:
         """Step until nothing is left (offline use and tests)."""

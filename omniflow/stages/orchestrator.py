@@ -150,8 +150,8 @@ class Orchestrator:
 
     def set_phase_timer(self, timer: PhaseTimer) -> None:
         """Time each stage's step phases (forward, sample, audio; decode vs mixed steps)."""
-        for name, engine in self._engines.items():
-            engine.runner.set_timer(timer, name)
+        for engine in self._engines.values():
+            engine.set_timer(timer)
 
     @property
     def engines(self) -> list[StageEngine]:

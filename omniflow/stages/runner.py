@@ -262,7 +262,7 @@ class ARModelRunner:
 
         With `audio_chunk_frames` C, the audio of steps 1..C, C+1..2C, ... is queued
         (`ARModel.queue_audio`) as soon as the last of them is read back, while the GPU
-        computes the next step, and read at the window's end with the rest: a model that
+        computes the next step, and handed back with the rest at the window's end: a model that
         decodes on a stream of its own does so beside the window's later steps."""
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
@@ -338,7 +338,7 @@ class ARModelRunner:
         self, reqs: list[RunnerRequest], sample: FrameSample
     ) -> dict[str, RequestStepOutput]:
         """Append each row's token and input frame to its request; one output per row, in
-        row order, without audio (`_with_audio` adds it)."""
+        row order, without audio (`StepAudio` brings it, `stages/step_audio.py`)."""
         outputs: dict[str, RequestStepOutput] = {}
         for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
             r.tokens.append(token)
@@ -371,4 +371,3 @@ def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
         frames=tuple(f for o in outs for f in o.frames),
         audio=np.concatenate(audio) if audio else None,
     )
-

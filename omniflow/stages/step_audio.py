@@ -1,13 +1,14 @@
 """A step's audio, still being decoded when the runner answers (`StepResult.late_audio`).
 
 The runner queues the decoder for a step's frames (a window's last chunk, or a single step's
-frame) and returns without waiting for the PCM. The scheduler's `update` settles it
-(`StepResult.settled`). Under async scheduling the engine submits the next plan before it
-updates with this one, so the next step's forward and sampling are queued while this step's
-audio is decoded and copied to the host: the decoder pass and the host's turn-around between
-steps stop sitting on the critical path (at c1 an 8-frame window's decoder pass is ~4 ms of
-a ~42 ms window, after its last frame, docs/benchmarks.md). With sync scheduling it is settled
-at once, as before. The PCM is the same either way: only when it is waited for moves.
+frame) and returns without waiting for the PCM. The engine updates the scheduler with the
+step's tokens (lifting a window's fence), then waits for the audio
+(`StageEngine._with_late_audio`). Under async scheduling it submits the next plan before that
+wait, so the next step's forward and sampling are queued while this step's audio is decoded
+and copied to the host: the decoder pass and the host's turn-around between steps stop
+sitting on the critical path (at c1 an 8-frame window's decoder pass is ~4 ms of a ~42 ms
+window, after its last frame, docs/benchmarks.md). With sync scheduling the wait follows at
+once, as before. The PCM is the same either way: only when it is waited for moves.
 """
 
 from __future__ import annotations

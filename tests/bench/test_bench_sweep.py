@@ -64,7 +64,11 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path):
         # rest decode steps (a window counted once)
         kinds = res["steps"]["talker"]
         assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 1
-        assert set(kinds) == {"mixed_step", "decode_step"}  # phases only when asked
+        # phases only when asked; the wait for each step's audio always (every step of the
+        # fused talker makes audio)
+        assert set(kinds) == {"mixed_step", "decode_step", "audio_wait"}
+        steps = kinds["mixed_step"]["count"] + kinds["decode_step"]["count"]
+        assert kinds["audio_wait"]["count"] == steps
         assert res["config"]["phase_timing"] == "steps"
         assert kinds["decode_step"]["median_ms"] > 0 and kinds["mixed_step"]["total_s"] > 0
         # the server's first audio of the job's 2 requests, in parts that add up to it

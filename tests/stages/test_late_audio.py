@@ -42,49 +42,55 @@ def served_pcm(engine, proc, reqs) -> dict[str, np.ndarray]:
     return {rid: np.concatenate(parts) for rid, parts in pcm.items()}
 
 
-class Gated:
-    """A decoder call whose result waits for `gate` (failing after a timeout instead of
-    hanging the suite), then gives the real PCM."""
+class Executes:
+    """Counts the runner's execute calls; a decoder call made during call n hands out its PCM
+    only once call n + 1 has started (failing after a timeout instead of hanging)."""
 
-    def __init__(self, inner, gate: threading.Event) -> None:
-        self.inner, self.gate = inner, gate
+    def __init__(self, engine) -> None:
+        self.count = 0
+        self.cond = threading.Condition()
+        runner, model = engine.runner, engine.runner.model
+        execute, queue_audio = runner.execute, model.queue_audio
+
+        def spy(plan):
+            with self.cond:
+                self.count += 1
+                self.cond.notify_all()
+            return execute(plan)
+
+        runner.execute = spy  # type: ignore[method-assign]
+        model.queue_audio = lambda steps: Gated(queue_audio(steps), self)  # type: ignore[method-assign]
+
+
+class Gated:
+    def __init__(self, inner, executes: Executes) -> None:
+        self.inner, self.executes, self.made_in = inner, executes, executes.count
 
     def result(self):
-        assert self.gate.wait(timeout=30), "the audio was waited for before the next step ran"
+        with self.executes.cond:
+            later = self.executes.cond.wait_for(
+                lambda: self.executes.count > self.made_in, timeout=30
+            )
+        assert later, f"the audio of execute {self.made_in} was waited for before the next one"
         return self.inner.result()
 
 
-def gate_after_first_execute(engine) -> threading.Event:
-    """The gate opens when the runner's second execute starts; every decoder call waits for
-    it. Only if the engine submits step n+1 before waiting for step n's audio can the first
-    step's audio ever be returned."""
-    gate = threading.Event()
-    runner, model = engine.runner, engine.runner.model
-    execute, queue_audio = runner.execute, model.queue_audio
-    calls = []
-
-    def spy(plan):
-        calls.append(plan.step_id)
-        if len(calls) >= 2:
-            gate.set()
-        return execute(plan)
-
-    runner.execute = spy  # type: ignore[method-assign]
-    model.queue_audio = lambda steps: Gated(queue_audio(steps), gate)  # type: ignore[method-assign]
-    return gate
-
-
-@pytest.mark.parametrize("window_k", [0, 2])
+@pytest.mark.parametrize("window_k", [0, 4])
 def test_async_scheduling_runs_the_next_step_before_waiting_for_the_audio(window_k):
+    """Every step's audio, a window's included (whose fence holds the next plan back until
+    its tokens are in), is waited for only once the next execute has started; the PCM is
+    the sync engine's."""
     engine, proc = talker_engine(async_scheduling=True, stream_decode=True, window_k=window_k)
-    gate = gate_after_first_execute(engine)
-    pcm = served_pcm(engine, proc, requests())
-    assert gate.is_set()
+    executes = Executes(engine)
+    pcm = served_pcm(engine, proc, requests(frames=9))
+    assert executes.count >= 3
+    if window_k:
+        assert engine.scheduler.window_stats.executed_windows >= 2
     want_engine, want_proc = talker_engine(stream_decode=True, window_k=window_k)
-    want = served_pcm(want_engine, want_proc, requests())  # sync, nothing gated
+    want = served_pcm(want_engine, want_proc, requests(frames=9))  # sync, nothing gated
     assert set(pcm) == set(want) == {"r0", "r1"}
     for rid in want:
-        assert pcm[rid].shape == (5 * FRAME,)
+        assert pcm[rid].shape == (9 * FRAME,)
         np.testing.assert_array_equal(pcm[rid], want[rid])
 
 
@@ -116,8 +122,13 @@ def test_a_decode_failing_when_settled_ends_each_request_of_the_step_once():
         )
 
 
-def test_through_the_engine_a_failed_decode_ends_only_that_steps_requests():
-    engine, proc = talker_engine(stream_decode=True)
+@pytest.mark.parametrize(("async_scheduling", "window_k"), [(False, 0), (True, 0), (True, 4)])
+def test_through_the_engine_a_failed_decode_ends_only_its_requests(async_scheduling, window_k):
+    """r0's audio fails when settled (its prefill step's, alone): r0 ends with one error and
+    its KV and runner state go, while r1, admitted after, streams all its frames."""
+    engine, proc = talker_engine(
+        stream_decode=True, async_scheduling=async_scheduling, window_k=window_k
+    )
     model = engine.runner.model
     queue_audio = model.queue_audio
     fail = {"r0"}
@@ -128,12 +139,14 @@ def test_through_the_engine_a_failed_decode_ends_only_that_steps_requests():
         return queue_audio(steps)
 
     model.queue_audio = queue  # type: ignore[method-assign]
-    assert engine.add_request(proc.make_request(requests(1, 4)[0])) == []
+    assert engine.add_request(proc.make_request(requests(1, 6)[0])) == []
     outs = engine.run_until_idle()
     ends = [o for o in outs if o.finished]
     assert [(o.request_id, o.finish_reason) for o in ends] == [("r0", "error")]
     assert "illegal memory access" in ends[0].error
+    assert not any(o.audio is not None for o in outs)
+    assert engine.runner.requests == {} and engine.scheduler.kv.num_used_blocks == 0
     fail.clear()  # the engine goes on serving
-    pcm = served_pcm(engine, proc, [requests(2, 3)[1]])
-    assert pcm["r1"].shape == (3 * FRAME,)
+    pcm = served_pcm(engine, proc, [requests(2, 6)[1]])
+    assert pcm["r1"].shape == (6 * FRAME,)
     assert engine.scheduler.unfinished_ids() == []
