@@ -247,7 +247,8 @@ class ARScheduler:
             elif req.num_computed_tokens == req.num_tokens:
                 req.num_placeholders += 1
                 expected[rid] = 1
-        self._expected[step_id] = expected
+        if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
+            self._expected[step_id] = expected
         dropped = frozenset(self._drop_in_runner)
         preempted = frozenset(self._preempted_in_runner & dropped)
         self._drop_in_runner.clear()

@@ -139,6 +139,9 @@ class StageEngine:
         self._death: str | None = None
         self._progressed = False
         self.num_steps = 0
+        self._unsent: list[StageOutput] = []
+        """A step's outputs between its update and their audio: requests the update ended are
+        gone from the scheduler, so if the step dies there `_fail_all` ends them from here."""
         self.timer: PhaseTimer = NoTimer()
         """Times the wait for a step's late audio (`audio_wait`); `set_timer` also gives it to
         the runner for the step's own phases."""
@@ -217,7 +220,10 @@ class StageEngine:
                 return early
             result = self.runner.execute(plan)
             done = self.scheduler.update(plan, dataclasses.replace(result, late_audio=None))
-            return early + self._with_late_audio(done, result)
+            self._unsent = done
+            outputs = early + self._with_late_audio(done, result)
+            self._unsent = []
+            return outputs
         submitted: Future[StepResult] | None = None
         if runs:
             submitted = self._executor.submit(self.runner.execute, plan)
@@ -231,12 +237,16 @@ class StageEngine:
             # be decoding (`StepResult.late_audio`); when the fence held this round's plan
             # back, plan and submit the next step before waiting for that audio.
             done = self.scheduler.update(prev_plan, dataclasses.replace(result, late_audio=None))
+            self._unsent = done  # ended by the update: the death path must still end them
             if submitted is None and result.late_audio is not None:
                 plan = self.scheduler.schedule()
+                # notices only (an AR scheduler ends requests in update and finish alone), so
+                # they may go before the update's outputs
                 outputs = outputs + self.scheduler.drain_outputs()
                 if not plan.is_empty or plan.finished_ids:
                     submitted = self._executor.submit(self.runner.execute, plan)
             outputs = outputs + self._with_late_audio(done, result)
+            self._unsent = []
         self._inflight = (plan, submitted) if submitted is not None else None
         return outputs
 
@@ -412,3 +422,7 @@ class StageEngine:
     def _fail_all(self, message: str) -> None:
         for rid in self.scheduler.unfinished_ids():
             self._emit(self.abort_request(rid, "error", message))
+        ended = {o.request_id for o in self._unsent if o.finished}
+        self._unsent = []
+        for rid in ended:  # ended by an update whose outputs the dying step never returned
+            self._emit([StageOutput(rid, finished=True, finish_reason="error", error=message)])

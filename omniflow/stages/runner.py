@@ -356,6 +356,8 @@ class ARModelRunner:
         """The PCM of the frames sampled, still being decoded: the audio `queued` earlier (a
         window's first chunks, in order), then that of `steps` (the model's post-frame hook),
         queued now in one pass for the step or the rest of the window. None without any."""
+        if self.model.decoder_slots() is None:  # no stream decode: this stage makes no audio
+            return None
         with self.timer.phase(self.stage_name, "audio"):
             pending = [*queued, self.model.queue_audio(steps)] if steps else queued
         return StepAudio(pending, self.model.name, step_id) if pending else None

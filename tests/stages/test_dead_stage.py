@@ -64,3 +64,27 @@ def test_a_dead_stage_ends_its_requests_and_refuses_new_ones(victim):
         assert [(o.request_id, o.finish_reason) for o in late] == [("late", "error")]
     finally:
         orch.stop()
+
+
+class BoomAudio:
+    def result(self):
+        raise Boom("injected fault in the audio")
+
+
+@pytest.mark.parametrize(
+    "overrides", [(), ("pipeline.stages.talker.scheduler.async_scheduling=true",)]
+)
+def test_a_stage_dying_while_waiting_for_a_steps_audio_still_ends_that_steps_requests(overrides):
+    """The update has already ended the one-frame request when its audio is waited for; the
+    loop dies there, and the request still gets its one error (not silence)."""
+    orch = build("qwen3_tts_fused", *overrides)
+    try:
+        engine = orch.engines[0]
+        engine.runner.model.queue_audio = lambda steps: BoomAudio()  # type: ignore[method-assign]
+        c = Collector()
+        orch.submit(speech("one", max_new_tokens=1, ignore_eos=True), c)
+        term = c.wait(timeout=20).terminal
+        assert term.finish_reason == "error" and "injected fault in the audio" in term.error
+        assert not orch.stats().healthy and orch.stats().in_flight == 0
+    finally:
+        orch.stop()

@@ -150,3 +150,13 @@ def test_through_the_engine_a_failed_decode_ends_only_its_requests(async_schedul
     pcm = served_pcm(engine, proc, [requests(2, 6)[1]])
     assert pcm["r1"].shape == (6 * FRAME,)
     assert engine.scheduler.unfinished_ids() == []
+
+
+def test_a_talker_without_a_decoder_answers_with_no_late_audio():
+    """The two-stage pipeline's talker makes no audio: nothing to wait for, no audio_wait."""
+    engine, proc = talker_engine(stream_decode=False, window_k=2)
+    for r in requests(1, 3):
+        engine.add_request(proc.make_request(r))
+    plan = engine.scheduler.schedule()
+    result = engine.runner.execute(plan)
+    assert result.outputs["r0"].tokens and result.late_audio is None
