@@ -10,7 +10,10 @@ implement the same `StageEngineHandle` interface over IPC.
 
 Async scheduling: step n+1 is planned while step n executes on the runner's worker
 thread; `update(n)` happens after `schedule(n+1)`. Sync: strictly in turn. Both give the
-same tokens for a seeded request (the runner feeds the token it sampled itself).
+same tokens for a seeded request (the runner feeds the token it sampled itself). A step's
+audio may come back still decoding (`StepResult.late_audio`): the engine applies the
+tokens first, then, under async scheduling, submits the next step (planning it again when a
+window's fence held it back) before it waits for that audio (`stages/step_audio.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from omniflow.stages.messages import (
     Resume,
     Wake,
 )
+from omniflow.stages.step_audio import outputs_with_audio
 
 log = logging.getLogger(__name__)
 
@@ -251,26 +255,14 @@ class StageEngine:
         return outputs
 
     def _with_late_audio(self, outputs: list[StageOutput], result: StepResult) -> list[StageOutput]:
-        """The step's outputs with its audio, waited for now (`stages/step_audio.py`). A decode
-        that failed ends each of the step's requests with one error instead (their tokens were
-        applied already: a request still running is finished here)."""
+        """The step's outputs with its audio, waited for now (`stages/step_audio.py`); a
+        request still running whose audio failed is finished here (its tokens were applied)."""
         if result.late_audio is None:
             return outputs
         with self.timer.phase(self.name, "audio_wait"):
-            step = result.settled().outputs
-        out: list[StageOutput] = []
-        for o in outputs:
-            got = step.get(o.request_id)
-            if got is not None and got.error is not None:
-                if not o.finished:
-                    self.scheduler.finish(o.request_id, "error", got.error)
-                out.append(
-                    StageOutput(o.request_id, finished=True, finish_reason="error", error=got.error)
-                )
-            elif got is not None and got.audio is not None:
-                out.append(dataclasses.replace(o, audio=got.audio))
-            else:
-                out.append(o)
+            out, failed = outputs_with_audio(outputs, result)
+        for rid, error in failed:
+            self.scheduler.finish(rid, "error", error)
         return out
 
     def run_until_idle(self, max_steps: int = 1_000_000) -> list[StageOutput]:

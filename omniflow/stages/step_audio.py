@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from omniflow.core.step import RequestStepOutput
+from omniflow.core.output import StageOutput
+from omniflow.core.step import RequestStepOutput, StepResult
 from omniflow.models.interface import PendingAudio
 
 log = logging.getLogger(__name__)
@@ -56,3 +57,28 @@ class StepAudio:
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def outputs_with_audio(
+    outputs: list[StageOutput], result: StepResult
+) -> tuple[list[StageOutput], list[tuple[str, str]]]:
+    """A step's stage outputs (made from its tokens) with its late audio, waited for now.
+    Where the audio failed, the request's output becomes one error terminal instead; the
+    second list names (request, error) for those the outputs had not ended, which the caller
+    still has to finish in its scheduler."""
+    step = result.settled().outputs
+    out: list[StageOutput] = []
+    failed: list[tuple[str, str]] = []
+    for o in outputs:
+        got = step.get(o.request_id)
+        if got is not None and got.error is not None:
+            if not o.finished:
+                failed.append((o.request_id, got.error))
+            out.append(
+                StageOutput(o.request_id, finished=True, finish_reason="error", error=got.error)
+            )
+        elif got is not None and got.audio is not None:
+            out.append(dataclasses.replace(o, audio=got.audio))
+        else:
+            out.append(o)
+    return out, failed
