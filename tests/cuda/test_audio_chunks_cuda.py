@@ -71,3 +71,18 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
         slots.finish("x")
     finally:
         orch.stop()
+
+
+@pytest.mark.parametrize("chunks", [(), (CHUNKS,)], ids=["one_pass", "chunks"])
+def test_async_scheduling_waits_for_the_audio_later_and_gives_the_same_pcm(chunks):
+    """Under async scheduling a window's audio is waited for after the next window is queued
+    (`stages/step_audio.py`): on the main stream behind it without chunks, beside it on the
+    side stream with them. The PCM is the sync engine's (within TF32 rounding: the batch
+    composition of a decoder pass may differ between the two schedules)."""
+    sync = pcm(*chunks)
+    late = pcm(*chunks, "pipeline.stages.talker.scheduler.async_scheduling=true")
+    assert sync.shape == late.shape == ((33 + 26 + 19) * 1920,)
+    rms = float(np.sqrt(np.mean(sync**2)))
+    err = float(np.sqrt(np.mean((late - sync) ** 2)))
+    print(f"async vs sync PCM ({'chunks' if chunks else 'one pass'}): error rms {err:.3e}")
+    assert rms > 1e-3 and err < 1e-2 * rms
