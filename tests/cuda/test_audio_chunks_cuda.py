@@ -74,11 +74,12 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
 
 
 @pytest.mark.parametrize("chunks", [(), (CHUNKS,)], ids=["one_pass", "chunks"])
-def test_async_scheduling_waits_for_the_audio_later_and_gives_the_same_pcm(chunks):
+def test_async_scheduling_with_late_window_audio_gives_the_sync_pcm(chunks):
     """Under async scheduling a window's audio is waited for after the next window is queued
     (`stages/step_audio.py`): on the main stream behind it without chunks, beside it on the
     side stream with them. The PCM is the sync engine's (within TF32 rounding: the batch
-    composition of a decoder pass may differ between the two schedules)."""
+    composition of a decoder pass may differ between the two schedules). The ordering itself
+    is tested on the CPU (tests/stages/test_late_audio.py)."""
     sync = pcm(*chunks)
     late = pcm(*chunks, "pipeline.stages.talker.scheduler.async_scheduling=true")
     assert sync.shape == late.shape == ((33 + 26 + 19) * 1920,)
