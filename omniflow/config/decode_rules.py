@@ -69,7 +69,9 @@ def resolved_window_k(
 
 def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
     """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
-    a full window: each pass is then one replay of the captured chunk graph."""
+    a full window: each pass is then one replay of the captured chunk graph. A chunk of the
+    whole window (C = K) is one pass at the window's end, as without chunks, but on the
+    decoder's own CUDA stream, beside the next window's steps (`stages/step_audio.py`)."""
     if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
         return
     c = stage.audio_chunk_frames
@@ -83,14 +85,13 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
             else ""
         )
         errors.append(ConfigError(ckey, f"requires window_k >= 2 (window_k is {k}){why}"))
-    elif c < 2 or c >= k or k % c:  # a pass of one frame is the per-frame decoder step
-        fits = [d for d in range(2, k // 2 + 1) if k % d == 0]
-        reason = (
-            f"must be a divisor of window_k ({k}) from 2 to {k // 2}: one of {fits}, got {c}"
-            if fits
-            else f"window_k ({k}) has no divisor from 2 to {k // 2}: use e.g. 4, 6, 8, 12 or 16"
+    elif c < 2 or c > k or k % c:  # a pass of one frame is the per-frame decoder step
+        fits = [d for d in range(2, k + 1) if k % d == 0]
+        errors.append(
+            ConfigError(
+                ckey, f"must be a divisor of window_k ({k}) from 2 to {k}: one of {fits}, got {c}"
+            )
         )
-        errors.append(ConfigError(ckey, reason))
 
 
 def resolved_audio_chunk_frames(stage: StageConfig) -> int:

@@ -95,7 +95,7 @@ def test_window_k_is_per_stage_never_inherited():
 CHUNK = "pipeline.stages.talker.audio_chunk_frames"
 
 
-@pytest.mark.parametrize(("k", "c"), [(8, 4), (8, 2), (16, 8), (4, 2)])
+@pytest.mark.parametrize(("k", "c"), [(8, 4), (8, 2), (16, 8), (4, 2), (8, 8), (5, 5)])
 def test_audio_chunk_frames_accepted_values(k, c):
     g = graph(*FUSED, f"pipeline.stages.talker.window_k={k}", f"{CHUNK}={c}")
     assert g.stages["talker"].audio_chunk_frames == c
@@ -121,9 +121,9 @@ def test_audio_chunk_frames_unset_resolves_to_zero_on_every_stage():
     [
         ((*FUSED, f"{CHUNK}=4"), "requires window_k >= 2 (window_k is 0)"),
         ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=3"), "a divisor of window_k (8)"),
-        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=8"), "one of [2, 4], got 8"),
-        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=1"), "one of [2, 4], got 1"),
-        ((*FUSED, "pipeline.stages.talker.window_k=5", f"{CHUNK}=2"), "(5) has no divisor"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=16"), "one of [2, 4, 8], got 16"),
+        ((*FUSED, "pipeline.stages.talker.window_k=8", f"{CHUNK}=1"), "one of [2, 4, 8], got 1"),
+        ((*FUSED, "pipeline.stages.talker.window_k=5", f"{CHUNK}=2"), "one of [5], got 2"),
         ((*TWO, "pipeline.stages.talker.window_k=8", f"{CHUNK}=4"), "requires stream_decode"),
     ],
 )

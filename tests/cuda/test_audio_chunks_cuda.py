@@ -73,7 +73,11 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
         orch.stop()
 
 
-@pytest.mark.parametrize("chunks", [(), (CHUNKS,)], ids=["one_pass", "chunks"])
+@pytest.mark.parametrize(
+    "chunks",
+    [(), (CHUNKS,), ("pipeline.stages.talker.audio_chunk_frames=8",)],
+    ids=["one_pass", "chunks", "whole_window_on_the_side_stream"],
+)
 def test_async_scheduling_with_late_window_audio_gives_the_sync_pcm(chunks):
     """Under async scheduling a window's audio is waited for after the next window is queued
     (`stages/step_audio.py`): on the main stream behind it without chunks, beside it on the

@@ -274,3 +274,14 @@ def test_a_window_decoded_in_chunks_gives_the_same_audio_in_order():
         assert a.shape == b.shape == (n * 1920,)
         np.testing.assert_allclose(b, a, rtol=0, atol=1 / 32768)
     assert chunk_passes > passes
+
+
+def test_a_chunk_of_the_whole_window_is_one_pass_at_its_end():
+    """`audio_chunk_frames` = `window_k`: the one-pass audio and as many decoder passes (on
+    CUDA they run on the decoder's own stream, beside the next window's steps)."""
+    whole, passes = chunked_run()
+    same, same_passes = chunked_run("pipeline.stages.talker.audio_chunk_frames=8")
+    for a, b, n in zip(whole, same, LENGTHS, strict=True):
+        assert a.shape == b.shape == (n * 1920,)
+        np.testing.assert_array_equal(b, a)
+    assert same_passes == passes
