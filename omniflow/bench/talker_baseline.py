@@ -11,9 +11,11 @@ requests (dummy weights, EOS ignored) through the started pipeline. `decode_step
 steps in which every request computes its next frame (`mixed_step`: the others); `forward`,
 `sample` and `audio` are per call and include a mixed step's decode rows; `readback` is the
 host waiting for a step's codes (with the device synchronised around each phase, little more
-than the copy); `prefill` is a mixed step's prefill forward (embedding and layers),
-`prefill_layout` the host building its inputs. With windows (`window_k`, recorded in the
-result; the fused pipeline's default on CUDA is 8) a `decode_step` is one window of up to K
+than the copy); `prefill` is a mixed step's prefill forward (its layers; the prompt
+graph's replay where one serves it), `prefill_embed` the prompt's embedding before it,
+`prefill_layout` the host building its inputs; `audio_wait` the wait for a step's audio.
+With windows (`window_k`, recorded in the result; the fused pipeline's default on CUDA is 8)
+a `decode_step` is one window of up to K
 frames and `audio` one window's decoder pass: add `pipeline.stages.talker.window_k=0` for
 per-frame figures.
 

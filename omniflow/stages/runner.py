@@ -225,8 +225,9 @@ class ARModelRunner:
         rows = None
         if batch.sample_rows:
             rows = upload_ints([row for _, row in batch.sample_rows], self.device)
-        with self.timer.phase(self.stage_name, "prefill"):
+        with self.timer.phase(self.stage_name, "prefill_embed"):  # eager, before the graph
             embeds = self.model.embed_prefill(batch.inputs)
+        with self.timer.phase(self.stage_name, "prefill"):
             out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
         for r, n in prefill:
             r.num_computed += n

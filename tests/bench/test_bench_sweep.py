@@ -201,13 +201,14 @@ def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path):
     res = json.loads((out / "result.json").read_text())
     assert res["config"]["phase_timing"] == "device"
     kinds = res["steps"]["talker"]
-    phases = {"forward", "prefill", "prefill_layout", "sample", "audio"}
+    phases = {"forward", "prefill", "prefill_embed", "prefill_layout", "sample", "audio"}
     assert phases | {"decode_step", "mixed_step"} <= set(kinds)
     # every step samples and decodes audio once; a mixed step runs one prefill forward (and
     # its decode rows' forward when it has any), a decode step one forward
     steps = kinds["decode_step"]["count"] + kinds["mixed_step"]["count"]
     assert kinds["sample"]["count"] == steps and kinds["audio"]["count"] == steps
     assert kinds["prefill"]["count"] == kinds["prefill_layout"]["count"]
+    assert kinds["prefill_embed"]["count"] == kinds["prefill"]["count"]
     assert kinds["prefill"]["count"] == kinds["mixed_step"]["count"]
     assert kinds["forward"]["count"] >= kinds["decode_step"]["count"]
     bad = omniflow("bench", *SMALL, "bench.phase_timing=gpu", cwd=tmp_path)
