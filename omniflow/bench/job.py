@@ -37,7 +37,7 @@ from omniflow.bench.client import (
     summarize,
 )
 from omniflow.bench.reuse import CACHE
-from omniflow.bench.server_sums import first_audio_parts, first_audio_sums, served_sums
+from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
@@ -115,7 +115,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
                 load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"])
             registry = srv.app.state.service.metrics.registry
-            first_since, served_since = first_audio_sums(registry), served_sums(registry, ar.name)
+            before = server_totals(registry, ar.name)
             windows_before = stage_windows(pipeline.stats(), ar.name)
             pipeline.set_phase_timer(steps)
             for i in range(b.rounds):
@@ -124,11 +124,10 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 rounds.append(summary)
                 errors += [f.error for f in outcome.failures]
                 log_round(i + 1, b.rounds, summary, outcome)
-            first = first_audio_parts(first_since, first_audio_sums(registry))
-            served = served_sums(registry, ar.name)
-            step_s = served["step_s"] - served_since["step_s"]
-            audio_s = served["audio_s"] - served_since["audio_s"]
-            frames = audio_s * pipeline.info().sample_rate / 1920
+            accrued = totals_since(before, server_totals(registry, ar.name))
+            first = first_audio_parts(accrued)
+            step_s = accrued["step_s"]
+            frames = accrued["audio_s"] * pipeline.info().sample_rate / 1920
             windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
     finally:  # a kept pipeline's later steps are not this job's, even after a failure
         pipeline.set_phase_timer(NoTimer())

@@ -11,33 +11,36 @@ from prometheus_client import CollectorRegistry
 FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
 
 
-def first_audio_sums(registry: CollectorRegistry) -> dict[str, float]:
-    """The server's first-audio histograms so far: the sums (seconds) of the whole and of
-    its parts (`serve/metrics.py`), and the count of requests."""
+def server_totals(registry: CollectorRegistry, stage: str) -> dict[str, float]:
+    """The server's totals so far: the first-audio histograms' sums (seconds) of the whole
+    and of its parts and their request count, the stage's step time (`step_s`) and the audio
+    made (`audio_s`)."""
 
-    def total(name: str) -> float:
-        return registry.get_sample_value(f"omniflow_first_audio{name}_seconds_sum") or 0.0
+    def value(name: str, labels: dict[str, str] | None = None) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
 
-    sums = {"total": total("")} | {p: total(f"_{p}") for p in FIRST_AUDIO_PARTS}
-    count = registry.get_sample_value("omniflow_first_audio_seconds_count") or 0.0
-    return sums | {"count": count}
+    first = {"total": value("omniflow_first_audio_seconds_sum")} | {
+        p: value(f"omniflow_first_audio_{p}_seconds_sum") for p in FIRST_AUDIO_PARTS
+    }
+    return first | {
+        "count": value("omniflow_first_audio_seconds_count"),
+        "step_s": value("omniflow_stage_step_seconds_sum", {"stage": stage}),
+        "audio_s": value("omniflow_audio_seconds_total"),
+    }
 
 
-def first_audio_parts(since: dict[str, float], now: dict[str, float]) -> dict[str, Any] | None:
-    """Mean first audio of the requests between two `first_audio_sums` (the measured rounds:
-    the warm-ups ran before), measured by the server and split where it went (intake, the
-    pipeline making it, delivery); the load generator's ttfp adds the network and its own
-    side. None when no request got audio."""
-    n = now["count"] - since["count"]
+def totals_since(before: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    """What accrued between two `server_totals` snapshots."""
+    return {k: now[k] - before[k] for k in now}
+
+
+def first_audio_parts(accrued: dict[str, float]) -> dict[str, Any] | None:
+    """Mean first audio of the requests in `accrued` (the measured rounds: the warm-ups ran
+    before), measured by the server and split where it went (intake, the pipeline making it,
+    delivery); the load generator's ttfp adds the network and its own side. None when no
+    request got audio."""
+    n = accrued["count"]
     if n <= 0:
         return None
-    means = {f"{k}_ms": 1e3 * (now[k] - since[k]) / n for k in ("total", *FIRST_AUDIO_PARTS)}
+    means = {f"{k}_ms": 1e3 * accrued[k] / n for k in ("total", *FIRST_AUDIO_PARTS)}
     return {"requests": int(n)} | means
-
-
-def served_sums(registry: CollectorRegistry, stage: str) -> dict[str, float]:
-    """The server's totals so far of the stage's step time and of the audio made (seconds):
-    a job reports the difference over its measured rounds."""
-    step = registry.get_sample_value("omniflow_stage_step_seconds_sum", {"stage": stage})
-    audio = registry.get_sample_value("omniflow_audio_seconds_total")
-    return {"step_s": step or 0.0, "audio_s": audio or 0.0}
