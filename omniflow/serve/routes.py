@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
+from omniflow.serve import endpoints
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.handlers import install_error_handlers
@@ -68,6 +69,12 @@ class SpeechService:
         """What shutdown ends (`close`)."""
         self.handoff: LoopHandoff | None = None
         """Engine threads -> the serving loop (made on a request, for the loop serving it)."""
+        self.model_card = {
+            "id": self.info.model,
+            "object": "model",
+            "owned_by": "omniflow",
+            "created": int(time.time()),
+        }
 
     def close(self) -> None:
         """Shutdown begins: new speech requests get a 503, running ones end with an error."""
@@ -161,6 +168,25 @@ class SpeechService:
             raise ApiError(400, clip(str(exc), 300), "input") from None
         return speech.request_id, events, submitted
 
+    def model(self, model_id: str) -> dict:
+        """The served model's card; any other id is a 404."""
+        if model_id != self.info.model:
+            raise ApiError(
+                404,
+                f"model {clip(model_id)!r} is not served; this server serves {self.info.model!r}",
+                "model",
+                "not_found_error",
+            )
+        return self.model_card
+
+    async def create_voice(self, request: Request) -> JSONResponse:
+        body = parse_body(await request.body(), VoiceBody)
+        voice = await self.voices.create(body)
+        return JSONResponse(voice.card(), status_code=201)
+
+    def metrics_response(self) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     def health(self) -> JSONResponse:
         stats = self.pipeline.stats()
         body: dict = {"model": self.info.model, "in_flight": stats.in_flight}
@@ -221,68 +247,30 @@ def _refuse_constant(name: str) -> None:
 
 
 def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
-    service = SpeechService(pipeline, server)
+    """The app over `pipeline`. Its endpoints are module-level functions that find the
+    service on the app (`endpoints.py`): FastAPI caches facts about endpoint functions in
+    process-wide caches keyed by the function, so an endpoint closing over the service
+    would keep this pipeline (weights, KV pools, CUDA graphs) alive after the app is gone."""
     app = FastAPI(title="omniflow", version="0.1.0")
-    app.state.service = service
-    info = service.info
+    app.state.service = SpeechService(pipeline, server)
     install_error_handlers(app)
-
-    async def health() -> JSONResponse:
-        return service.health()
-
-    created = int(time.time())
-    model_card = {"id": info.model, "object": "model", "owned_by": "omniflow", "created": created}
-
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card]}
-
-    async def model(model_id: str) -> dict:
-        if model_id != info.model:
-            raise ApiError(
-                404,
-                f"model {clip(model_id)!r} is not served; this server serves {info.model!r}",
-                "model",
-                "not_found_error",
-            )
-        return model_card
-
-    async def voices() -> dict:
-        return service.voices.listing()
-
-    async def create_voice(request: Request) -> JSONResponse:
-        body = parse_body(await request.body(), VoiceBody)
-        voice = await service.voices.create(body)
-        return JSONResponse(voice.card(), status_code=201)
-
-    async def voice(voice_id: str) -> dict:
-        return service.voices.card(voice_id)
-
-    async def delete_voice(voice_id: str) -> dict:
-        return service.voices.delete(voice_id)
-
-    async def metrics() -> Response:
-        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def speech(request: Request) -> Response:
-        return await service.speech(request)
-
-    add_get(app, "/health", health)
-    add_get(app, "/v1/models", models)
-    add_get(app, "/v1/models/{model_id}", model)
-    add_get(app, "/v1/audio/voices", voices)
+    add_get(app, "/health", endpoints.health)
+    add_get(app, "/v1/models", endpoints.models)
+    add_get(app, "/v1/models/{model_id}", endpoints.model)
+    add_get(app, "/v1/audio/voices", endpoints.voices)
     app.add_api_route(
         "/v1/audio/voices",
-        create_voice,
+        endpoints.create_voice,
         methods=["POST"],
         summary="Register a voice (Base models)",
         openapi_extra={"requestBody": json_body(VoiceBody)},
     )
-    add_get(app, "/v1/audio/voices/{voice_id}", voice)
-    app.add_api_route("/v1/audio/voices/{voice_id}", delete_voice, methods=["DELETE"])
-    add_get(app, "/metrics", metrics)
+    add_get(app, "/v1/audio/voices/{voice_id}", endpoints.voice)
+    app.add_api_route("/v1/audio/voices/{voice_id}", endpoints.delete_voice, methods=["DELETE"])
+    add_get(app, "/metrics", endpoints.metrics)
     app.add_api_route(
         "/v1/audio/speech",
-        speech,
+        endpoints.speech,
         methods=["POST"],
         summary="Generate speech",
         openapi_extra=speech_openapi(),

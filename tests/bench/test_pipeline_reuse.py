@@ -4,6 +4,8 @@ a reusing job's results are its own (window counters counted from where it start
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -12,6 +14,8 @@ from omniflow.bench.reuse import CACHE, PipelineCache
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.graph import StageGraph
+from omniflow.stages.build import build_pipeline
+from omniflow.stages.orchestrator import Orchestrator
 
 
 @dataclass
@@ -74,3 +78,30 @@ def test_a_reusing_job_reports_its_own_window_counters():
     off = [*args, "bench.reuse_pipeline=false"]  # its own pipeline, none kept beside it
     assert run_job(compose(off), off, None)["config"]["pipeline_reused"] is False
     assert not CACHE.kept
+
+
+def test_a_replaced_pipeline_is_released(monkeypatch):
+    """The kept pipeline a new graph replaces is gone after the next job, not merely stopped:
+    nothing the served job made (the app, its routes, the metrics) still reaches it. On the
+    GPU a leaked one keeps its weights, KV pools and CUDA graphs; a sweep over four graphs
+    ran out of memory at its fourth build."""
+    built: list[weakref.ref[Orchestrator]] = []
+
+    def build(graph: StageGraph) -> Orchestrator:
+        pipeline = build_pipeline(graph)
+        built.append(weakref.ref(pipeline))
+        return pipeline
+
+    monkeypatch.setattr(CACHE, "build", build)
+    base = ["platform=cpu", "bench.num_prompts=2", "bench.max_frames=4", "bench.rounds=1"]
+    CACHE.close()
+    for k in (2, 4):
+        args = [*base, "bench.warmup=1", f"pipeline.stages.talker.window_k={k}"]
+        assert run_job(compose(args), args, None)["summary"]["failed"] == 0
+    gc.collect()
+    assert len(built) == 2
+    assert built[0]() is None, "the replaced pipeline is still reachable"
+    assert built[1]() is not None and CACHE.kept  # the kept one is, of course
+    CACHE.close()
+    gc.collect()
+    assert built[1]() is None
