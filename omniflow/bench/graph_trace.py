@@ -1,11 +1,15 @@
 """Where a captured graph spends its time: kernel by kernel, in launch order, with the idle
-gap before each. On CUDA. Two graphs: the code predictor's frame (`--graph predictor`, rows
-`--batch`) and a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
-bucket of `--tokens`: the first audio's largest part at c1).
+gap before each. On CUDA. Three graphs: the code predictor's frame (`--graph predictor`, rows
+`--batch`), a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
+bucket of `--tokens`: the first audio's largest part at c1), and the fused pipeline's
+streaming codec decoder (`--graph codec`, rows `--batch`, `--frames` new frames per row: 1
+for a single step and a request's first audio, `window_k` for a window's pass; in the
+preset's `codec_dtype`, or `--codec-dtype`).
 
     OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m omniflow.bench.graph_trace \
         --model qwen3_tts_1_7b --batch 1 --out trace.json
     python -m omniflow.bench.graph_trace --graph prompt --tokens 128 --out prompt.json
+    python -m omniflow.bench.graph_trace --graph codec --batch 128 --frames 8 --out codec.json
 
 Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
 kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
@@ -34,7 +38,10 @@ from omniflow.bench.gemv_bench import provenance, replay_median_us
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
-from omniflow.models.qwen3_tts.factory import build_talker
+from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
+from omniflow.models.qwen3_tts.codec_loader import load_codec
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.stages.draw import draw_fixed_policy
@@ -94,6 +101,26 @@ def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
     return prompts
 
 
+def build_codec_graph(
+    model: str, batch: int, frames: int, codec_dtype: str | None = None
+) -> DecoderStepGraphs:
+    """The preset's streaming codec decoder (dummy weights, on the GPU, in its `codec_dtype`
+    unless given) and its graph for `batch` rows of `frames` new frames each
+    (`.graphs[batch]`), over a slot pool of `batch` slots. Replayed over the padding slot and
+    zero codes: the same kernels and shapes as `batch` requests' step. Keep the returned
+    holder while replaying, as for the other graphs."""
+    overrides = [f"model={model}", "platform=cuda"]
+    if codec_dtype is not None:
+        overrides.append(f"model.codec_dtype={codec_dtype}")
+    spec = build_graph(compose(overrides)).model
+    dtype = DTYPES[spec.codec_dtype]
+    weights = load_codec(spec.codec, None, spec.seed + 1).to(device="cuda", dtype=dtype).eval()
+    decoder = StreamingDecoder(weights.decoder, batch, torch.device("cuda"), dtype)
+    graphs = DecoderStepGraphs(decoder, batch, buckets=(batch,), frames=frames)
+    graphs.capture_all()
+    return graphs
+
+
 def kernel_spans(trace: Path) -> list[tuple[str, float, float]]:
     """(name, start us, duration us) of every GPU kernel in a chrome trace, by start."""
     events = json.loads(trace.read_text())["traceEvents"]
@@ -140,8 +167,12 @@ def replay_stats(replay: list[tuple[str, float, float]]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="qwen3_tts_1_7b")
-    ap.add_argument("--graph", choices=("predictor", "prompt"), default="predictor")
-    ap.add_argument("--batch", type=int, default=1, help="predictor: rows")
+    ap.add_argument("--graph", choices=("predictor", "prompt", "codec"), default="predictor")
+    ap.add_argument("--batch", type=int, default=1, help="predictor, codec: rows")
+    ap.add_argument("--frames", type=int, default=1, help="codec: new frames per row")
+    ap.add_argument(
+        "--codec-dtype", choices=sorted(DTYPES), default=None, help="codec: else the preset's"
+    )
     ap.add_argument("--tokens", type=int, default=128, help="prompt: the token bucket")
     ap.add_argument("--reps", type=int, default=50, help="timed replays (no profiler)")
     ap.add_argument("--traced", type=int, default=5, help="replays under the profiler")
@@ -153,6 +184,9 @@ def main() -> None:
     # and a replay over reused memory reads garbage indices (a device-side assert).
     if args.graph == "prompt":
         k, holder = args.tokens, build_prompt_graph(args.model, args.tokens)
+    elif args.graph == "codec":
+        k = args.batch
+        holder = build_codec_graph(args.model, k, args.frames, args.codec_dtype)
     else:
         k, holder = args.batch, build_graphs(args.model, args.batch)
     graph = holder.graphs[k]
@@ -172,7 +206,12 @@ def main() -> None:
         **provenance(),
         "model": args.model,
         "graph": args.graph,
-        "batch" if args.graph == "predictor" else "tokens": k,
+        "tokens" if args.graph == "prompt" else "batch": k,
+        **(
+            {"frames": args.frames, "codec_dtype": str(holder.decoder.dtype)}
+            if args.graph == "codec"
+            else {}
+        ),
         "replay_us_median": replay_us,
         "traced": {key: best[key] for key in ("kernels", "wall_us", "kernel_us", "gap_us")},
         "by_name": best["by_name"],

@@ -1,11 +1,11 @@
-"""GPU: `bench.graph_trace` builds both graphs it traces (pytest -m cuda)."""
+"""GPU: `bench.graph_trace` builds the graphs it traces (pytest -m cuda)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from omniflow.bench.graph_trace import build_graphs, build_prompt_graph
+from omniflow.bench.graph_trace import build_codec_graph, build_graphs, build_prompt_graph
 
 pytestmark = pytest.mark.cuda
 
@@ -22,3 +22,14 @@ def test_the_prompt_graph_and_the_frame_graph_build_and_replay():
     assert prompt.out[:16].isfinite().all()
     codes = frame.out[:2]  # codebooks 1..15 of two frames, each an id of its codebook
     assert codes.shape == (2, 15) and ((codes >= 0) & (codes < 2048)).all()
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_the_codec_graph_builds_and_replays_in_the_dtype_asked(frames):
+    """`--graph codec`: `frames` new frames for each of 2 rows, 1,920 samples a frame, in the
+    codec dtype given (the preset's is float32)."""
+    codec = build_codec_graph("qwen3_tts_tiny", 2, frames, "bfloat16")
+    codec.graphs[2].replay()
+    torch.cuda.synchronize()
+    assert codec.pcm.dtype == torch.bfloat16
+    assert codec.pcm.shape == (2, frames * 1920) and codec.pcm.isfinite().all()
