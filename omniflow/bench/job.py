@@ -38,6 +38,7 @@ from omniflow.bench.client import (
 )
 from omniflow.bench.reuse import CACHE
 from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
+from omniflow.bench.stage_prefills import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
@@ -117,6 +118,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             registry = srv.app.state.service.metrics.registry
             before = server_totals(registry, ar.name)
             windows_before = stage_windows(pipeline.stats(), ar.name)
+            prefills_before = stage_prefills(pipeline.stats(), ar.name)
             pipeline.set_phase_timer(steps)
             for i in range(b.rounds):
                 outcome = load_in_child([*client, "--warmup=0"])
@@ -129,6 +131,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             step_s = accrued["step_s"]
             frames = accrued["audio_s"] * pipeline.info().sample_rate / 1920
             windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
+            prefills = prefills_since(prefills_before, stage_prefills(pipeline.stats(), ar.name))
     finally:  # a kept pipeline's later steps are not this job's, even after a failure
         pipeline.set_phase_timer(NoTimer())
     result = {
@@ -152,6 +155,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
         "served_frames": round(frames),
         "windows": windows,
+        "prefills": prefills,
         "steps": steps.summary(),
         "first_audio_parts": first,
         "commit": commit(),
@@ -177,6 +181,16 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             first["intake_ms"],
             first["made_ms"],
             first["delivery_ms"],
+        )
+    if prefills is not None:
+        log.info(
+            "prefills of %s: %d steps, %d tokens; %d on prompt graphs (%d replays), %d eager",
+            ar.name,
+            prefills["steps"],
+            prefills["tokens"],
+            prefills["graphed"],
+            prefills["replays"],
+            prefills["eager"],
         )
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,24 @@ class WindowCounters:
 
 
 @dataclass(frozen=True)
+class PrefillCounters:
+    """Prefill forwards of one AR stage (cumulative): how many ran on the prompt graphs and
+    how many replays they took, so a benchmark says whether its mixed steps took the
+    graphed path or paid eager launches (on the H200 a 128-row mixed step's prefill was
+    ~76 ms either way, and only these counts tell the two apart)."""
+
+    steps: int
+    """Steps with a prefill forward (mixed and prefill steps)."""
+    tokens: int
+    """Tokens those forwards computed."""
+    graphed: int
+    """Of `steps`, those run on the prompt graphs (the rest ran eagerly)."""
+    replays: int
+    """Prompt-graph replays the graphed ones took (more than one for a step above the
+    largest bucket)."""
+
+
+@dataclass(frozen=True)
 class StageStats:
     """Live gauges of one stage."""
 
@@ -70,6 +88,8 @@ class StageStats:
     decoder_slots_total: int | None = None
     windows: WindowCounters | None = None
     """Present only on a stage with window_k > 0."""
+    prefills: PrefillCounters | None = None
+    """AR stages (None for a generation stage, which has no prefill)."""
     preemptions: int | None = None
     """AR stages: requests preempted (recomputed later) so far."""
     paused: int = 0

@@ -271,6 +271,11 @@ class ARModel(Protocol):
         """(in use, total) streaming-decoder slots; None without stream decode."""
         ...
 
+    def prompt_graph_counts(self) -> tuple[int, int]:
+        """(prefill forwards run on prompt graphs, replays they took) so far; (0, 0) for a
+        model without them."""
+        ...
+
     def parked_ids(self) -> frozenset[str]:
         """Preempted requests whose state waits to be restored."""
         ...

@@ -1,7 +1,7 @@
 """Prometheus metrics of the server, all prefixed `omniflow_`, in a registry of its own.
 
-Request counters and latencies are recorded by the responses; per-stage gauges and window
-counters are read from `pipeline.stats()` at scrape time (one consistent snapshot per
+Request counters and latencies are recorded by the responses; per-stage gauges, window and
+prefill counters are read from `pipeline.stats()` at scrape time (one consistent snapshot per
 scrape, nothing to keep in sync), and step times arrive through the pipeline's step observer.
 A series exists only for stages that have the quantity: a stage without a KV cache, decoder
 or windows exports nothing about it. The process's own gauges (`process_resident_memory_bytes`
@@ -140,7 +140,8 @@ class Metrics:
 
 
 class StageCollector(Collector):
-    """Per-stage gauges and window counters, from one `stats()` snapshot per scrape."""
+    """Per-stage gauges, window and prefill counters, from one `stats()` snapshot per
+    scrape."""
 
     def __init__(self, stats: Callable[[], PipelineStats]) -> None:
         self.stats = stats
@@ -162,6 +163,28 @@ class StageCollector(Collector):
                     family.add_metric([stage], value)
                 yield family
         yield from window_families(stages)
+        yield from prefill_families(stages)
+
+
+def prefill_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
+    """Prefill counters of the AR stages: whether mixed steps take the prompt graphs."""
+    ar = [(s.name, s.prefills) for s in stages if s.prefills is not None]
+    if not ar:
+        return
+    for name, doc, read in (
+        ("omniflow_prefill_steps", "Steps with a prefill forward", lambda p: p.steps),
+        ("omniflow_prefill_tokens", "Tokens prefilled", lambda p: p.tokens),
+        ("omniflow_prefill_graphed", "Prefill forwards run on prompt graphs", lambda p: p.graphed),
+        (
+            "omniflow_prefill_graph_replays",
+            "Prompt-graph replays of the graphed prefills",
+            lambda p: p.replays,
+        ),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["stage"])
+        for stage, p in ar:
+            family.add_metric([stage], read(p))
+        yield family
 
 
 def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:

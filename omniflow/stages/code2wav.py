@@ -36,6 +36,10 @@ class Code2WavRunner:
         """(in use, total) decoder slots."""
         return (self.decoder.num_in_use, self.decoder.num_slots)
 
+    def prefills(self) -> None:
+        """A generation stage runs no prefill."""
+        return None
+
     def _release(self, rid: str) -> None:
         if self.priming is not None:
             self.priming.discard(rid)

@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
+from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters, StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.gauges import SchedulerGauges
@@ -96,6 +96,10 @@ class Runner(Protocol):
     def execute(self, plan: StepPlan) -> StepResult: ...
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) streaming-decoder slots; None when the runner owns none."""
+        ...
+
+    def prefills(self) -> PrefillCounters | None:
+        """Prefill forwards so far; None for a runner without prefills (generation)."""
         ...
 
     def set_timer(self, timer: PhaseTimer, stage: str) -> None:
@@ -199,6 +203,7 @@ class StageEngine:
             decoder_slots_used=None if slots is None else slots[0],
             decoder_slots_total=None if slots is None else slots[1],
             windows=g.windows,
+            prefills=self.runner.prefills(),
             preemptions=g.preemptions,
             paused=g.paused,
         )

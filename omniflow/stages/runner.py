@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from omniflow.config.schema import SchedulerConfig
-from omniflow.core.pipeline import NoTimer, PhaseTimer
+from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.models.interface import (
     ARModel,
@@ -84,6 +84,8 @@ class ARModelRunner:
         self.timer: PhaseTimer = NoTimer()
         """Benchmarks time the step's phases through this hook (no cost by default)."""
         self.stage_name = model.name
+        self._prefill_steps = 0
+        self._prefill_tokens = 0
 
     def set_timer(self, timer: PhaseTimer, stage: str) -> None:
         """Time this runner's phases under the stage's name."""
@@ -97,6 +99,11 @@ class ARModelRunner:
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) streaming-decoder slots; None without stream decode."""
         return self.model.decoder_slots()
+
+    def prefills(self) -> PrefillCounters:
+        """Prefill forwards so far, and how many ran on the model's prompt graphs."""
+        graphed, replays = self.model.prompt_graph_counts()
+        return PrefillCounters(self._prefill_steps, self._prefill_tokens, graphed, replays)
 
     # ------------------------------------------------------------------ state
 
@@ -229,6 +236,8 @@ class ARModelRunner:
             embeds = self.model.embed_prefill(batch.inputs)
         with self.timer.phase(self.stage_name, "prefill"):
             out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
+        self._prefill_steps += 1
+        self._prefill_tokens += sum(n for _, n in prefill)
         for r, n in prefill:
             r.num_computed += n
         if rows is not None:

@@ -74,6 +74,10 @@ def test_a_reusing_job_reports_its_own_window_counters():
     assert second["config"]["pipeline_reused"] is True
     assert first["windows"]["executed_windows"] > 0
     assert second["windows"] == first["windows"]  # the same prompts: the same windows
+    # prefills likewise, counted from where each job started; no prompt graphs on the CPU
+    p = first["prefills"]
+    assert p["steps"] >= 1 and p["tokens"] > 0 and p["graphed"] == 0 and p["eager"] == p["steps"]
+    assert second["prefills"] == p
     assert CACHE.kept
     off = [*args, "bench.reuse_pipeline=false"]  # its own pipeline, none kept beside it
     assert run_job(compose(off), off, None)["config"]["pipeline_reused"] is False

@@ -19,6 +19,7 @@ from omniflow.core.pipeline import (
     PipelineInfo,
     PipelineStats,
     PipelineUnavailable,
+    PrefillCounters,
     StageStats,
     WindowCounters,
 )
@@ -93,6 +94,8 @@ class FakePipeline:
                     kv_blocks_used=n,
                     kv_blocks_total=64,
                     windows=windows,
+                    # distinct values per field, so a metric reading the wrong one shows
+                    prefills=PrefillCounters(steps, 7 * steps, max(steps - 1, 0), 2 * steps),
                 ),
                 StageStats(
                     second,

@@ -142,6 +142,15 @@ def test_stage_gauges_follow_stats_and_exist_only_where_the_stage_has_them():
             ln for ln in text.splitlines() if ln.startswith("omniflow_window")
         )
         assert metric(text, 'omniflow_stage_step_seconds_count{stage="code2wav"}') == p.steps
+        # prefill counters: the AR stage's only, each field its own series
+        assert p.steps > 1
+        assert metric(text, 'omniflow_prefill_steps_total{stage="talker"}') == p.steps
+        assert metric(text, 'omniflow_prefill_tokens_total{stage="talker"}') == 7 * p.steps
+        assert metric(text, 'omniflow_prefill_graphed_total{stage="talker"}') == p.steps - 1
+        assert metric(text, 'omniflow_prefill_graph_replays_total{stage="talker"}') == 2 * p.steps
+        assert "omniflow_prefill" not in "".join(
+            ln for ln in text.splitlines() if 'stage="code2wav"' in ln
+        )
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:

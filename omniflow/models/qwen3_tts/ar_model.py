@@ -206,6 +206,11 @@ class TalkerARModel:
     def decoder_slots(self) -> tuple[int, int] | None:
         return self.slots.slots_in_use()
 
+    def prompt_graph_counts(self) -> tuple[int, int]:
+        if self.prompt_graphs is None:
+            return (0, 0)
+        return (self.prompt_graphs.served, self.prompt_graphs.replays)
+
     def parked_ids(self) -> frozenset[str]:
         return self.slots.parked_ids()
 

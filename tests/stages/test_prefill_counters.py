@@ -1,0 +1,63 @@
+"""`StageStats.prefills`: an AR stage counts its prefill forwards, the tokens they computed,
+and how many ran on the prompt graphs (with their replays); a generation stage has none.
+Benchmarks read these to tell whether mixed steps took the graphed path (`bench/job.py`);
+`/metrics` exports them (`tests/serve/test_health.py`)."""
+
+from __future__ import annotations
+
+from omniflow.core.pipeline import PrefillCounters
+from tests.factories import Collector, build, speech
+
+SHORT = ("Hello there.", "A longer sentence, to differ.")
+LONG = "This prompt is long enough that the prompt's tokens alone exceed the bucket."
+
+
+def prefills(orch, stage: str = "talker") -> PrefillCounters | None:
+    return next(s.prefills for s in orch.stats().stages if s.name == stage)
+
+
+def run(orch, texts: tuple[str, ...], tag: str) -> None:
+    sinks = []
+    for i, text in enumerate(texts):
+        sinks.append(Collector())
+        orch.submit(speech(f"{tag}{i}", text=text, max_new_tokens=3, ignore_eos=True), sinks[-1])
+    for s in sinks:
+        assert s.wait().terminal.error is None
+
+
+def test_whole_prompts_count_as_graphed_and_a_prompt_above_the_bucket_as_eager():
+    """A 48-token bucket (run eagerly on the CPU through the same path): two short prompts
+    are graphed prefills; one longer than the bucket is declined and runs eagerly. Tokens
+    are the prompts' whatever the path (the same prompts with no prompt graphs)."""
+    orch = build("qwen3_tts_fused", "pipeline.stages.talker.prompt_graph_tokens=48")
+    try:
+        run(orch, SHORT, "s")
+        short = prefills(orch)
+        assert short is not None and short.steps >= 1 and short.tokens > 0
+        assert short.graphed == short.steps and short.replays >= short.graphed
+        run(orch, (LONG,), "l")
+        after = prefills(orch)
+        assert after.steps == short.steps + 1  # one prompt, one step
+        assert after.graphed == short.graphed and after.replays == short.replays
+        assert after.tokens - short.tokens > 48
+    finally:
+        orch.stop()
+    eager = build("qwen3_tts_fused")  # the CPU default: no prompt graphs
+    try:
+        run(eager, SHORT, "s")
+        plain = prefills(eager)
+        assert plain is not None and plain.tokens == short.tokens
+        assert plain.graphed == 0 and plain.replays == 0 and plain.steps >= 1
+    finally:
+        eager.stop()
+
+
+def test_only_the_ar_stage_of_the_two_stage_pipeline_has_prefills():
+    orch = build("qwen3_tts")
+    try:
+        run(orch, SHORT[:1], "t")
+        talker = prefills(orch, "talker")
+        assert talker is not None and talker.steps >= 1 and talker.tokens > 0
+        assert prefills(orch, "code2wav") is None
+    finally:
+        orch.stop()
