@@ -14,6 +14,8 @@ host waiting for a step's codes (with the device synchronised around each phase,
 than the copy); `prefill` is a mixed step's prefill forward (its layers; the prompt
 graph's replay where one serves it), `prefill_embed` the prompt's embedding before it,
 `prefill_layout` the host building its inputs; `audio_wait` the wait for a step's audio.
+The result's `prefills` counts the stage's prefill forwards and how many ran on the prompt
+graphs (the rest eagerly).
 With windows (`window_k`, recorded in the result; the fused pipeline's default on CUDA is 8)
 a `decode_step` is one window of up to K
 frames and `audio` one window's decoder pass: add `pipeline.stages.talker.window_k=0` for
@@ -53,6 +55,7 @@ import torch
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
 from omniflow.bench.kernel_categories import category_table, kernel_rows
+from omniflow.bench.stage_prefills import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.config.compose import compose
@@ -173,6 +176,7 @@ def run_batch(
                 errors.append(event.error)
             if done + batch < total:  # one ends, the next arrives: `batch` stay in flight
                 submit(done + batch)
+        prefills = prefills_since(None, stage_prefills(orch.stats(), stage.name))
     finally:
         if prof is not None:
             prof.stop()
@@ -205,6 +209,7 @@ def run_batch(
         "errors": errors,
         "build_s": build_s,
         "phases_ms": phases,
+        "prefills": prefills,
         "timeline": summary_of_trace,
     }
 

@@ -32,6 +32,9 @@ def test_requests_keep_the_batch_in_flight_until_all_have_ended():
     phases = r["phases_ms"]
     assert phases["talker.mixed_step"]["n"] >= 3
     assert phases["talker.prefill"]["n"] == phases["talker.mixed_step"]["n"]
+    # the stage's prefill counters: one per timed prefill, all eager on the CPU
+    p = r["prefills"]
+    assert p["steps"] == phases["talker.prefill"]["n"] and p["eager"] == p["steps"]
     # 6 requests x 3 frames, at most 2 rows a step: at least 9 steps in all
     assert phases["talker.mixed_step"]["n"] + phases["talker.decode_step"]["n"] >= 9
 
