@@ -108,7 +108,8 @@ def _topk_sample_kernel(
     base = _mix(lo ^ _mix(hi + 0x9E3779B))
     base = _mix(base ^ _mix(counter.to(tl.uint32) * 0x27D4EB2 + stream_key.to(tl.uint32)))
     h = _mix(base ^ _mix(cols.to(tl.uint32) + 0x5BD1E99))
-    u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
+    # Never 1.0 (+inf noise: NaN on a banned id): the largest float32 below 1, `draw.U_MAX`.
+    u = tl.minimum(((h >> 8).to(tl.float32) + 0.5) / 16777216.0, 0.999999940395355224609375)
     gumbel = -tl.log(-tl.log(u))
 
     score = tl.where(greedy, scaled, scaled + gumbel)

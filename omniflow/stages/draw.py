@@ -25,6 +25,12 @@ import torch
 
 _M32 = 0xFFFFFFFF
 _MUL = 0x45D9F3B  # < 2**27, so products of 32-bit values stay inside int64
+U_MAX = 1.0 - 2.0**-24
+"""The largest float32 below 1. The top hash value maps to (2**24 - 0.5) / 2**24, which
+float32 rounds to exactly 1.0: its Gumbel noise would be +inf, and on a banned id (-inf)
+the sum NaN, which `argmax` picks. One (seed, counter, id) in 2**24 has it (seed 31 drew a
+suppressed id at counter 366 and the stage died). Clamped here and in the Triton kernel
+alike, so the two draw the same ids; every other uniform is unchanged."""
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +57,7 @@ def uniform_noise_at(
     base = _mix(lo ^ _mix((hi + 0x9E3779B) & _M32))
     base = _mix(base ^ _mix((counters * 0x27D4EB2 + stream * 0x165667B1 + 1) & _M32))
     h = _mix(base[:, None] ^ _mix(ids + 0x5BD1E99))
-    return ((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)
+    return (((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)).clamp_(max=U_MAX)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import torch
 
 from omniflow.kernels import topk_sample as ts
 from omniflow.stages.draw import (
+    U_MAX,
     SamplingBatch,
     draw_fixed_policy,
     fixed_policy_torch,
@@ -73,6 +74,63 @@ def test_draw_is_the_gumbel_argmax_of_the_counter_keyed_noise():
     assert not torch.equal(got[temp > 0], other[temp > 0])
 
 
+TOP_HASH = (31, 366, 0, 2266)
+"""(seed, counter, stream, id) whose hash is the largest: its uniform rounded to 1.0 in
+float32 (found by search; seed 31 drew the suppressed id 2266 there and the stage died)."""
+
+
+def top_hash_row(v: int = 3072, banned_id: bool = True) -> tuple[torch.Tensor, SamplingBatch]:
+    """One row at `TOP_HASH` with flat logits, the id banned (or not), top-k 50 of all."""
+    seed, counter, _, tid = TOP_HASH
+    banned = torch.zeros(1, v, dtype=torch.bool)
+    banned[0, tid] = banned_id
+    batch = SamplingBatch(
+        temperature=torch.tensor([0.9]),
+        top_k=torch.tensor([0]),
+        top_p=torch.ones(1),
+        repetition_penalty=torch.ones(1),
+        seeds=torch.tensor([seed]),
+        counters=torch.tensor([counter]),
+        banned=banned,
+        use_top_p=False,
+        use_penalty=False,
+        seen=torch.zeros(1, v, dtype=torch.bool),
+    )
+    return torch.zeros(1, v), batch
+
+
+def test_the_top_hash_gives_a_uniform_below_one_and_a_banned_id_is_never_drawn():
+    """The one hash value whose uniform float32 rounds to 1.0 is clamped to the largest
+    float32 below 1: finite noise, so a banned id stays -inf (it was +inf - inf = NaN, which
+    argmax took). Other uniforms are unchanged."""
+    seed, counter, stream, tid = TOP_HASH
+    ids = torch.arange(3072)[None, :]
+    u = uniform_noise_at(torch.tensor([seed]), torch.tensor([counter]), stream, ids)[0]
+    assert u[tid].item() == U_MAX < 1.0 and (u < 1).all() and (u > 0).all()
+    assert (u[:tid] < U_MAX).all() and (u[tid + 1 :] < U_MAX).all()  # only that one clamped
+    logits, batch = top_hash_row()
+    got = sample_top_k(logits, batch, stream).item()
+    assert got != tid and 0 <= got < 3072
+    logits, free = top_hash_row(banned_id=False)
+    assert sample_top_k(logits, free, stream).item() == tid  # the largest noise wins a tie
+    logits[0, tid] = -20.0  # finite noise (~16.6): a logit far below the others still loses
+    assert sample_top_k(logits, free, stream).item() != tid
+
+
+def check_top_hash() -> None:
+    """The kernel clamps the same uniform: equal to torch, the banned id never drawn."""
+    _, _, stream, tid = TOP_HASH
+    for banned_id, low, drawn in ((True, False, False), (False, False, True), (False, True, False)):
+        logits, b = top_hash_row(banned_id=banned_id)
+        if low:  # +inf noise would still draw it; the clamped noise loses to the others
+            logits[0, tid] = -20.0
+        want = sample_top_k(logits, b, stream)
+        got = ts.sample_rows(
+            logits, b.seeds, b.counters, b.temperature, stream, b.top_k, None, None, b.banned
+        )
+        assert torch.equal(got, want) and (got.item() == tid) == drawn
+
+
 # --- the kernel against the torch semantics --------------------------------------------
 
 
@@ -129,6 +187,7 @@ GROUPS = {
     "rows": lambda: [
         ("penalty, bans, per-row k", lambda: check_rows(8, 512, 2, False, 11)),
         ("ties", lambda: check_rows(8, 300, 4, True, 12)),
+        ("the top hash value", check_top_hash),
     ],
     "sample": lambda: [
         ("k=50 fp32", lambda: check_kernel(6, 2048, 50, 1, torch.float32, False, 1)),
