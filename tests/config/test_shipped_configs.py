@@ -103,4 +103,13 @@ def test_high_concurrency_still_composes_with_the_fused_pipeline():
     assert list(graph.stages) == ["talker"]
     talker = graph.stages["talker"]
     assert talker.stream_decode and talker.scheduler.max_num_seqs == 128
-    assert talker.scheduler.async_scheduling
+    assert talker.scheduler.max_num_batched_tokens == 8192
+
+
+def test_the_fused_pipeline_schedules_asynchronously_by_default():
+    """Planning step n+1 while step n runs, with the step's audio waited for after it
+    (measured on the H200: docs/benchmarks.md); the two-stage talker stays sync."""
+    fused = build_graph(compose(["pipeline=qwen3_tts_fused", "platform=cpu"]))
+    assert fused.stages["talker"].scheduler.async_scheduling
+    two = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
+    assert not two.stages["talker"].scheduler.async_scheduling

@@ -84,7 +84,7 @@ def test_async_scheduling_with_late_window_audio_gives_the_sync_pcm(chunks):
     side stream with them. The PCM is the sync engine's (within TF32 rounding: the batch
     composition of a decoder pass may differ between the two schedules). The ordering itself
     is tested on the CPU (tests/stages/test_late_audio.py)."""
-    sync = pcm(*chunks)
+    sync = pcm(*chunks, "pipeline.stages.talker.scheduler.async_scheduling=false")
     late = pcm(*chunks, "pipeline.stages.talker.scheduler.async_scheduling=true")
     assert sync.shape == late.shape == ((33 + 26 + 19) * 1920,)
     rms = float(np.sqrt(np.mean(sync**2)))

@@ -72,7 +72,12 @@ class BoomAudio:
 
 
 @pytest.mark.parametrize(
-    "overrides", [(), ("pipeline.stages.talker.scheduler.async_scheduling=true",)]
+    "overrides",
+    [
+        ("pipeline.stages.talker.scheduler.async_scheduling=false",),
+        ("pipeline.stages.talker.scheduler.async_scheduling=true",),
+    ],
+    ids=["sync", "async"],
 )
 def test_a_stage_dying_while_waiting_for_a_steps_audio_still_ends_that_steps_requests(overrides):
     """The update has already ended the one-frame request when its audio is waited for; the

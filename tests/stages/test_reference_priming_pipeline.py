@@ -107,13 +107,18 @@ def test_first_chunk_is_the_first_generated_frame():
         orch.stop()
 
 
-def test_preemption_with_primed_slots_keeps_the_audio():
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_preemption_with_primed_slots_keeps_the_audio(async_scheduling):
+    """25 blocks of 4 (one 100-token request's worth): two of the three requests always
+    outgrow the pool together, under either schedule (30 blocks preempted only sometimes
+    under async scheduling, the fused pipeline's default)."""
     squeezed = build(
         "qwen3_tts_fused",
         BASE,
         "pipeline.stages.talker.scheduler.block_size=4",
-        "pipeline.stages.talker.scheduler.num_kv_blocks=30",
+        "pipeline.stages.talker.scheduler.num_kv_blocks=25",
         "pipeline.stages.talker.scheduler.max_model_len=100",
+        f"pipeline.stages.talker.scheduler.async_scheduling={async_scheduling}",
         bundle=base_bundle(),
     )
     calm = build("qwen3_tts_fused", BASE, bundle=base_bundle())
