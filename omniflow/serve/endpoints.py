@@ -3,9 +3,9 @@
 Why not closures in `build_app`: FastAPI keeps process-wide caches keyed by endpoint
 function (whether it is a coroutine, a generator). A closure over the service would be kept
 there, and through it the pipeline with its weights, KV pools and CUDA graphs, for the life
-of the process: a benchmark sweep that builds a pipeline per configuration ran the GPU out
-of memory on its fourth build. These functions hold nothing; `tests/serve/test_app_release.py`
-checks that a dropped app lets its pipeline go.
+of the process: a benchmark sweep that builds a pipeline whenever its configuration changes
+ran the GPU out of memory on its fourth build. These functions hold nothing;
+`tests/serve/test_app_release.py` checks that a dropped app lets its pipeline go.
 """
 
 from __future__ import annotations

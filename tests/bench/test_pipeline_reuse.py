@@ -87,8 +87,8 @@ def test_a_reusing_job_reports_its_own_window_counters():
 def test_a_replaced_pipeline_is_released(monkeypatch):
     """The kept pipeline a new graph replaces is gone after the next job, not merely stopped:
     nothing the served job made (the app, its routes, the metrics) still reaches it. On the
-    GPU a leaked one keeps its weights, KV pools and CUDA graphs; a sweep over four graphs
-    ran out of memory at its fourth build."""
+    GPU a leaked one keeps its weights, KV pools and CUDA graphs; a sweep alternating two
+    graphs ran out of memory at its fourth build."""
     built: list[weakref.ref[Orchestrator]] = []
 
     def build(graph: StageGraph) -> Orchestrator:

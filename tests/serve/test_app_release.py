@@ -2,7 +2,7 @@
 it. FastAPI caches facts about endpoint functions in module-level caches keyed by the
 function, so an endpoint that closes over the service (and the service over the pipeline)
 would keep every pipeline a process ever served alive, with its weights, KV pools and CUDA
-graphs. A sweep of `omniflow bench` builds one pipeline per distinct stage graph in one
+graphs. A sweep of `omniflow bench` builds a pipeline whenever the stage graph changes, in one
 process; on the GPU the fourth such build ran out of memory."""
 
 from __future__ import annotations
