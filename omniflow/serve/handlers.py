@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from omniflow.serve.errors import ApiError, clip, error_response
 
@@ -35,7 +36,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError:
     """404 and 405 (and any other HTTPException) as an ApiError. A 405's Allow header lists
-    every method the path answers: the router reports only the first route it matched."""
+    every method the path answers: the router reports only the first route it matched. A
+    route answers the path when its pattern matches (`/v1/audio/voices/{voice_id}` answers
+    `/v1/audio/voices/abc`): the router's own test, where the method decides only between a
+    full and a partial match."""
     path = clip(request.url.path)
     if exc.status_code == 404:
         return ApiError(404, f"no route {path!r}", None, "not_found_error")
@@ -43,7 +47,7 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         allowed = sorted(
             method
             for route in app.routes
-            if isinstance(route, APIRoute) and route.path == request.url.path
+            if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE
             for method in route.methods
         )
         message = (

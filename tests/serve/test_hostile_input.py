@@ -241,6 +241,9 @@ def test_404_and_405_are_api_errors(url):
     r = httpx.post(url + "/health")
     api_error(r, 405)
     assert r.headers["allow"] == "GET, HEAD"
+    r = httpx.put(url + "/v1/audio/voices/some-id")  # a path parameter: matched by pattern
+    err = api_error(r, 405)
+    assert r.headers["allow"] == "DELETE, GET, HEAD" and err["message"].endswith("GET, HEAD")
 
 
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/audio/voices", "/metrics"])
