@@ -11,18 +11,20 @@ and friends, where the platform has them) come from prometheus_client's process 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from omniflow.core.pipeline import PipelineStats, StageStats
+from omniflow.core.pipeline import PipelineStats, PrefillCounters, StageStats, WindowCounters
 from omniflow.serve.pipeline import Pipeline
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 FIRST_AUDIO_PART_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 10)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+T = TypeVar("T")
 
 STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = (
     ("omniflow_kv_blocks_in_use", "KV-cache blocks in use", lambda s: s.kv_blocks_used),
@@ -166,25 +168,40 @@ class StageCollector(Collector):
         yield from prefill_families(stages)
 
 
+def stage_counters(
+    rows: list[tuple[str, T]], specs: tuple[tuple[str, str, Callable[[T], int]], ...]
+) -> Iterator[CounterMetricFamily]:
+    """One counter family per (name, doc, read) in `specs`, a series per (stage, counters)
+    row."""
+    for name, doc, read in specs:
+        family = CounterMetricFamily(name, doc, labels=["stage"])
+        for stage, counters in rows:
+            family.add_metric([stage], read(counters))
+        yield family
+
+
+PREFILL_COUNTERS: tuple[tuple[str, str, Callable[[PrefillCounters], int]], ...] = (
+    ("omniflow_prefill_steps", "Steps with a prefill forward", lambda p: p.steps),
+    ("omniflow_prefill_tokens", "Tokens prefilled", lambda p: p.tokens),
+    ("omniflow_prefill_graphed", "Prefill forwards run on prompt graphs", lambda p: p.graphed),
+    (
+        "omniflow_prefill_graph_replays",
+        "Prompt-graph replays of the graphed prefills",
+        lambda p: p.replays,
+    ),
+)
+WINDOW_COUNTERS: tuple[tuple[str, str, Callable[[WindowCounters], int]], ...] = (
+    ("omniflow_window_planned", "Windows planned", lambda w: w.planned),
+    ("omniflow_window_executed", "Windows executed with more than one step", lambda w: w.executed),
+    ("omniflow_window_steps", "Forward steps executed inside windows", lambda w: w.steps),
+)
+
+
 def prefill_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
     """Prefill counters of the AR stages: whether mixed steps take the prompt graphs."""
     ar = [(s.name, s.prefills) for s in stages if s.prefills is not None]
-    if not ar:
-        return
-    for name, doc, read in (
-        ("omniflow_prefill_steps", "Steps with a prefill forward", lambda p: p.steps),
-        ("omniflow_prefill_tokens", "Tokens prefilled", lambda p: p.tokens),
-        ("omniflow_prefill_graphed", "Prefill forwards run on prompt graphs", lambda p: p.graphed),
-        (
-            "omniflow_prefill_graph_replays",
-            "Prompt-graph replays of the graphed prefills",
-            lambda p: p.replays,
-        ),
-    ):
-        family = CounterMetricFamily(name, doc, labels=["stage"])
-        for stage, p in ar:
-            family.add_metric([stage], read(p))
-        yield family
+    if ar:
+        yield from stage_counters(ar, PREFILL_COUNTERS)
 
 
 def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
@@ -192,19 +209,7 @@ def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFam
     windowed = [(s.name, s.windows) for s in stages if s.windows is not None]
     if not windowed:
         return
-    for name, doc, read in (
-        ("omniflow_window_planned", "Windows planned", lambda w: w.planned),
-        (
-            "omniflow_window_executed",
-            "Windows executed with more than one step",
-            lambda w: w.executed,
-        ),
-        ("omniflow_window_steps", "Forward steps executed inside windows", lambda w: w.steps),
-    ):
-        family = CounterMetricFamily(name, doc, labels=["stage"])
-        for stage, w in windowed:
-            family.add_metric([stage], read(w))
-        yield family
+    yield from stage_counters(windowed, WINDOW_COUNTERS)
     refusals = CounterMetricFamily(
         "omniflow_window_refusals", "Windows refused, by reason", labels=["stage", "reason"]
     )
