@@ -44,6 +44,10 @@ _FINISHED = frozenset(_REASONS)
 FINISHED_BY_REASON: dict[FinishReason, RequestState] = {v: k for k, v in _REASONS.items()}
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: sampling settings above it become inf on the device."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples. Defaults are Qwen3-TTS's published talker settings."""
@@ -65,11 +69,16 @@ class SamplingParams:
     """Ids that are never sampled."""
 
     def __post_init__(self) -> None:
+        # Finite in float32 too: the draw divides logits by the temperature in float32, and
+        # a banned id's -inf over an infinite temperature is NaN, which argmax would pick.
         checks = [
-            (self.temperature >= 0, "temperature must be >= 0"),
+            (0 <= self.temperature <= FLOAT32_MAX, "temperature must be >= 0 and finite"),
             (self.top_k >= 0, "top_k must be >= 0"),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
-            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
+            (
+                0 < self.repetition_penalty <= FLOAT32_MAX,
+                "repetition_penalty must be > 0 and finite",
+            ),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
             (self.min_new_tokens >= 0, "min_new_tokens must be >= 0"),
         ]
