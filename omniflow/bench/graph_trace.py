@@ -106,9 +106,9 @@ def build_codec_graph(
 ) -> DecoderStepGraphs:
     """The preset's streaming codec decoder (dummy weights, on the GPU, in its `codec_dtype`
     unless given) and its graph for `batch` rows of `frames` new frames each
-    (`.graphs[batch]`), over a slot pool of `batch` slots. Replayed over the padding slot and
-    zero codes: the same kernels and shapes as `batch` requests' step. Keep the returned
-    holder while replaying, as for the other graphs."""
+    (`.graphs[batch]`), over a slot pool of `batch` slots. Replayed over zero codes, each row
+    on a slot of its own: the same kernels, shapes and state traffic as `batch` requests'
+    step. Keep the returned holder while replaying, as for the other graphs."""
     overrides = [f"model={model}", "platform=cuda"]
     if codec_dtype is not None:
         overrides.append(f"model.codec_dtype={codec_dtype}")
@@ -118,6 +118,9 @@ def build_codec_graph(
     decoder = StreamingDecoder(weights.decoder, batch, torch.device("cuda"), dtype)
     graphs = DecoderStepGraphs(decoder, batch, buckets=(batch,), frames=frames)
     graphs.capture_all()
+    # Distinct slots, as `batch` requests have: the padding slot in every row would read and
+    # write one slot's state `batch` times, mostly from L2, and understate the state copies.
+    graphs.slot_ids[:batch].copy_(torch.arange(batch, device=graphs.slot_ids.device))
     return graphs
 
 
@@ -178,6 +181,8 @@ def main() -> None:
     ap.add_argument("--traced", type=int, default=5, help="replays under the profiler")
     ap.add_argument("--out", default="graph_trace.json")
     args = ap.parse_args()
+    if args.graph != "codec" and (args.frames != 1 or args.codec_dtype is not None):
+        ap.error("--frames and --codec-dtype are for --graph codec")
     if not torch.cuda.is_available():
         sys.exit("graph_trace needs a CUDA GPU")
     # The holder stays referenced: dropped, it frees the graph's static inputs and caches,

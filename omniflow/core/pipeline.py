@@ -56,14 +56,19 @@ class PrefillCounters:
     """Prefill forwards of one AR stage (cumulative): how many ran on the prompt graphs and
     how many replays they took, so a benchmark says whether its mixed steps took the
     graphed path or paid eager launches (on the H200 a 128-row mixed step's prefill was
-    ~76 ms either way, and only these counts tell the two apart)."""
+    ~76 ms, and only these counts tell the two apart). Read from another thread while a
+    step runs, the fields may be a step apart (`graphed` counts before `steps` does); each
+    only grows, and a benchmark reads them when the stage is idle."""
 
     steps: int
     """Steps with a prefill forward (mixed and prefill steps)."""
     tokens: int
     """Tokens those forwards computed."""
     graphed: int
-    """Of `steps`, those run on the prompt graphs (the rest ran eagerly)."""
+    """Of `steps`, those run on the prompt-graph path (the rest ran the eager prefill): CUDA
+    graph replays where graphs are captured; where they are not (the CPU,
+    `platform.cuda_graphs=false` with an explicit `prompt_graph_tokens`) the same padded
+    step, run eagerly."""
     replays: int
     """Prompt-graph replays the graphed ones took (more than one for a step above the
     largest bucket)."""

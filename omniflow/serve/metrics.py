@@ -183,7 +183,11 @@ def stage_counters(
 PREFILL_COUNTERS: tuple[tuple[str, str, Callable[[PrefillCounters], int]], ...] = (
     ("omniflow_prefill_steps", "Steps with a prefill forward", lambda p: p.steps),
     ("omniflow_prefill_tokens", "Tokens prefilled", lambda p: p.tokens),
-    ("omniflow_prefill_graphed", "Prefill forwards run on prompt graphs", lambda p: p.graphed),
+    (
+        "omniflow_prefill_graphed",
+        "Prefill forwards on the prompt-graph path (replays where graphs are captured)",
+        lambda p: p.graphed,
+    ),
     (
         "omniflow_prefill_graph_replays",
         "Prompt-graph replays of the graphed prefills",

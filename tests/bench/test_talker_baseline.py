@@ -23,9 +23,9 @@ def test_a_batch_above_max_num_seqs_is_refused_naming_the_key():
 
 
 def test_requests_keep_the_batch_in_flight_until_all_have_ended():
-    """Six requests, two in flight: every one ends without error, and new ones arrive while
-    others decode, so prefills happen beside decode rows (more mixed steps than the one
-    first prefill)."""
+    """Six requests, two in flight: every one ends without error, and the batch is refilled
+    as requests end (equal lengths: each pair ends together, so each refill is a prefill
+    step of its own; `tests/stages/test_prefill_counters.py` has one beside decode rows)."""
     r = run_batch("qwen3_tts_tiny", "cpu", "qwen3_tts_fused", 2, 3, requests=6)
     assert r["requests"] == 6 and r["errors"] == []
     assert r["window_k"] == {"talker": 0}  # the resolved window, recorded (null on the CPU)

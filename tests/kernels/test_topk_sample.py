@@ -117,6 +117,18 @@ def test_the_top_hash_gives_a_uniform_below_one_and_a_banned_id_is_never_drawn()
     assert sample_top_k(logits, free, stream).item() != tid
 
 
+def test_the_kernel_clamps_at_the_bound_of_the_torch_draw():
+    """The kernel's literal bound is `draw.U_MAX` in float32 (a different one would make the
+    two draws disagree at the top hash value)."""
+    import inspect
+    import re
+
+    src = inspect.getsource(ts._topk_sample_kernel.fn)
+    bounds = re.findall(r"16777216\.0,\s*([0-9.]+)\)", src)
+    assert len(bounds) == 1
+    assert float(torch.tensor(float(bounds[0]), dtype=torch.float32)) == U_MAX
+
+
 def check_top_hash() -> None:
     """The kernel clamps the same uniform: equal to torch, the banned id never drawn."""
     _, _, stream, tid = TOP_HASH

@@ -61,3 +61,46 @@ def test_only_the_ar_stage_of_the_two_stage_pipeline_has_prefills():
         assert prefills(orch, "code2wav") is None
     finally:
         orch.stop()
+
+
+class FirstAudio(Collector):
+    """Also signals its request's first audio (it is then decoding)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.started = threading.Event()
+
+    def __call__(self, event) -> None:
+        super().__call__(event)
+        if event.pcm is not None:
+            self.started.set()
+
+
+def test_a_prefill_beside_decoding_rows_and_a_chunked_prefill_count_exactly():
+    """A request arriving while another decodes is prefilled in a mixed step: one more step,
+    its prompt's tokens only (not the decoding row's). A prompt chunked over steps of 8
+    tokens counts every chunk's step, those that sample nothing included."""
+    orch = build("qwen3_tts_fused")
+    try:
+        run(orch, SHORT[:1], "alone")
+        alone = prefills(orch)
+        assert alone.steps == 1
+        prompt = alone.tokens  # the one prompt's tokens
+        first, second = FirstAudio(), Collector()
+        orch.submit(speech("a", text=SHORT[0], max_new_tokens=24, ignore_eos=True), first)
+        assert first.started.wait(60)
+        orch.submit(speech("b", text=SHORT[0], max_new_tokens=3, ignore_eos=True), second)
+        assert second.wait().terminal.error is None and first.wait().terminal.error is None
+        both = prefills(orch)
+        assert (both.steps, both.tokens) == (alone.steps + 2, alone.tokens + 2 * prompt)
+    finally:
+        orch.stop()
+    chunked = build("qwen3_tts_fused", "pipeline.stages.talker.scheduler.max_num_batched_tokens=8")
+    try:
+        run(chunked, SHORT[:1], "c")
+        p = prefills(chunked)
+        assert p.tokens == prompt and p.steps == -(-prompt // 8) and p.graphed == 0
+    finally:
+        chunked.stop()
