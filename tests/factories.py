@@ -139,6 +139,21 @@ class Collector:
         return ends[0]
 
 
+class FirstAudio(Collector):
+    """A collector that also signals its first PCM (its request is then decoding)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.started = threading.Event()
+
+    def __call__(self, event) -> None:
+        super().__call__(event)
+        if event.pcm is not None:
+            self.started.set()
+
+
 EOS = 2150
 
 

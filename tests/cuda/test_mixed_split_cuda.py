@@ -4,27 +4,12 @@ replay the decode graph (pytest -m cuda). The running request's audio equals its
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
-from tests.factories import Collector, build, speech
+from tests.factories import Collector, FirstAudio, build, speech
 
 pytestmark = pytest.mark.cuda
-
-
-class FirstAudio(Collector):
-    """A collector that also signals its first PCM."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started = threading.Event()
-
-    def __call__(self, event) -> None:
-        super().__call__(event)
-        if event.pcm is not None:
-            self.started.set()
 
 
 def test_a_request_arriving_mid_stream_leaves_the_running_one_unchanged():

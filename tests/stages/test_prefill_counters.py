@@ -6,7 +6,7 @@ Benchmarks read these to tell whether mixed steps took the graphed path (`bench/
 from __future__ import annotations
 
 from omniflow.core.pipeline import PrefillCounters
-from tests.factories import Collector, build, speech
+from tests.factories import Collector, FirstAudio, build, speech
 
 SHORT = ("Hello there.", "A longer sentence, to differ.")
 LONG = "This prompt is long enough that the prompt's tokens alone exceed the bucket."
@@ -61,21 +61,6 @@ def test_only_the_ar_stage_of_the_two_stage_pipeline_has_prefills():
         assert prefills(orch, "code2wav") is None
     finally:
         orch.stop()
-
-
-class FirstAudio(Collector):
-    """Also signals its request's first audio (it is then decoding)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        super().__init__()
-        self.started = threading.Event()
-
-    def __call__(self, event) -> None:
-        super().__call__(event)
-        if event.pcm is not None:
-            self.started.set()
 
 
 def test_a_prefill_beside_decoding_rows_and_a_chunked_prefill_count_exactly():
