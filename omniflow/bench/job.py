@@ -38,11 +38,16 @@ from omniflow.bench.client import (
 )
 from omniflow.bench.reuse import CACHE
 from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
-from omniflow.bench.stage_prefills import prefills_since, stage_prefills
+from omniflow.bench.stage_counts import (
+    prefills_since,
+    stage_prefills,
+    stage_windows,
+    windows_since,
+)
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.core.pipeline import NoTimer, PipelineStats, WindowCounters
+from omniflow.core.pipeline import NoTimer
 from omniflow.errors import ConfigError
 from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.serve.run import ServerThread
@@ -247,26 +252,6 @@ def ar_stage(graph: StageGraph) -> ResolvedStage:
     """The pipeline's autoregressive stage (the one that generates frames): its step time per
     frame, window setting and window counters are what a job reports."""
     return next(s for s in graph.stages.values() if s.kind == "ar")
-
-
-def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
-    """The stage's window counters as flat result fields; None when windows are off."""
-    w: WindowCounters | None = next(s.windows for s in stats.stages if s.name == stage)
-    if w is None:
-        return None
-    flat = {"planned_windows": w.planned, "executed_windows": w.executed, "executed_steps": w.steps}
-    flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
-    return flat
-
-
-def windows_since(
-    before: dict[str, int] | None, now: dict[str, int] | None
-) -> dict[str, int] | None:
-    """This job's window counters: a reused pipeline's counters started at the previous
-    jobs' totals."""
-    if now is None or before is None:
-        return now
-    return {k: v - before.get(k, 0) for k, v in now.items()}
 
 
 def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ import torch
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
 from omniflow.bench.kernel_categories import category_table, kernel_rows
-from omniflow.bench.stage_prefills import prefills_since, stage_prefills
+from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.config.compose import compose
