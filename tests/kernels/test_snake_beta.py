@@ -54,6 +54,27 @@ def check_cases() -> None:
     assert empty.shape == (2, 3, 0)
 
 
+def check_epilogues() -> None:
+    """`bias` is added before the activation, `history` written in front: what the torch
+    path computes as `cat([history, reference(x + bias)])`, and `history` bit for bit."""
+    act = make_act(5, torch.float32, seed=8)
+    x, bias, hist = randn(3, 5, 37, seed=9), randn(5, seed=10), randn(3, 5, 18, seed=11)
+    want_bias = act.reference(x + bias[None, :, None])
+    torch.testing.assert_close(sb.snake_beta(x, act.alpha, act.beta, bias=bias), want_bias)
+    got = sb.snake_beta(x, act.alpha, act.beta, bias=bias, history=hist)
+    assert got.shape == (3, 5, 18 + 37) and got.is_contiguous()
+    assert torch.equal(got[..., :18], hist)
+    torch.testing.assert_close(got[..., 18:], want_bias, atol=1e-5, rtol=1e-5)
+    got = sb.snake_beta(x, act.alpha, act.beta, history=hist[:, :, 5:11])  # a strided view
+    assert torch.equal(got[..., :6], hist[:, :, 5:11])
+    torch.testing.assert_close(got[..., 6:], act.reference(x), atol=1e-5, rtol=1e-5)
+    one = sb.snake_beta(x[..., :1], act.alpha, act.beta, history=hist)  # one new sample
+    torch.testing.assert_close(one[..., 18:], act.reference(x[..., :1]), atol=1e-5, rtol=1e-5)
+    bf = make_act(5, torch.bfloat16, seed=8)
+    got = sb.snake_beta(x.bfloat16(), bf.alpha, bf.beta, history=hist.bfloat16())
+    assert got.dtype == torch.bfloat16 and torch.equal(got[..., :18], hist.bfloat16())
+
+
 def check_wide_offsets() -> None:
     """The 64-bit-offset variant (taken from 2**31 elements, too large to test) computes the
     same values as the 32-bit one on a small activation."""
@@ -64,7 +85,20 @@ def check_wide_offsets() -> None:
         out = torch.empty_like(x)
         grid = (triton.cdiv(x.numel(), sb.BLOCK),)
         sb._snake_beta_kernel[grid](
-            x, act.alpha, act.beta, out, x.numel(), 5, 300, BLOCK=sb.BLOCK, WIDE=wide
+            x,
+            act.alpha,
+            act.beta,
+            act.alpha,
+            x,
+            out,
+            x.numel(),
+            5,
+            300,
+            0,
+            BLOCK=sb.BLOCK,
+            WIDE=wide,
+            HAS_BIAS=False,
+            HAS_HIST=False,
         )
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
@@ -75,6 +109,10 @@ def check_refusals() -> None:
     x = torch.randn(2, 3, 8)
     expect_refusal(sb.snake_beta, (x, torch.zeros(4), torch.zeros(4)), "[C]")
     expect_refusal(sb.snake_beta, (x[0], torch.zeros(3), torch.zeros(3)), "[B, C, T]")
+    z = torch.zeros(3)
+    expect_refusal(sb.snake_beta, (x, z, z, torch.zeros(4)), "bias")
+    expect_refusal(sb.snake_beta, (x, z, z, None, torch.zeros(2, 4, 6)), "history")
+    expect_refusal(sb.snake_beta, (x, z, z, None, torch.zeros(2, 3, 6).double()), "history")
 
 
 register(__name__, ["snake_beta"])
@@ -83,6 +121,7 @@ register(__name__, ["snake_beta"])
 def run_interpreted(group: str) -> int:
     checks = [
         ("shapes, views, dtypes", check_cases),
+        ("bias and history", check_epilogues),
         ("64-bit offsets", check_wide_offsets),
         ("refusals", check_refusals),
     ]

@@ -1,0 +1,58 @@
+"""GPU: the streaming codec decoder's CUDA path (`codec_fused.py`, the convolutions' epilogues
+in our kernels) gives the CPU's torch-path PCM and state, whole decoder, over chunks
+(pytest -m cuda)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omniflow.models.qwen3_tts import codec_fused
+from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from tests.factories import tiny_model_config
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def exact_fp32():
+    """No TF32 in the GPU's convolutions and matmuls while the test runs: the comparison
+    is then with float32 rounding alone."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def decoder():
+    w = SpeechTokenizerWeights(tiny_model_config().codec)
+    init_dummy_codec(w, 3)
+    with torch.no_grad():  # biases and activations away from their dummy zeros
+        g = torch.Generator().manual_seed(4)
+        for name, p in w.named_parameters():
+            if name.endswith(("bias", "alpha", "beta")):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return w.decoder.eval()
+
+
+def test_cuda_decoder_equals_the_cpu_decoder(exact_fp32, monkeypatch):
+    calls = []
+    unit = codec_fused.residual_unit
+    monkeypatch.setattr(codec_fused, "residual_unit", lambda *a: calls.append(1) or unit(*a))
+    cpu = StreamingDecoder(decoder(), 2, torch.device("cpu"), torch.float32)
+    gpu = StreamingDecoder(decoder().cuda(), 2, torch.device("cuda"), torch.float32)
+    g = torch.Generator().manual_seed(6)
+    codes = [torch.randint(0, 2048, (12, 16), generator=g) for _ in range(2)]
+    slots = [(cpu.allocate(), gpu.allocate()) for _ in codes]
+    for a, b in ((0, 1), (1, 8), (8, 12)):  # one frame, a window, a chunk
+        want = cpu.decode([s for s, _ in slots], [c[a:b] for c in codes])
+        got = gpu.decode([s for _, s in slots], [c[a:b].cuda() for c in codes])
+        for w, x in zip(want, got, strict=True):
+            assert x.shape == w.shape == ((b - a) * 1920,)
+            torch.testing.assert_close(x.cpu(), w, atol=2e-5, rtol=1e-4)
+    for sc, sg in slots:
+        want, got = cpu.snapshot(sc), gpu.snapshot(sg)
+        for key in want:
+            torch.testing.assert_close(got[key].cpu(), want[key], atol=2e-5, rtol=1e-4)
+    assert calls  # the CUDA decoder took the fused path
