@@ -18,7 +18,9 @@ pytestmark = pytest.mark.cuda
 @pytest.fixture
 def exact_fp32():
     """No TF32 in the GPU's convolutions and matmuls while the test runs: the comparison
-    is then with float32 rounding alone."""
+    is then with float32 rounding alone (measured: up to 5.4e-5 apart in PCM of ~0.1-1 on
+    the H200, from sin, accumulation order and attention; a lost bias or history moves it
+    by ~0.1)."""
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
@@ -50,9 +52,9 @@ def test_cuda_decoder_equals_the_cpu_decoder(exact_fp32, monkeypatch):
         got = gpu.decode([s for _, s in slots], [c[a:b].cuda() for c in codes])
         for w, x in zip(want, got, strict=True):
             assert x.shape == w.shape == ((b - a) * 1920,)
-            torch.testing.assert_close(x.cpu(), w, atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(x.cpu(), w, atol=2e-4, rtol=1e-3)
     for sc, sg in slots:
         want, got = cpu.snapshot(sc), gpu.snapshot(sg)
         for key in want:
-            torch.testing.assert_close(got[key].cpu(), want[key], atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(got[key].cpu(), want[key], atol=2e-4, rtol=1e-3)
     assert calls  # the CUDA decoder took the fused path
