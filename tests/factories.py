@@ -42,6 +42,22 @@ def tiny_decoder(slots: int):
     return StreamingDecoder(weights.decoder, slots, torch.device("cpu"), torch.float32)
 
 
+def biased_codec_decoder():
+    """The tiny preset's codec decoder (`CodecDecoder`, fp32, CPU) with its biases and
+    SnakeBeta parameters drawn away from their dummy zeros: a comparison of two decoder paths
+    then sees every bias and activation (the dummy init zeroes them)."""
+    from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
+
+    w = SpeechTokenizerWeights(tiny_model_config().codec)
+    init_dummy_codec(w, 3)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(4)
+        for name, p in w.named_parameters():
+            if name.endswith(("bias", "alpha", "beta")):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return w.decoder.eval()
+
+
 def talker_engine(
     *,
     async_scheduling: bool = False,

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from omniflow.models.qwen3_tts import codec_fused
-from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
-from tests.factories import tiny_model_config
+from tests.factories import biased_codec_decoder
 
 pytestmark = pytest.mark.cuda
 
@@ -27,23 +26,12 @@ def exact_fp32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def decoder():
-    w = SpeechTokenizerWeights(tiny_model_config().codec)
-    init_dummy_codec(w, 3)
-    with torch.no_grad():  # biases and activations away from their dummy zeros
-        g = torch.Generator().manual_seed(4)
-        for name, p in w.named_parameters():
-            if name.endswith(("bias", "alpha", "beta")):
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-    return w.decoder.eval()
-
-
 def test_cuda_decoder_equals_the_cpu_decoder(exact_fp32, monkeypatch):
     calls = []
     unit = codec_fused.residual_unit
     monkeypatch.setattr(codec_fused, "residual_unit", lambda *a: calls.append(1) or unit(*a))
-    cpu = StreamingDecoder(decoder(), 2, torch.device("cpu"), torch.float32)
-    gpu = StreamingDecoder(decoder().cuda(), 2, torch.device("cuda"), torch.float32)
+    cpu = StreamingDecoder(biased_codec_decoder(), 2, torch.device("cpu"), torch.float32)
+    gpu = StreamingDecoder(biased_codec_decoder().cuda(), 2, torch.device("cuda"), torch.float32)
     g = torch.Generator().manual_seed(6)
     codes = [torch.randint(0, 2048, (12, 16), generator=g) for _ in range(2)]
     slots = [(cpu.allocate(), gpu.allocate()) for _ in codes]

@@ -8,21 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.factories import biased_codec_decoder
 from tests.kernels.interpret import register, run_checks, run_group_in_child
-
-
-def decoder():
-    from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
-    from tests.factories import tiny_model_config
-
-    w = SpeechTokenizerWeights(tiny_model_config().codec)
-    init_dummy_codec(w, 3)
-    with torch.no_grad():  # biases and activations away from their dummy zeros
-        g = torch.Generator().manual_seed(4)
-        for name, p in w.named_parameters():
-            if name.endswith(("bias", "alpha", "beta")):
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-    return w.decoder.eval()
 
 
 def random_state(module: torch.nn.Module, rows: int, seed: int) -> dict[str, torch.Tensor]:
@@ -58,7 +45,7 @@ def check_residual_units_and_trans_convs() -> None:
     from omniflow.models.qwen3_tts import codec_fused
     from omniflow.models.qwen3_tts.codec_modules import DecoderBlock
 
-    dec = decoder()
+    dec = biased_codec_decoder()
     blocks = [m for m in dec.decoder if isinstance(m, DecoderBlock)]
     assert blocks
     for i, block in enumerate(blocks):
@@ -95,7 +82,7 @@ def check_residual_units_and_trans_convs() -> None:
 def check_last_activation_into_the_last_conv() -> None:
     from omniflow.models.qwen3_tts import codec_fused
 
-    dec = decoder()
+    dec = biased_codec_decoder()
     act, last = dec.decoder[-2], dec.decoder[-1]
     x = torch.randn(3, last.conv.in_channels, 9, generator=torch.Generator().manual_seed(5))
     compare(
