@@ -8,7 +8,8 @@ pass those adds were the largest elementwise item, ~9 ms of ~69 on the H200
 another full pass; a transposed convolution's output is a view into a wider buffer (its
 overlap tail is carried to the next pass), which torch first copies out. Here each is one
 read of each operand and one write. Computed in float32 in torch's order (`x + bias` first),
-so a float32 decoder is bit for bit what torch gives; a bf16 one rounds once, at the store.
+so in float32 the sums are torch's; a bf16 one rounds once, at the store (torch rounds after
+each sum).
 Graph-safe: shapes alone fix the launch.
 """
 
@@ -77,6 +78,7 @@ def bias_add(
     if n == 0:
         return out
     res = None if residual is None else residual.contiguous()
+    bias = bias.contiguous()  # read at its channel index
     grid = (triton.cdiv(n, BLOCK),)
     _bias_add_kernel[grid](
         x,

@@ -106,6 +106,9 @@ def snake_beta(
         history = history.contiguous()
         hist_len = history.shape[2]
     x = x.contiguous()
+    # read at their channel index
+    alpha, beta = alpha.contiguous(), beta.contiguous()
+    bias = None if bias is None else bias.contiguous()
     out = torch.empty((b, c, hist_len + t), device=x.device, dtype=x.dtype)
     n = out.numel()
     if n == 0:

@@ -28,8 +28,9 @@ def exact_fp32():
 
 def test_cuda_decoder_equals_the_cpu_decoder(exact_fp32, monkeypatch):
     calls = []
-    unit = codec_fused.residual_unit
-    monkeypatch.setattr(codec_fused, "residual_unit", lambda *a: calls.append(1) or unit(*a))
+    for name in ("residual_unit", "trans_conv"):
+        fn = getattr(codec_fused, name)
+        monkeypatch.setattr(codec_fused, name, lambda *a, n=name, f=fn: calls.append(n) or f(*a))
     cpu = StreamingDecoder(biased_codec_decoder(), 2, torch.device("cpu"), torch.float32)
     gpu = StreamingDecoder(biased_codec_decoder().cuda(), 2, torch.device("cuda"), torch.float32)
     g = torch.Generator().manual_seed(6)
@@ -45,4 +46,21 @@ def test_cuda_decoder_equals_the_cpu_decoder(exact_fp32, monkeypatch):
         want, got = cpu.snapshot(sc), gpu.snapshot(sg)
         for key in want:
             torch.testing.assert_close(got[key].cpu(), want[key], atol=2e-4, rtol=1e-3)
-    assert calls  # the CUDA decoder took the fused path
+    assert set(calls) == {"residual_unit", "trans_conv"}  # the CUDA decoder took the fused path
+
+
+def test_fused_and_torch_paths_agree_on_the_gpu(exact_fp32):
+    """The same decoder on the same GPU with the epilogues fused and not (`fused`): the same
+    sums in the same order, so float32 agrees to the last bits (the CPU comparison above
+    also spans sin's and the convolutions' CPU-GPU differences)."""
+    fused = StreamingDecoder(biased_codec_decoder().cuda(), 1, torch.device("cuda"), torch.float32)
+    plain = StreamingDecoder(biased_codec_decoder().cuda(), 1, torch.device("cuda"), torch.float32)
+    assert fused.fused and plain.fused
+    plain.fused = False
+    g = torch.Generator().manual_seed(8)
+    codes = torch.randint(0, 2048, (9, 16), generator=g).cuda()
+    a, b = fused.allocate(), plain.allocate()
+    for lo, hi in ((0, 1), (1, 9)):
+        got = fused.decode([a], [codes[lo:hi]])[0]
+        want = plain.decode([b], [codes[lo:hi]])[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

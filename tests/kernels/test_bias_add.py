@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from omniflow.kernels import bias_add as ba
 from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
@@ -44,8 +45,28 @@ def check_cases() -> None:
         randn(2, 6, 50, seed=13, dtype=bf),
     )
     check(x, b, r)
+    big = randn(2, 6, 40, seed=14)
+    check(big[:, :4, :32], randn(4, seed=15), None)  # a channel slice: rows not evenly spaced
+    check(randn(2, 3, 10, seed=16), randn(3, 2, seed=17)[:, 0], None)  # a strided bias
     empty = ba.bias_add(torch.zeros(2, 3, 0), torch.zeros(3))
     assert empty.shape == (2, 3, 0)
+
+
+def check_wide_offsets() -> None:
+    """The 64-bit-offset variant (taken from 2**31 elements, too large to test) gives the
+    32-bit one's values, on a strided view with a residual."""
+    y, bias, res = randn(2, 5, 307, seed=18), randn(5, seed=19), randn(2, 5, 300, seed=20)
+    x = y[..., :300]
+    outs = []
+    for wide in (False, True):
+        out = torch.empty_like(res)
+        grid = (triton.cdiv(out.numel(), ba.BLOCK),)
+        ba._bias_add_kernel[grid](
+            x, bias, res, out, out.numel(), 5, 300, 307, BLOCK=ba.BLOCK, WIDE=wide, HAS_RES=True
+        )
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[1], res + (x + bias[None, :, None]))
 
 
 def check_refusals() -> None:
@@ -60,7 +81,11 @@ register(__name__, ["bias_add"])
 
 
 def run_interpreted(group: str) -> int:
-    checks = [("shapes, views, dtypes", check_cases), ("refusals", check_refusals)]
+    checks = [
+        ("shapes, views, dtypes", check_cases),
+        ("64-bit offsets", check_wide_offsets),
+        ("refusals", check_refusals),
+    ]
     return run_checks(group, (ba._bias_add_kernel,), checks)
 
 

@@ -70,9 +70,15 @@ def check_epilogues() -> None:
     torch.testing.assert_close(got[..., 6:], act.reference(x), atol=1e-5, rtol=1e-5)
     one = sb.snake_beta(x[..., :1], act.alpha, act.beta, history=hist)  # one new sample
     torch.testing.assert_close(one[..., 18:], act.reference(x[..., :1]), atol=1e-5, rtol=1e-5)
+    strided = torch.stack([bias, -bias], dim=1)[:, 0]  # a bias read at its channel index
+    torch.testing.assert_close(sb.snake_beta(x, act.alpha, act.beta, bias=strided), want_bias)
     bf = make_act(5, torch.bfloat16, seed=8)
-    got = sb.snake_beta(x.bfloat16(), bf.alpha, bf.beta, history=hist.bfloat16())
+    xb, bb = x.bfloat16(), bias.bfloat16()
+    got = sb.snake_beta(xb, bf.alpha, bf.beta, bias=bb, history=hist.bfloat16())
     assert got.dtype == torch.bfloat16 and torch.equal(got[..., :18], hist.bfloat16())
+    exact = bf.float().reference(xb.float() + bb.float()[None, :, None])  # one rounding
+    want = exact.bfloat16().float()
+    torch.testing.assert_close(got[..., 18:].float(), want, atol=1e-2, rtol=2**-7)
 
 
 def check_wide_offsets() -> None:

@@ -1,7 +1,7 @@
 """The streaming codec decoder's CUDA path, with the convolutions' epilogues in our kernels.
 
-Why: at 128 rows an 8-frame window pass of the decoder took ~69 ms on the H200, and less than
-half of it was convolution (docs/benchmarks.md, "The decoder's window pass, kernel by
+Why: at 128 rows an 8-frame window pass of the decoder took 64.9 ms on the H200 (fp32), under
+half of it convolution (docs/benchmarks.md, "The decoder's window pass, kernel by
 kernel"). The rest was full passes over the activations around them: torch adds a
 convolution's bias as a separate broadcast add (its slowest elementwise kernel), a causal
 convolution's carried input is joined to the new one by a copy (`torch.cat`), a residual
@@ -16,9 +16,12 @@ bias and each of those passes folds into one that runs anyway:
   and the bias in the one pass that also drops the new overlap tail;
 - the last `snake` is written behind the final convolution's history.
 
-The values are the torch path's (`codec_modules`, the CPU's and the reference): float32 bit for
-bit (each sum is taken in torch's order), bf16 within one rounding. The carried state is left
-exactly as the torch path leaves it, so the two paths can alternate on one slot.
+The values are the torch path's (`codec_modules`, the CPU's and the reference): in float32
+the same sums in the same order (module by module within 1e-5 of the torch path on the CPU,
+where sin and the convolutions' own bias differ in the last bits); in bf16 within one
+rounding, the carried histories included (the fused bias is added before the one rounding,
+where torch rounds twice). `CodecDecoder.stream(fused=True)` takes this path; the
+`StreamingDecoder` asks for it on CUDA, where Triton runs.
 """
 
 from __future__ import annotations
@@ -35,10 +38,34 @@ if TYPE_CHECKING:
     from omniflow.models.qwen3_tts.codec_modules import (
         CausalConv,
         CausalTransConv,
+        CodecDecoder,
+        DecoderBlock,
         ResidualUnit,
         SnakeBeta,
         State,
     )
+
+
+def convolutions(decoder: CodecDecoder, h: torch.Tensor, state: State) -> torch.Tensor:
+    """`CodecDecoder.stream` after its transformer: the upsampling stages, the decoder blocks
+    and the last activation and convolution, unclamped."""
+    for trans, block in decoder.upsample:
+        h = block.stream(trans_conv(trans, h, state), state)
+    first, *blocks, act, last = decoder.decoder
+    h = first.stream(h, state)
+    for block in blocks:
+        h = decoder_block(block, h, state)
+    return last.conv(activate_into(act, h, last, state))
+
+
+def decoder_block(block: DecoderBlock, x: torch.Tensor, state: State) -> torch.Tensor:
+    """`DecoderBlock.stream`: its activation, its transposed convolution, its residual
+    units."""
+    act, trans, *units = block.block
+    h = trans_conv(trans, snake_beta(x, act.alpha, act.beta), state)
+    for unit in units:
+        h = residual_unit(unit, h, state)
+    return h
 
 
 def activate_into(

@@ -77,10 +77,6 @@ class CausalTransConv(nn.Module):
         return y[..., : y.shape[-1] - self.overlap] if self.overlap else y
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        if x.is_cuda:  # the epilogues in our kernels (Triton; CUDA machines only)
-            from omniflow.models.qwen3_tts import codec_fused
-
-            return codec_fused.trans_conv(self, x, state)
         if not self.overlap:
             return self.conv(x)
         y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
@@ -154,10 +150,6 @@ class ResidualUnit(nn.Module):
         return x + self.conv2(self.act2(self.conv1(self.act1(x))))
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        if x.is_cuda:  # the epilogues in our kernels (Triton; CUDA machines only)
-            from omniflow.models.qwen3_tts import codec_fused
-
-            return codec_fused.residual_unit(self, x, state)
         return x + self.conv2.stream(self.act2(self.conv1.stream(self.act1(x), state)), state)
 
 
@@ -407,23 +399,27 @@ class CodecDecoder(nn.Module):
         return h.clamp(-1.0, 1.0).squeeze(1)
 
     def stream(
-        self, codes: torch.Tensor, pos: torch.Tensor, state: State, rope: CosSin | None = None
+        self,
+        codes: torch.Tensor,
+        pos: torch.Tensor,
+        state: State,
+        rope: CosSin | None = None,
+        fused: bool = False,
     ) -> torch.Tensor:
         """Decode n new frames per row, continuing each row's state; codes [B, n, 16].
-        `rope`: see `PreTransformer.stream` (pass a capture-safe source to capture this)."""
+        `rope`: see `PreTransformer.stream` (pass a capture-safe source to capture this).
+        `fused`: the convolutions' epilogues in our Triton kernels (`codec_fused.py`; the
+        CUDA path, chosen once by `StreamingDecoder`), else each module's torch `stream`."""
         h = self.pre_conv.stream(self.quantizer.decode(codes), state)
         h = self.pre_transformer.stream(h.transpose(1, 2), pos, state, rope).transpose(1, 2)
-        for trans, block in self.upsample:
-            h = block.stream(trans.stream(h, state), state)
-        *body, act, last = self.decoder
-        for m in body:
-            h = m.stream(h, state)
-        if h.is_cuda:  # the activation written behind the last conv's history, no copy
+        if fused:  # imported here: Triton is needed on CUDA machines only
             from omniflow.models.qwen3_tts import codec_fused
 
-            h = last.conv(codec_fused.activate_into(act, h, last, state))
-        else:
-            h = last.stream(act.stream(h, state), state)
+            return codec_fused.convolutions(self, h, state).clamp(-1.0, 1.0).squeeze(1)
+        for trans, block in self.upsample:
+            h = block.stream(trans.stream(h, state), state)
+        for m in self.decoder:
+            h = m.stream(h, state)
         return h.clamp(-1.0, 1.0).squeeze(1)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:

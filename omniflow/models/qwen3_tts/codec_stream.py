@@ -88,6 +88,9 @@ class StreamingDecoder:
         self._free = list(range(num_slots - 1, -1, -1))
         self.device = device
         self.dtype = dtype
+        self.fused = device.type == "cuda"
+        """The decoder's convolution epilogues in our Triton kernels (`codec_fused.py`):
+        on CUDA, where Triton runs; torch's modules elsewhere."""
         # Built now: building reads the largest position back to the host.
         self._rope = StepRope(decoder.pre_transformer.rotary, rope_frames, device)
 
@@ -147,7 +150,7 @@ class StreamingDecoder:
             state = {name: t.index_select(0, idx) for name, t in self._pool.items()}
             pos = self._pos.index_select(0, idx)
             batch = torch.stack([codes[i].to(self.device) for i in rows])
-            pcm = self.decoder.stream(batch, pos, state)
+            pcm = self.decoder.stream(batch, pos, state, fused=self.fused)
             for name, t in self._pool.items():
                 t.index_copy_(0, idx, state[name].to(t.dtype))
             self._pos.index_copy_(0, idx, pos + n)
@@ -180,7 +183,7 @@ class StreamingDecoder:
         frames = codes.unsqueeze(1) if codes.dim() == 2 else codes
         state = {name: t.index_select(0, slot_ids) for name, t in self._pool.items()}
         pos = self._pos.index_select(0, slot_ids)
-        pcm = self.decoder.stream(frames, pos, state, self._rope)
+        pcm = self.decoder.stream(frames, pos, state, self._rope, fused=self.fused)
         for name, t in self._pool.items():
             t.index_copy_(0, slot_ids, state[name].to(t.dtype))
         self._pos.index_copy_(0, slot_ids, pos + frames.shape[1])
