@@ -86,7 +86,7 @@ for part, fields, where in (
         "num_quantizers codebook_size codebook_dim latent_dim hidden_size num_layers num_heads "
         "head_dim num_kv_heads intermediate_size rms_norm_eps layer_scale sliding_window "
         "rope_theta upsampling_ratios upsample_rates decoder_dim",
-        "models/qwen3_tts/codec_modules.py",
+        "models/qwen3_tts",
     ),
 ):
     for f in fields.split():
