@@ -151,6 +151,25 @@ def test_cuda_decoder_shapes(rows, channels, length):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("rows", "channels", "length", "history"), [(1, 96, 1920, 54), (128, 96, 480, 6)]
+)
+def test_cuda_epilogues_at_decoder_shapes(rows, channels, length, history):
+    """`bias=` and `history=` at a last-block residual unit's shapes (dilation 9: 54 samples
+    of history; a one-frame pass, and 128 rows of a quarter frame)."""
+    g = torch.Generator("cuda").manual_seed(history)
+    x = 3 * torch.randn(rows, channels, length, generator=g, device="cuda")
+    bias = torch.randn(channels, generator=g, device="cuda")
+    hist = torch.randn(rows, channels, history, generator=g, device="cuda")
+    act = make_act(channels, torch.float32, "cuda")
+    got = sb.snake_beta(x, act.alpha, act.beta, bias=bias, history=hist)
+    assert got.shape == (rows, channels, history + length)
+    assert torch.equal(got[..., :history], hist)
+    want = act.reference(x + bias[None, :, None])
+    torch.testing.assert_close(got[..., history:], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
 def test_the_module_takes_the_kernel_on_cuda(monkeypatch):
     calls = []
     kernel = sb.snake_beta
