@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 def convolutions(decoder: CodecDecoder, h: torch.Tensor, state: State) -> torch.Tensor:
     """`CodecDecoder.stream` after its transformer: the upsampling stages, the decoder blocks
-    and the last activation and convolution, unclamped."""
+    and the last activation and convolution (the caller clamps)."""
     for trans, block in decoder.upsample:
         h = block.stream(trans_conv(trans, h, state), state)
     first, *blocks, act, last = decoder.decoder

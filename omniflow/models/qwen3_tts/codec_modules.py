@@ -275,11 +275,12 @@ class CodecDecoder(nn.Module):
         if fused:  # imported here: Triton is needed on CUDA machines only
             from omniflow.models.qwen3_tts import codec_fused
 
-            return codec_fused.convolutions(self, h, state).clamp(-1.0, 1.0).squeeze(1)
-        for trans, block in self.upsample:
-            h = block.stream(trans.stream(h, state), state)
-        for m in self.decoder:
-            h = m.stream(h, state)
+            h = codec_fused.convolutions(self, h, state)
+        else:
+            for trans, block in self.upsample:
+                h = block.stream(trans.stream(h, state), state)
+            for m in self.decoder:
+                h = m.stream(h, state)
         return h.clamp(-1.0, 1.0).squeeze(1)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
