@@ -27,8 +27,11 @@ def test_the_prompt_graph_and_the_frame_graph_build_and_replay():
 @pytest.mark.parametrize("frames", [1, 3])
 def test_the_codec_graph_builds_and_replays_in_the_dtype_asked(frames):
     """`--graph codec`: `frames` new frames for each of 2 rows, 1,920 samples a frame, in the
-    codec dtype given (the preset's is float32)."""
+    codec dtype given (the preset's is float32), under the cuDNN settings a served fused
+    pipeline sets (`cudnn.benchmark` on: the conftest puts the flag back afterwards)."""
+    torch.backends.cudnn.benchmark = False
     codec = build_codec_graph("qwen3_tts_tiny", 2, frames, "bfloat16")
+    assert torch.backends.cudnn.benchmark
     codec.graphs[2].replay()
     torch.cuda.synchronize()
     assert codec.pcm.dtype == torch.bfloat16
