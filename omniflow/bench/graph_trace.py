@@ -1,6 +1,7 @@
 """Where a captured graph spends its time: kernel by kernel, in launch order, with the idle
-gap before each. On CUDA. Three graphs: the code predictor's frame (`--graph predictor`, rows
-`--batch`), a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
+gap before each. On CUDA. Four graphs: the code predictor's frame (`--graph predictor`, rows
+`--batch`), the talker's decode step (`--graph talker`, rows `--batch` of `--context`
+cached tokens each), a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
 bucket of `--tokens`: the first audio's largest part at c1), and the fused pipeline's
 streaming codec decoder (`--graph codec`, rows `--batch`, `--frames` new frames per row: 1
 for a single step and a request's first audio, `window_k` for a window's pass; in the
@@ -10,6 +11,7 @@ preset's `codec_dtype`, or `--codec-dtype`).
         --model qwen3_tts_1_7b --batch 1 --out trace.json
     python -m omniflow.bench.graph_trace --graph prompt --tokens 128 --out prompt.json
     python -m omniflow.bench.graph_trace --graph codec --batch 128 --frames 8 --out codec.json
+    python -m omniflow.bench.graph_trace --graph talker --batch 128 --context 100
 
 Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
 kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
@@ -17,9 +19,10 @@ kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between
 read off the trace: per replay, the graph's wall time (CUDA events, no profiler), the sum
 of kernel durations, and the gaps (one kernel's start minus the previous one's end) under
 the profiler. Also printed: the kernels grouped by name with count, time and gap before
-them. The model is the named preset with dummy weights in its configured dtype; the frame
-graph is the one the fused pipeline builds (`PredictorGraphs` with the runner's
-fixed-policy draw).
+them. Every build applies the platform's process-wide settings first (`prepare_device`), as
+a served pipeline does. The model is the named preset with dummy weights in its configured
+dtype; the frame graph is the one the fused pipeline builds (`PredictorGraphs` with the
+runner's fixed-policy draw).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.decode_graph import TalkerDecodeGraphs
 from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
@@ -52,6 +56,7 @@ def build_graphs(model: str, batch: int) -> PredictorGraphs:
     """The preset's talker (dummy weights, on the GPU) and its frame graph for `batch`
     (`.graphs[batch]`; keep the returned holder while replaying, as for the prompt graph)."""
     graph = build_graph(compose([f"model={model}", "platform=cuda"]))
+    prepare_device("cuda", graph.platform.cudnn_benchmark)
     bundle = build_talker(graph.model, torch.device("cuda"))
     talker = bundle.talker
     graphs = PredictorGraphs(
@@ -73,6 +78,7 @@ def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
     returned holder while replaying: its static buffers and caches are what the graph reads
     and writes."""
     graph = build_graph(compose([f"model={model}", "platform=cuda"]))
+    prepare_device("cuda", graph.platform.cudnn_benchmark)  # as served: no cuDNN attention
     talker = build_talker(graph.model, torch.device("cuda")).talker
     shape = talker.shape
     slots = max(4096, tokens)
@@ -100,6 +106,46 @@ def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
     )
     prompts.capture_all()
     return prompts
+
+
+def build_talker_graph(model: str, batch: int, context: int, block_size: int = 16):
+    """The preset's talker (dummy weights, on the GPU) and its decode-step graph for `batch`
+    rows (`.graphs[batch]`), each row with `context` cached tokens on blocks of its own (as
+    `batch` requests mid-stream have: the paged kernel reads context lengths and block
+    tables from the graph's static buffers at replay, so they are set after the capture).
+    Keep the returned holder while replaying, as for the other graphs."""
+    graph = build_graph(compose([f"model={model}", "platform=cuda"]))
+    prepare_device("cuda", graph.platform.cudnn_benchmark)
+    talker = build_talker(graph.model, torch.device("cuda")).talker
+    shape = talker.shape
+    per_row = -(-context // block_size)
+    slots = batch * per_row * block_size
+    dtype = getattr(torch, graph.model.dtype or "float32")
+    caches = [
+        tuple(
+            torch.zeros(slots + 1, shape.num_kv_heads, shape.head_dim, device="cuda", dtype=dtype)
+            for _ in range(2)
+        )
+        for _ in range(talker.num_layers)
+    ]
+    graphs = TalkerDecodeGraphs(
+        talker,
+        caches,
+        block_size,
+        max_batch=batch,
+        max_blocks=per_row,
+        max_positions=context + 1,
+        dummy_slot=slots,
+        buckets=(batch,),
+    )
+    graphs.capture_all()
+    rows = torch.arange(batch * per_row, device="cuda", dtype=torch.int32).view(batch, per_row)
+    graphs.block_tables[:batch].copy_(rows)
+    graphs.context_lens[:batch].fill_(context)
+    graphs.positions[:batch].fill_(context - 1)
+    last = rows[:, (context - 1) // block_size].to(torch.int64) * block_size
+    graphs.slot_mapping[:batch].copy_(last + (context - 1) % block_size)
+    return graphs
 
 
 def build_codec_graph(
@@ -176,8 +222,11 @@ def replay_stats(replay: list[tuple[str, float, float]]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="qwen3_tts_1_7b")
-    ap.add_argument("--graph", choices=("predictor", "prompt", "codec"), default="predictor")
-    ap.add_argument("--batch", type=int, default=1, help="predictor, codec: rows")
+    ap.add_argument(
+        "--graph", choices=("predictor", "prompt", "codec", "talker"), default="predictor"
+    )
+    ap.add_argument("--batch", type=int, default=1, help="predictor, codec, talker: rows")
+    ap.add_argument("--context", type=int, default=100, help="talker: cached tokens per row")
     ap.add_argument("--frames", type=int, default=1, help="codec: new frames per row")
     ap.add_argument(
         "--codec-dtype", choices=sorted(DTYPES), default=None, help="codec: else the preset's"
@@ -195,6 +244,8 @@ def main() -> None:
     # and a replay over reused memory reads garbage indices (a device-side assert).
     if args.graph == "prompt":
         k, holder = args.tokens, build_prompt_graph(args.model, args.tokens)
+    elif args.graph == "talker":
+        k, holder = args.batch, build_talker_graph(args.model, args.batch, args.context)
     elif args.graph == "codec":
         k = args.batch
         holder = build_codec_graph(args.model, k, args.frames, args.codec_dtype)
@@ -221,6 +272,8 @@ def main() -> None:
         **(
             {"frames": args.frames, "codec_dtype": str(holder.decoder.dtype)}
             if args.graph == "codec"
+            else {"context": args.context}
+            if args.graph == "talker"
             else {}
         ),
         "replay_us_median": replay_us,

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omniflow.bench.graph_trace import build_codec_graph, build_graphs, build_prompt_graph
+from omniflow.bench.graph_trace import (
+    build_codec_graph,
+    build_graphs,
+    build_prompt_graph,
+    build_talker_graph,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -36,3 +41,23 @@ def test_the_codec_graph_builds_and_replays_in_the_dtype_asked(frames):
     torch.cuda.synchronize()
     assert codec.pcm.dtype == torch.bfloat16
     assert codec.pcm.shape == (2, frames * 1920) and codec.pcm.isfinite().all()
+
+
+def test_the_talker_graph_reads_the_context_it_was_given():
+    """`--graph talker`: every row has `context` cached tokens on blocks of its own, and its
+    new K/V land at its last position's slot (not the padding slot): a replay writes each
+    row's slot, and the paged kernel's output differs from a context of one token."""
+    talker = build_talker_graph("qwen3_tts_tiny", 3, 20)
+    k_cache = talker.kv_caches[0][0]
+    k_cache.normal_()  # every cached position contributes to the attention
+    talker.graphs[3].replay()
+    torch.cuda.synchronize()
+    slots = talker.slot_mapping[:3].tolist()
+    assert len(set(slots)) == 3 and talker.dummy_slot not in slots
+    assert talker.context_lens[:3].tolist() == [20, 20, 20]
+    out = talker.out[:3].clone()
+    assert out.isfinite().all()
+    talker.context_lens[:3].fill_(1)
+    talker.graphs[3].replay()
+    torch.cuda.synchronize()
+    assert not torch.equal(out, talker.out[:3])
