@@ -1,6 +1,6 @@
 """Where a captured graph spends its time: kernel by kernel, in launch order, with the idle
 gap before each. On CUDA. Four graphs: the code predictor's frame (`--graph predictor`, rows
-`--batch`), the talker's decode step (`--graph talker`, rows `--batch` of `--context`
+`--batch`), the talker's decode step (`--graph decode`, rows `--batch` of `--context`
 cached tokens each), a whole-prompt prefill over the talker's layers (`--graph prompt`, a token
 bucket of `--tokens`: the first audio's largest part at c1), and the fused pipeline's
 streaming codec decoder (`--graph codec`, rows `--batch`, `--frames` new frames per row: 1
@@ -11,7 +11,7 @@ preset's `codec_dtype`, or `--codec-dtype`).
         --model qwen3_tts_1_7b --batch 1 --out trace.json
     python -m omniflow.bench.graph_trace --graph prompt --tokens 128 --out prompt.json
     python -m omniflow.bench.graph_trace --graph codec --batch 128 --frames 8 --out codec.json
-    python -m omniflow.bench.graph_trace --graph talker --batch 128 --context 100
+    python -m omniflow.bench.graph_trace --graph decode --batch 128 --context 100
 
 Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
 kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
@@ -223,10 +223,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="qwen3_tts_1_7b")
     ap.add_argument(
-        "--graph", choices=("predictor", "prompt", "codec", "talker"), default="predictor"
+        "--graph", choices=("predictor", "prompt", "codec", "decode"), default="predictor"
     )
-    ap.add_argument("--batch", type=int, default=1, help="predictor, codec, talker: rows")
-    ap.add_argument("--context", type=int, default=100, help="talker: cached tokens per row")
+    ap.add_argument("--batch", type=int, default=1, help="predictor, codec, decode: rows")
+    ap.add_argument("--context", type=int, default=100, help="decode: cached tokens per row")
     ap.add_argument("--frames", type=int, default=1, help="codec: new frames per row")
     ap.add_argument(
         "--codec-dtype", choices=sorted(DTYPES), default=None, help="codec: else the preset's"
@@ -244,7 +244,7 @@ def main() -> None:
     # and a replay over reused memory reads garbage indices (a device-side assert).
     if args.graph == "prompt":
         k, holder = args.tokens, build_prompt_graph(args.model, args.tokens)
-    elif args.graph == "talker":
+    elif args.graph == "decode":
         k, holder = args.batch, build_talker_graph(args.model, args.batch, args.context)
     elif args.graph == "codec":
         k = args.batch
@@ -273,7 +273,7 @@ def main() -> None:
             {"frames": args.frames, "codec_dtype": str(holder.decoder.dtype)}
             if args.graph == "codec"
             else {"context": args.context}
-            if args.graph == "talker"
+            if args.graph == "decode"
             else {}
         ),
         "replay_us_median": replay_us,

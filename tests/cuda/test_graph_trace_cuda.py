@@ -44,7 +44,7 @@ def test_the_codec_graph_builds_and_replays_in_the_dtype_asked(frames):
 
 
 def test_the_talker_graph_reads_the_context_it_was_given():
-    """`--graph talker`: every row has `context` cached tokens on blocks of its own, and its
+    """`--graph decode`: every row has `context` cached tokens on blocks of its own, and its
     new K/V land at its last position's slot (not the padding slot): a replay writes each
     row's slot, and the paged kernel's output differs from a context of one token."""
     talker = build_talker_graph("qwen3_tts_tiny", 3, 20)
@@ -61,3 +61,24 @@ def test_the_talker_graph_reads_the_context_it_was_given():
     talker.graphs[3].replay()
     torch.cuda.synchronize()
     assert not torch.equal(out, talker.out[:3])
+
+
+def _kernel_names(run) -> list[str]:
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        run()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_prompt_and_predictor_attention_leave_the_fp32_math_path():
+    """bf16, as served (`prepare_device` turns cuDNN attention off process-wide): the prompt
+    graph records cuDNN's fused attention and the predictor's two-token first pass flash
+    attention, so neither replay runs torch's math path (its fp32 softmax kernel)."""
+    prompt = build_prompt_graph("qwen3_tts_tiny", 16)
+    frame = build_graphs("qwen3_tts_tiny", 2)
+    assert prompt.dtype == torch.bfloat16
+    for graph, fused in ((prompt.graphs[16], "cudnn"), (frame.graphs[2], "flash")):
+        names = _kernel_names(graph.replay)
+        assert not [n for n in names if "softmax" in n.lower()], names
+        assert [n for n in names if fused in n.lower()], names

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from omniflow.models.layers.attention import (
     DecodeAttentionMetadata,
     PagedAttentionMetadata,
+    dense_causal_attention,
     paged_attention,
     paged_decode_attention,
 )
@@ -75,3 +77,31 @@ def test_engine_with_batched_decode_runs_to_the_right_lengths():
     for o in fast_engine.run_until_idle():
         lengths[o.request_id] = lengths.get(o.request_id, 0) + len(o.tokens)
     assert lengths == {"r0": 10, "r1": 11, "r2": 12}
+
+
+def _causal_by_hand(q, k_cache, v_cache, start):
+    """Scores, mask, softmax and sum written out, grouped heads repeated: the oracle."""
+    ctx = start + q.shape[1]
+    group = q.shape[2] // k_cache.shape[2]
+    k = k_cache[:, :ctx].repeat_interleave(group, dim=2)  # [B, ctx, Hq, D]
+    v = v_cache[:, :ctx].repeat_interleave(group, dim=2)
+    scores = torch.einsum("blhd,bshd->bhls", q, k) / q.shape[-1] ** 0.5
+    qpos = torch.arange(start, ctx)[:, None]
+    scores = scores.masked_fill(torch.arange(ctx)[None, :] > qpos, float("-inf"))
+    return torch.einsum("bhls,bshd->blhd", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize(("start", "length"), [(0, 2), (0, 5), (3, 1), (3, 4)])
+def test_dense_causal_attention_is_causal_from_any_start(start, length):
+    """From position 0 the function names the mask `is_causal` (flash attention on CUDA),
+    later starts pass it: either way a query sees exactly the keys up to its own position
+    (a non-causal first pass changes the earlier positions' outputs, which the predictor's
+    next layer caches)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, length, 4, 8, generator=g)
+    k_cache = torch.randn(3, 8, 2, 8, generator=g)
+    v_cache = torch.randn(3, 8, 2, 8, generator=g)
+    got = dense_causal_attention(q, k_cache, v_cache, start)
+    want = _causal_by_hand(q, k_cache, v_cache, start)
+    assert got.shape == (3, length, 4, 8)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -25,9 +25,11 @@ they are the same values the eager path gathers back from the cache).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from omniflow.models.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
@@ -190,6 +192,24 @@ class PromptGraphs(BucketGraphs):
             return out[0].transpose(0, 1)
 
         t = self.talker.weights.talker
-        self.out[:k] = run_layers_norm(
-            t.model.layers, t.model.norm, self.embeds[:k], cos, sin, attend
-        )
+        with prefill_attention(self.device):
+            self.out[:k] = run_layers_norm(
+                t.model.layers, t.model.norm, self.embeds[:k], cos, sin, attend
+            )
+
+
+def prefill_attention(device: torch.device) -> AbstractContextManager[None]:
+    """The attention backends a prompt graph records. On CUDA, cuDNN's fused attention first:
+    a masked, grouped-query step is outside flash attention (a mask) and torch's
+    memory-efficient kernel (grouped heads), so without cuDNN it runs torch's math path in
+    fp32 (two fp32 GEMMs, a softmax and ~10 elementwise kernels per layer: 3.5 ms of a
+    128-token bucket's replay on the H200, 2.3 ms with cuDNN; docs/benchmarks.md).
+    `prepare_device` turns cuDNN attention off process-wide for its ~0.5 ms of host time per
+    call; recorded in a graph that cost is paid once, at capture (the eager
+    `cuda_graphs=false` path pays it per layer: it is for debugging). Where cuDNN cannot run
+    the step (float32) torch falls back to the math path, as before. Elsewhere: torch's
+    choice, unchanged."""
+    if device.type != "cuda":
+        return nullcontext()
+    backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return sdpa_kernel(backends, set_priority=True)
