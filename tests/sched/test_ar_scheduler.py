@@ -255,3 +255,30 @@ def test_a_preempted_request_is_announced_as_held_once_per_preemption():
     assert s.num_preemptions >= 1
     assert [o.request_id for o in held] == ["new"] * s.num_preemptions
     assert all(not o.finished and not o.tokens for o in held)
+
+
+def test_a_prompt_that_fits_beside_the_running_ones_is_never_split():
+    """Budget 20 and prompts of 7: the third would have been cut to 6 tokens and finished on
+    a cached prefix (the eager prefill path); it waits for the next step and goes whole."""
+    s = sched(max_num_seqs=8, max_num_batched_tokens=20)
+    for i in range(3):
+        s.add_request(req(f"r{i}", prompt_len=7, max_new=4))
+    runner = FakeRunner()
+    first = s.schedule()
+    assert dict(first.num_scheduled_tokens) == {"r0": 7, "r1": 7}
+    s.update(first, runner.execute(first))
+    second = s.schedule()
+    assert dict(second.num_scheduled_tokens) == {"r0": 1, "r1": 1, "r2": 7}
+
+
+def test_a_prompt_longer_than_the_room_beside_the_running_ones_is_still_split():
+    """Budget 10 with one request decoding: 9 tokens of room, so a 10-token prompt could
+    never go whole while it runs; it is chunked rather than left waiting forever."""
+    s = sched(max_num_batched_tokens=10, max_num_seqs=4)
+    s.add_request(req("a", prompt_len=6, max_new=8))
+    runner = FakeRunner()
+    p = s.schedule()
+    s.update(p, runner.execute(p))
+    s.add_request(req("b", prompt_len=10))
+    p = s.schedule()
+    assert dict(p.num_scheduled_tokens) == {"a": 1, "b": 9}
