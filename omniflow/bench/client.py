@@ -243,6 +243,10 @@ def summarize(outcome: Outcome) -> dict:
         "failed": len(outcome.failures),
         "errors": error_counts([f.error for f in outcome.failures]),
         "ttfp_s": stats([s.ttfp for s in samples]),
+        # Each completed request's first audio in prompt order (the order sent at c1): a
+        # round's trend shows what its medians hide, e.g. a warm-up that did not reach
+        # everything (c1's first round was ~1.5 ms slower than the next two, docs/benchmarks.md).
+        "ttfp_ms_each": [round(1e3 * s.ttfp, 3) for s in samples],
         "e2el_s": stats([s.e2el for s in samples]),
         "rtf": stats([s.rtf for s in samples]),
         "underrun_s": stats([s.underrun_s for s in samples]),

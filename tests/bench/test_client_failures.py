@@ -309,3 +309,11 @@ def test_a_prompt_file_too_short_for_the_round_is_refused_naming_the_key(tmp_pat
     with pytest.raises(ConfigError) as exc:
         job.run_job(compose([*over, *extra]), over, None)
     assert exc.value.key == key and "holds 3" in str(exc.value)
+
+
+def test_the_summary_keeps_each_first_audio_in_prompt_order():
+    """`ttfp_ms_each`: one value per completed request, in the order of their prompts (a
+    failed request leaves no value), in milliseconds."""
+    samples = [Sample(ttfp=t, e2el=1.0, audio_s=1.0, underrun_s=0.0) for t in (0.02, 0.01, 0.03)]
+    s = summarize(Outcome(samples, [Failure(3, "HTTP 503: busy", 0.1)], 2.0))
+    assert s["ttfp_ms_each"] == [20.0, 10.0, 30.0]
