@@ -2,9 +2,9 @@
 
 Each `schedule()` builds one `StepPlan` under a token budget and a sequence cap: running
 requests first (oldest first), then waiting ones; a waiting context (a prompt, or a
-preempted request's recompute) is split across steps only when it cannot fit whole beside
-the running requests (a long prompt is prefilled in chunks), else it waits for a step with
-room for all of it. When KV blocks run out the newest running request is preempted and
+preempted request's recompute) that would fit whole next step, beside the running requests
+and this step's admissions, waits for it rather than being split now; longer ones (a long
+prompt) are prefilled in chunks. When KV blocks run out the newest running request is preempted and
 later recomputed from its prompt and outputs. `update()` applies a `StepResult`.
 
 Sync and async scheduling share this code. Under async scheduling the engine calls
@@ -187,7 +187,9 @@ class ARScheduler:
             budget -= n
             i += 1
 
-        after_running = budget
+        # The room a waiting context would have next step: what the running requests leave
+        # now, less one token for each request admitted below (it decodes next step).
+        room = budget
         for req in list(self.waiting):
             if budget <= 0 or preempted_now or len(self.running) >= self.config.max_num_seqs:
                 break
@@ -196,10 +198,10 @@ class ARScheduler:
             if req.num_placeholders:
                 break  # a preempted request waits until its in-flight sample is reconciled
             n = self._tokens_to_schedule(req, budget)
-            if n == 0 or n < req.num_tokens - req.num_computed_tokens <= after_running:
-                # A context that fits beside the running requests waits to go whole: a split
-                # one continues on a cached prefix, which no prompt graph serves, and takes
-                # its whole step's prefill to the eager path (17 of 84 prefills at c128).
+            if n == 0 or n < req.num_tokens - req.num_computed_tokens <= room:
+                # A context that will fit whole next step waits for it: a split one continues
+                # on a cached prefix, which no prompt graph serves, and takes its whole step's
+                # prefill to the eager path (17 of 84 prefills at c128).
                 break
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             if blocks is None:
@@ -211,6 +213,7 @@ class ARScheduler:
             new_blocks[req.request_id] = blocks
             computed_before[req.request_id] = req.num_computed_tokens
             budget -= n
+            room -= 1
 
         window, extra = plan_window(
             self.window_k,

@@ -282,3 +282,18 @@ def test_a_prompt_longer_than_the_room_beside_the_running_ones_is_still_split():
     s.add_request(req("b", prompt_len=10))
     p = s.schedule()
     assert dict(p.num_scheduled_tokens) == {"a": 1, "b": 9}
+
+
+def test_a_context_that_would_not_fit_next_step_either_is_split_now():
+    """Budget 20: w (11 tokens) is admitted, leaving 9; c (20 tokens) would have 19 next step
+    beside w's decode, so waiting would only split it a step later. It is split now, as
+    before, and its prompt ends in the second step."""
+    s = sched(max_num_seqs=8, max_num_batched_tokens=20)
+    s.add_request(req("w", prompt_len=11, max_new=4))
+    s.add_request(req("c", prompt_len=20, max_new=4))
+    runner = FakeRunner()
+    first = s.schedule()
+    assert dict(first.num_scheduled_tokens) == {"w": 11, "c": 9}
+    s.update(first, runner.execute(first))
+    second = s.schedule()
+    assert dict(second.num_scheduled_tokens) == {"w": 1, "c": 11}
