@@ -78,7 +78,7 @@ def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
     returned holder while replaying: its static buffers and caches are what the graph reads
     and writes."""
     graph = build_graph(compose([f"model={model}", "platform=cuda"]))
-    prepare_device("cuda", graph.platform.cudnn_benchmark)  # as served: no cuDNN attention
+    prepare_device("cuda", graph.platform.cudnn_benchmark)  # as served
     talker = build_talker(graph.model, torch.device("cuda")).talker
     shape = talker.shape
     slots = max(4096, tokens)
@@ -90,7 +90,7 @@ def build_prompt_graph(model: str, tokens: int) -> PromptGraphs:
                 shape.num_kv_heads,
                 shape.head_dim,
                 device="cuda",
-                dtype=getattr(torch, dtype),
+                dtype=DTYPES[dtype],
             )
             for _ in range(2)
         )
@@ -120,7 +120,7 @@ def build_talker_graph(model: str, batch: int, context: int, block_size: int = 1
     shape = talker.shape
     per_row = -(-context // block_size)
     slots = batch * per_row * block_size
-    dtype = getattr(torch, graph.model.dtype or "float32")
+    dtype = DTYPES[graph.model.dtype or "float32"]
     caches = [
         tuple(
             torch.zeros(slots + 1, shape.num_kv_heads, shape.head_dim, device="cuda", dtype=dtype)

@@ -30,10 +30,11 @@ from omniflow.kernels.norm_rope import norm_rope_row
 
 NUM_WARPS = 1
 """One warp per (row, KV head) program. Measured on the H200 (bf16, the 1.7B predictor's 16
-q / 8 KV heads of 128, a 16-position cache; docs/benchmarks.md): 4.4-4.8 us per launch at 128
-rows with one warp against 15.3-15.4 with Triton's default four (29 with eight), 3.5 against
-6.5 at 32 rows, 3.4 against 5.0 at one. A program's work is a [16, 128] tile and two query
-heads: more warps only add cross-warp reductions and fewer programs resident per SM."""
+q / 8 KV heads of 128, a 16-position cache; docs/benchmarks.md), this kernel: 4.2-4.6 us per
+launch at 128 rows with one warp against 15.3-15.9 with Triton's default four (30 with
+eight), 3.3 against 6.3-6.5 at 32 rows, 3.2 against 4.8 at one. A program's work is a
+[16, 128] tile and two query heads: more warps only add cross-warp reductions and fewer
+programs resident per SM."""
 
 
 @triton.jit

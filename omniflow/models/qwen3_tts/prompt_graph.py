@@ -208,7 +208,13 @@ def prefill_attention(device: torch.device) -> AbstractContextManager[None]:
     call; recorded in a graph that cost is paid once, at capture (the eager
     `cuda_graphs=false` path pays it per layer: it is for debugging). Where cuDNN cannot run
     the step (float32) torch falls back to the math path, as before. Elsewhere: torch's
-    choice, unchanged."""
+    choice, unchanged.
+
+    The backend flags are process-wide: while this is entered, an attention call on another
+    thread also prefers cuDNN. Served with graphs it is entered only while the pipeline is
+    built (the captures, before any request), so nothing else runs beside it; on the eager
+    debugging path the codec's attention on the decoder's thread may take cuDNN during a
+    prefill (the same values to rounding, at cuDNN's host cost)."""
     if device.type != "cuda":
         return nullcontext()
     backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
