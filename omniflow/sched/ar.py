@@ -4,8 +4,9 @@ Each `schedule()` builds one `StepPlan` under a token budget and a sequence cap:
 requests first (oldest first), then waiting ones; a waiting context (a prompt, or a
 preempted request's recompute) that would fit whole next step, beside the running requests
 and this step's admissions, waits for it rather than being split now; longer ones (a long
-prompt) are prefilled in chunks. When KV blocks run out the newest running request is preempted and
-later recomputed from its prompt and outputs. `update()` applies a `StepResult`.
+prompt) are prefilled in chunks. When KV blocks run out the newest running request is
+preempted and later recomputed from its prompt and outputs. `update()` applies a
+`StepResult`.
 
 Sync and async scheduling share this code. Under async scheduling the engine calls
 `schedule()` for step n+1 before `update()` of step n: a request whose step has reached the

@@ -202,8 +202,9 @@ def prefill_attention(device: torch.device) -> AbstractContextManager[None]:
     """The attention backends a prompt graph records. On CUDA, cuDNN's fused attention first:
     a masked, grouped-query step is outside flash attention (a mask) and torch's
     memory-efficient kernel (grouped heads), so without cuDNN it runs torch's math path in
-    fp32 (two fp32 GEMMs, a softmax and ~10 elementwise kernels per layer: 3.5 ms of a
-    128-token bucket's replay on the H200, 2.3 ms with cuDNN; docs/benchmarks.md).
+    fp32 (two fp32 GEMMs, a softmax and about a dozen elementwise kernels per layer: a
+    512-token bucket's replay took 7.8 ms that way on the H200, 4.1 ms with cuDNN;
+    docs/benchmarks.md).
     `prepare_device` turns cuDNN attention off process-wide for its ~0.5 ms of host time per
     call; recorded in a graph that cost is paid once, at capture (the eager
     `cuda_graphs=false` path pays it per layer: it is for debugging). Where cuDNN cannot run
