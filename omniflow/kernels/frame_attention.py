@@ -113,12 +113,13 @@ def frame_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     start: int,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token per row at position `start`: q [B, 1, Hq, D], k, v [B, 1, Hkv, D] as they
     come out of the projection (before the q/k norms and rotary); cos, sin [1, D] (the
     position's table row); caches [B, S, Hkv, D], positions < start already filled. Writes
     the token's normalised, rotated K and its V at `start` and returns the attention output
-    [B, 1, Hq, D]."""
+    [B, 1, Hq, D] (into `out` when given: a view of that shape with unit last stride)."""
     bsz, length, hq, d = q.shape
     hkv = k.shape[2]
     s = k_cache.shape[1]
@@ -131,7 +132,10 @@ def frame_attention(
     for name, t in (("q", q), ("k", k), ("v", v), ("cache", k_cache), ("cos", cos), ("sin", sin)):
         if t.stride(-1) != 1:
             raise ValueError(f"frame_attention: {name} needs unit stride on its last axis")
-    out = torch.empty((bsz, 1, hq, d), device=q.device, dtype=q.dtype)
+    if out is None:
+        out = torch.empty((bsz, 1, hq, d), device=q.device, dtype=q.dtype)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"frame_attention: out {tuple(out.shape)} {out.dtype} for q {q.dtype}")
     _frame_attention_kernel[(bsz, hkv)](
         q,
         k,
@@ -162,4 +166,48 @@ def frame_attention(
         S_BLOCK=triton.next_power_of_2(s),
         num_warps=NUM_WARPS,
     )
+    return out
+
+
+def frame_pass(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_norm_weight: torch.Tensor,
+    k_norm_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    start: int,
+) -> torch.Tensor:
+    """A pass of L tokens per row at positions start..start+L-1 (q [B, L, Hq, D], k, v
+    [B, L, Hkv, D] as projected; cos, sin [L, D]) as L `frame_attention` launches in order,
+    each writing its token's K/V before the next reads it: causal attention over the cache,
+    token by token. Why: the code predictor's first pass of a frame (two tokens from
+    position 0) otherwise took two norm+rotary launches, two cache copies and a flash
+    attention call per layer, the last 50 us at 128 rows on the H200 (docs/benchmarks.md),
+    against ~4 us a `frame_attention` launch."""
+    length = q.shape[1]
+    if length == 1:
+        return frame_attention(
+            q, k, v, q_norm_weight, k_norm_weight, eps, cos, sin, k_cache, v_cache, start
+        )
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    for i in range(length):
+        frame_attention(
+            q[:, i : i + 1],
+            k[:, i : i + 1],
+            v[:, i : i + 1],
+            q_norm_weight,
+            k_norm_weight,
+            eps,
+            cos[i : i + 1],
+            sin[i : i + 1],
+            k_cache,
+            v_cache,
+            start + i,
+            out=out[:, i : i + 1],
+        )
     return out

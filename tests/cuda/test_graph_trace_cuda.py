@@ -77,12 +77,17 @@ def _kernel_names(run) -> list[str]:
 
 def test_prompt_and_predictor_attention_leave_the_fp32_math_path():
     """bf16, as served (`prepare_device` turns cuDNN attention off process-wide): the prompt
-    graph records cuDNN's fused attention and the predictor's two-token first pass flash
-    attention, so neither replay runs torch's math path (its fp32 softmax kernel)."""
+    graph records cuDNN's fused attention, and every pass of the predictor's frame our fused
+    kernel (its two-token first pass too, through `frame_pass`), so neither replay runs
+    torch's math path (its fp32 softmax kernel) or, in the predictor, any SDPA kernel."""
     prompt = build_prompt_graph("qwen3_tts_tiny", 16)
     frame = build_graphs("qwen3_tts_tiny", 2)
     assert prompt.dtype == torch.bfloat16
-    for graph, fused in ((prompt.graphs[16], "cudnn"), (frame.graphs[2], "flash")):
-        names = _kernel_names(graph.replay)
-        assert not [n for n in names if "softmax" in n.lower()], names
-        assert [n for n in names if fused in n.lower()], names
+    names = _kernel_names(prompt.graphs[16].replay)
+    assert not [n for n in names if "softmax" in n.lower()], names
+    assert [n for n in names if "cudnn" in n.lower()], names
+    names = _kernel_names(frame.graphs[2].replay)
+    assert not [n for n in names if "softmax" in n.lower() or "flash" in n.lower()], names
+    fused = [n for n in names if "_frame_attention_kernel" in n]
+    layers = frame.predictor.shape.num_layers
+    assert len(fused) == frame.predictor.shape.num_code_groups * layers, names

@@ -73,6 +73,40 @@ def check(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0, packed=False):
     assert torch.equal(vc[:, others], vc_ref[:, others])
 
 
+def check_pass(b, hq, hkv, d, s, start, length, dtype, seed=0):
+    """`frame_pass`: `length` tokens per row from `start` (the predictor's first pass is two
+    from 0) equal the torch path over the whole pass: norms and rotary per position, the
+    cache slice written, causal attention within the pass and over the cached prefix."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=g)).to(dtype=dtype)
+
+    q, k, v = (
+        rnd(b, length, hq, d, scale=2),
+        rnd(b, length, hkv, d, scale=2),
+        rnd(b, length, hkv, d),
+    )
+    kc, vc = rnd(b, s, hkv, d), rnd(b, s, hkv, d)
+    qn, kn = norms(d, dtype, "cpu", seed)
+    cos, sin = Rotary(d, 1_000_000.0).cos_sin(torch.arange(start, start + length), dtype)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    qr = apply_rotary(qn.reference(q), cos, sin)
+    kr = apply_rotary(kn.reference(k), cos, sin)
+    kc_ref[:, start : start + length] = kr
+    vc_ref[:, start : start + length] = v
+    want = dense_causal_attention(qr.float(), kc_ref.float(), vc_ref.float(), start).to(dtype)
+    got = fa.frame_pass(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, start)
+    assert got.shape == want.shape == (b, length, hq, d)
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    span = list(range(start, start + length))
+    torch.testing.assert_close(kc[:, span], kc_ref[:, span], atol=tol, rtol=tol)
+    assert torch.equal(vc[:, span], vc_ref[:, span])
+    others = [i for i in range(s) if i not in span]
+    assert torch.equal(kc[:, others], kc_ref[:, others])
+
+
 def check_refusals():
     q, k, v, qn, kn, cos, sin, kc, vc = case(2, 4, 2, 16, 16, 3, torch.float32)
     two = torch.cat([q, q], dim=1)
@@ -94,6 +128,9 @@ GROUPS = {
         ("S not a power of two", lambda: check(2, 2, 2, 16, 12, 7, torch.float32, seed=3)),
         ("bf16", lambda: check(2, 4, 2, 16, 16, 9, torch.bfloat16, seed=4)),
         ("packed q/k/v views", lambda: check(3, 4, 2, 16, 16, 6, torch.float32, packed=True)),
+        ("a pass of 2 from 0", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.float32)),
+        ("a pass of 3 from 4", lambda: check_pass(3, 4, 2, 16, 16, 4, 3, torch.float32, 5)),
+        ("a bf16 pass of 2", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.bfloat16, 6)),
         ("refusals", check_refusals),
     ],
 }

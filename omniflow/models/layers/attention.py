@@ -205,8 +205,10 @@ def dense_causal_attention(
     start + L. Every row of the batch has the same positions (code-predictor frames).
 
     From position 0 the causal mask is the top-left one `is_causal` names, and saying so
-    lets CUDA run flash attention: with an explicit mask and grouped heads torch takes its
-    fp32 math path, ~10 kernels per layer for the predictor's two-token first pass."""
+    lets torch pick a fused kernel (flash attention on CUDA) instead of building the mask:
+    with an explicit mask and grouped heads CUDA takes torch's fp32 math path, ~10 kernels
+    per layer for the predictor's two-token first pass (on CUDA the predictor now runs its
+    own fused kernel there, `kernels.frame_attention.frame_pass`)."""
     length = q.shape[1]
     ctx = start + length
     qb = q.transpose(1, 2)

@@ -110,13 +110,14 @@ class CodePredictor:
 
 
 def _attend(caches: KVCaches, start: int, length: int, cuda: bool) -> AnyAttend:
-    """The attention for one pass over positions start..start+length-1. On CUDA a
-    single-token pass (14 of a frame's 15) is one fused launch per layer
-    (`kernels.frame_attention`: norms, rotary, cache write, attention); otherwise the layer
-    applies the norms and rotary and this writes the cache and attends in torch."""
-    if cuda and length == 1:
+    """The attention for one pass over positions start..start+length-1. On CUDA every pass is
+    one fused launch per token and layer (`kernels.frame_attention`: norms, rotary, cache
+    write, attention): the 14 single-token passes of a frame and the first, two-token one
+    (`frame_pass`); otherwise the layer applies the norms and rotary and this writes the
+    cache and attends in torch."""
+    if cuda:
         # Imported here: Triton is needed on CUDA machines only.
-        from omniflow.kernels.frame_attention import frame_attention
+        from omniflow.kernels.frame_attention import frame_pass
 
         def fused(
             layer: int,
@@ -129,7 +130,7 @@ def _attend(caches: KVCaches, start: int, length: int, cuda: bool) -> AnyAttend:
             sin: torch.Tensor,
         ) -> torch.Tensor:
             kc, vc = caches[layer]
-            return frame_attention(
+            return frame_pass(
                 q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, start
             )
 
