@@ -1,6 +1,7 @@
-"""The code predictor's single-token attention step in one Triton launch: q/k RMSNorm and
-rotary, the new K/V written into the frame's dense cache, and attention over the (at most
-16) cached positions.
+"""The code predictor's attention in one Triton launch per token: q/k RMSNorm and rotary,
+the new K/V written into the frame's dense cache, and attention over the (at most 16) cached
+positions (`frame_attention`; a pass of several tokens, the first of a frame, is one launch
+per token in order: `frame_pass`).
 
 Why: a code-predictor frame is 15 sequential passes of 5 layers, and 14 of those passes feed
 one token per row. Each layer's attention was five launches on the GPU (the q and k
@@ -129,13 +130,23 @@ def frame_attention(
         raise ValueError(f"frame_attention: {hq} q heads, {hkv} kv heads, start {start} of {s}")
     if k_cache.shape != (bsz, s, hkv, d) or v_cache.stride() != k_cache.stride():
         raise ValueError(f"frame_attention: cache {tuple(k_cache.shape)} for {tuple(k.shape)}")
+    if cos.shape != (1, d) or sin.shape != (1, d):
+        raise ValueError(f"frame_attention: cos/sin {tuple(cos.shape)}, one row of {d} needed")
     for name, t in (("q", q), ("k", k), ("v", v), ("cache", k_cache), ("cos", cos), ("sin", sin)):
         if t.stride(-1) != 1:
             raise ValueError(f"frame_attention: {name} needs unit stride on its last axis")
     if out is None:
         out = torch.empty((bsz, 1, hq, d), device=q.device, dtype=q.dtype)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
-        raise ValueError(f"frame_attention: out {tuple(out.shape)} {out.dtype} for q {q.dtype}")
+    elif (
+        out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+        or out.stride(-1) != 1
+    ):
+        raise ValueError(
+            f"frame_attention: out {tuple(out.shape)} {out.dtype} on {out.device}, last stride "
+            f"{out.stride(-1)}, for q {tuple(q.shape)} {q.dtype} on {q.device}"
+        )
     _frame_attention_kernel[(bsz, hkv)](
         q,
         k,
@@ -190,6 +201,10 @@ def frame_pass(
     attention call per layer, the last 50 us at 128 rows on the H200 (docs/benchmarks.md),
     against ~4 us a `frame_attention` launch."""
     length = q.shape[1]
+    if k.shape[1] != length or v.shape[1] != length:
+        raise ValueError(f"frame_pass: {length} queries, {k.shape[1]} keys, {v.shape[1]} values")
+    if cos.shape[0] != length or sin.shape[0] != length:
+        raise ValueError(f"frame_pass: {length} tokens, cos/sin rows {cos.shape[0]}")
     if length == 1:
         return frame_attention(
             q, k, v, q_norm_weight, k_norm_weight, eps, cos, sin, k_cache, v_cache, start

@@ -73,20 +73,27 @@ def check(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0, packed=False):
     assert torch.equal(vc[:, others], vc_ref[:, others])
 
 
-def check_pass(b, hq, hkv, d, s, start, length, dtype, seed=0):
+def check_pass(b, hq, hkv, d, s, start, length, dtype, seed=0, packed=False):
     """`frame_pass`: `length` tokens per row from `start` (the predictor's first pass is two
     from 0) equal the torch path over the whole pass: norms and rotary per position, the
-    cache slice written, causal attention within the pass and over the cached prefix."""
+    cache slice written, causal attention within the pass and over the cached prefix.
+    `packed`: q/k/v as views of one projection output, as the layer hands them over."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, scale=1.0):
         return (scale * torch.randn(*shape, generator=g)).to(dtype=dtype)
 
-    q, k, v = (
-        rnd(b, length, hq, d, scale=2),
-        rnd(b, length, hkv, d, scale=2),
-        rnd(b, length, hkv, d),
-    )
+    if packed:
+        qkv = rnd(b, length, (hq + 2 * hkv) * d, scale=2)
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q, k = q.view(b, length, hq, d), k.view(b, length, hkv, d)
+        v = v.view(b, length, hkv, d)
+    else:
+        q, k, v = (
+            rnd(b, length, hq, d, scale=2),
+            rnd(b, length, hkv, d, scale=2),
+            rnd(b, length, hkv, d),
+        )
     kc, vc = rnd(b, s, hkv, d), rnd(b, s, hkv, d)
     qn, kn = norms(d, dtype, "cpu", seed)
     cos, sin = Rotary(d, 1_000_000.0).cos_sin(torch.arange(start, start + length), dtype)
@@ -105,6 +112,23 @@ def check_pass(b, hq, hkv, d, s, start, length, dtype, seed=0):
     assert torch.equal(vc[:, span], vc_ref[:, span])
     others = [i for i in range(s) if i not in span]
     assert torch.equal(kc[:, others], kc_ref[:, others])
+    assert torch.equal(vc[:, others], vc_ref[:, others])
+
+
+def check_pass_refusals():
+    """A pass whose keys, values or rotary rows do not match its queries is refused (a short
+    cos would be an out-of-bounds read in the kernel)."""
+    q, k, v = torch.randn(2, 2, 4, 16), torch.randn(2, 2, 2, 16), torch.randn(2, 2, 2, 16)
+    kc, vc = torch.randn(2, 16, 2, 16), torch.randn(2, 16, 2, 16)
+    qn, kn = norms(16, torch.float32, "cpu", 0)
+    cos, sin = Rotary(16, 1_000_000.0).cos_sin(torch.arange(0, 2), torch.float32)
+    for args, word in (
+        ((q, k[:, :1], v, cos, sin), "keys"),
+        ((q, k, v, cos[:1], sin[:1]), "rows"),
+    ):
+        qq, kk, vv, cc, ss = args
+        full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, ss, kc, vc, 0)
+        expect_refusal(fa.frame_pass, full, word)
 
 
 def check_refusals():
@@ -131,6 +155,11 @@ GROUPS = {
         ("a pass of 2 from 0", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.float32)),
         ("a pass of 3 from 4", lambda: check_pass(3, 4, 2, 16, 16, 4, 3, torch.float32, 5)),
         ("a bf16 pass of 2", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.bfloat16, 6)),
+        (
+            "a pass of packed q/k/v views",
+            lambda: check_pass(3, 4, 2, 16, 16, 0, 2, torch.float32, 7, packed=True),
+        ),
+        ("pass refusals", check_pass_refusals),
         ("refusals", check_refusals),
     ],
 }

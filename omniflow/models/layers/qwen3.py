@@ -33,8 +33,8 @@ Attend = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 class PreNormAttend:
     """An attention that applies the q/k norms and the rotary itself, declared by its type:
     the layer hands it q and k as projected, with its two norms and the rotary tables. This
-    lets one fused kernel do norms, rotary, cache write and attention (the code predictor's
-    single-token steps on CUDA, `omniflow.kernels.frame_attention`)."""
+    lets one fused kernel do norms, rotary, cache write and attention (every pass of the code
+    predictor on CUDA, `omniflow.kernels.frame_attention`)."""
 
     fn: Callable[[int, Tensor, Tensor, Tensor, RMSNorm, RMSNorm, Tensor, Tensor], Tensor]
     """(layer index, q, k, v as projected, q_norm, k_norm, cos, sin) -> out [..., Hq, D]."""
