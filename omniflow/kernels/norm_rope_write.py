@@ -35,6 +35,7 @@ def _norm_rope_write_kernel(
     kc_ptr,
     vc_ptr,
     qo_ptr,
+    ko_ptr,
     stride_qt,
     stride_qh,
     stride_kt,
@@ -47,9 +48,12 @@ def _norm_rope_write_kernel(
     stride_ch,
     stride_ot,
     stride_oh,
+    stride_kot,
+    stride_koh,
     eps,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    STORE_K: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
@@ -63,6 +67,8 @@ def _norm_rope_write_kernel(
     slot = tl.load(slot_ptr + t).to(tl.int64)
     tl.store(kc_ptr + slot * stride_cs + h * stride_ch + cols, k)
     tl.store(vc_ptr + slot * stride_cs + h * stride_ch + cols, v)
+    if STORE_K:
+        tl.store(ko_ptr + t * stride_kot + h * stride_koh + cols, k)
     for g in tl.static_range(GROUP):
         qh = h * GROUP + g
         q = norm_rope_row(
@@ -83,10 +89,13 @@ def norm_rope_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [T, Hq, D], k, v [T, Hkv, D] as projected; cos, sin [T, D]; caches [slots, Hkv, D];
     slot_mapping [T]. Writes normalised, rotated K and V at the slots and returns the
-    normalised, rotated q [T, Hq, D]."""
+    normalised, rotated q [T, Hq, D]; with `k_out` ([T, Hkv, D], unit last stride) the
+    normalised, rotated K lands there too: a prefill attends to its own tokens' K directly
+    (`prompt_graph.py`), where the decode step reads it back from the cache."""
     tokens, hq, d = q.shape
     hkv = k.shape[1]
     if k.shape != (tokens, hkv, d) or v.shape != k.shape or hq % hkv:
@@ -98,7 +107,12 @@ def norm_rope_write(
     for name, x in (("q", q), ("k", k), ("v", v), ("cos", cos), ("sin", sin), ("cache", k_cache)):
         if x.stride(-1) != 1:
             raise ValueError(f"norm_rope_write: {name} needs unit stride on its last axis")
+    if k_out is not None and (
+        k_out.shape != k.shape or k_out.dtype != k.dtype or k_out.stride(-1) != 1
+    ):
+        raise ValueError(f"norm_rope_write: k_out {tuple(k_out.shape)} for k {tuple(k.shape)}")
     out = torch.empty((tokens, hq, d), device=q.device, dtype=q.dtype)
+    ko = out if k_out is None else k_out  # never written without STORE_K
     _norm_rope_write_kernel[(tokens, hkv)](
         q,
         k,
@@ -111,6 +125,7 @@ def norm_rope_write(
         k_cache,
         v_cache,
         out,
+        ko,
         q.stride(0),
         q.stride(1),
         k.stride(0),
@@ -123,8 +138,11 @@ def norm_rope_write(
         k_cache.stride(1),
         out.stride(0),
         out.stride(1),
+        ko.stride(0),
+        ko.stride(1),
         eps,
         GROUP=hq // hkv,
         HEAD_DIM=d,
+        STORE_K=k_out is not None,
     )
     return out

@@ -77,7 +77,8 @@ def _kernel_names(run) -> list[str]:
 
 def test_prompt_and_predictor_attention_leave_the_fp32_math_path():
     """bf16, as served (`prepare_device` turns cuDNN attention off process-wide): the prompt
-    graph records cuDNN's fused attention, and every pass of the predictor's frame our fused
+    graph records cuDNN's fused attention after one norm+rotary+K/V-write launch per layer,
+    and every pass of the predictor's frame our fused
     kernel (its two-token first pass too, through `frame_pass`), so neither replay runs
     torch's math path (its fp32 softmax kernel) or, in the predictor, any SDPA kernel."""
     prompt = build_prompt_graph("qwen3_tts_tiny", 16)
@@ -86,6 +87,10 @@ def test_prompt_and_predictor_attention_leave_the_fp32_math_path():
     names = _kernel_names(prompt.graphs[16].replay)
     assert not [n for n in names if "softmax" in n.lower()], names
     assert [n for n in names if "cudnn" in n.lower()], names
+    # q/k norms, rotary and the K/V write: one launch per layer, none of the four it replaced
+    layers = prompt.talker.num_layers
+    assert len([n for n in names if "_norm_rope_write_kernel" in n]) == layers, names
+    assert not [n for n in names if "index_copy" in n or "_rms_norm_rope_kernel" in n], names
     names = _kernel_names(frame.graphs[2].replay)
     assert not [n for n in names if "softmax" in n.lower() or "flash" in n.lower()], names
     fused = [n for n in names if "_frame_attention_kernel" in n]

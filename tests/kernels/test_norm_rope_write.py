@@ -33,13 +33,17 @@ def case(t, hq, hkv, d, slots, dtype, device="cpu", seed=0):
     return q, k, v, q_norm, k_norm, cos.to(device), sin.to(device), kc, vc, slot_mapping
 
 
-def check(t, hq, hkv, d, slots, dtype, device="cpu", seed=0):
+def check(t, hq, hkv, d, slots, dtype, device="cpu", seed=0, k_out=False):
+    """`k_out`: the normalised K is also stored there, the same values the cache gets."""
     q, k, v, qn, kn, cos, sin, kc, vc, sm = case(t, hq, hkv, d, slots, dtype, device, seed)
     kc_ref, vc_ref = kc.clone(), vc.clone()
     q_ref = apply_rotary(qn.reference(q), cos, sin)
     k_ref = apply_rotary(kn.reference(k), cos, sin)
     write_kv(kc_ref, vc_ref, k_ref, v, sm)
-    got = nw.norm_rope_write(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, sm)
+    ko = torch.full(k.shape, float("nan"), device=device, dtype=dtype) if k_out else None
+    got = nw.norm_rope_write(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, sm, k_out=ko)
+    if ko is not None:
+        assert torch.equal(ko, kc[sm])  # bitwise the K the cache got, every row written
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     assert got.shape == q.shape and got.dtype == q.dtype
     torch.testing.assert_close(got, q_ref, atol=tol, rtol=tol)
@@ -60,6 +64,8 @@ def check_refusals():
         qq, kk, vv, cc, ss = args
         full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, sin, kc, vc, ss)
         expect_refusal(nw.norm_rope_write, full, word)
+    full = (q, k, v, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc, sm, k[:2].clone())
+    expect_refusal(nw.norm_rope_write, full, "k_out")
 
 
 GROUPS = {
@@ -67,6 +73,8 @@ GROUPS = {
         ("fp32 GQA 2", lambda: check(3, 4, 2, 16, 40, torch.float32)),
         ("fp32 GQA 3", lambda: check(5, 6, 2, 32, 64, torch.float32, seed=1)),
         ("bf16", lambda: check(4, 4, 4, 16, 32, torch.bfloat16, seed=2)),
+        ("K out too (prefill)", lambda: check(6, 4, 2, 16, 40, torch.float32, seed=3, k_out=True)),
+        ("bf16 K out too", lambda: check(5, 4, 2, 16, 40, torch.bfloat16, seed=4, k_out=True)),
         ("refusals", check_refusals),
     ],
 }

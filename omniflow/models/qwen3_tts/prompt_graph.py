@@ -33,7 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from omniflow.models.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
-from omniflow.models.layers.qwen3 import run_layers_norm
+from omniflow.models.layers.norm import RMSNorm
+from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.decode_graph import KVCaches, check_kv_layout
 from omniflow.models.qwen3_tts.talker import Talker
@@ -179,9 +180,7 @@ class PromptGraphs(BucketGraphs):
         slots = self.slot_mapping[:k]
         cos, sin = self.rope.lookup(pos)
 
-        def attend(layer: int, q: torch.Tensor, key: torch.Tensor, v: torch.Tensor):
-            kc, vc = self.kv_caches[layer]
-            write_kv(kc, vc, key, v, slots)
+        def sdpa(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             out = F.scaled_dot_product_attention(
                 q.transpose(0, 1)[None],
                 key.transpose(0, 1)[None],
@@ -191,10 +190,38 @@ class PromptGraphs(BucketGraphs):
             )
             return out[0].transpose(0, 1)
 
+        def attend(layer: int, q: torch.Tensor, key: torch.Tensor, v: torch.Tensor):
+            kc, vc = self.kv_caches[layer]
+            write_kv(kc, vc, key, v, slots)
+            return sdpa(q, key, v)
+
+        def fused(
+            layer: int,
+            q: torch.Tensor,
+            key: torch.Tensor,
+            v: torch.Tensor,
+            q_norm: RMSNorm,
+            k_norm: RMSNorm,
+            cos: torch.Tensor,
+            sin: torch.Tensor,
+        ) -> torch.Tensor:
+            # Imported here: Triton is needed on CUDA machines only.
+            from omniflow.kernels.norm_rope_write import norm_rope_write
+
+            kc, vc = self.kv_caches[layer]
+            kn = torch.empty(key.shape, device=key.device, dtype=key.dtype)
+            qn = norm_rope_write(
+                q, key, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slots, kn
+            )
+            return sdpa(qn, kn, v)
+
         t = self.talker.weights.talker
+        # On CUDA the q/k norms, rotary and K/V write are one launch per layer (four apart:
+        # two norm+rotary kernels and two index copies), as in the decode step.
+        chosen: AnyAttend = PreNormAttend(fused) if self.embeds.is_cuda else attend
         with prefill_attention(self.device):
             self.out[:k] = run_layers_norm(
-                t.model.layers, t.model.norm, self.embeds[:k], cos, sin, attend
+                t.model.layers, t.model.norm, self.embeds[:k], cos, sin, chosen
             )
 
 
