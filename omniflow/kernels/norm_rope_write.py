@@ -1,11 +1,13 @@
-"""A decode step's q/k RMSNorm + rotary and its K/V write into the paged cache, in one
-Triton launch per layer.
+"""The talker's q/k RMSNorm + rotary and its K/V write into the paged cache, in one Triton
+launch per layer: in the decode step and in the whole-prompt prefill (which also keeps the
+normalised K, `k_out=`, to attend over its own tokens).
 
-Why: the talker's decode attention was four launches before the attention kernel itself (the
-q and k norm+rotary kernels, two `index_copy_` writes of K and V into the block pool); with
-28 layers that is ~110 launches of a ~2 ms batch-1 step, each a few microseconds of latency
-in the captured graph. One program per (token, KV head) normalises and rotates its K head
-and the GQA group's query heads, and stores K and V at the token's slot.
+Why: the talker's attention was four launches before the attention kernel itself (the q and
+k norm+rotary kernels, two `index_copy_` writes of K and V into the block pool); with 28
+layers that is ~110 launches of a ~2 ms batch-1 decode step, each a few microseconds of
+latency in the captured graph, and 0.75 ms of a 4.07 ms 512-token prefill replay. One
+program per (token, KV head) normalises and rotates its K head and the GQA group's query
+heads, and stores K and V at the token's slot.
 
 Semantics: `norm_rope.rms_norm_rope` on q and k (same roundings, `norm_rope_row`), then
 `layers.attention.write_kv` (K/V at `slot_mapping`); returns the normalised, rotated q. A
@@ -108,9 +110,15 @@ def norm_rope_write(
         if x.stride(-1) != 1:
             raise ValueError(f"norm_rope_write: {name} needs unit stride on its last axis")
     if k_out is not None and (
-        k_out.shape != k.shape or k_out.dtype != k.dtype or k_out.stride(-1) != 1
+        k_out.shape != k.shape
+        or k_out.dtype != k.dtype
+        or k_out.device != k.device
+        or k_out.stride(-1) != 1
     ):
-        raise ValueError(f"norm_rope_write: k_out {tuple(k_out.shape)} for k {tuple(k.shape)}")
+        raise ValueError(
+            f"norm_rope_write: k_out {tuple(k_out.shape)} {k_out.dtype} on {k_out.device}, "
+            f"last stride {k_out.stride(-1)}, for k {tuple(k.shape)} {k.dtype} on {k.device}"
+        )
     out = torch.empty((tokens, hq, d), device=q.device, dtype=q.dtype)
     ko = out if k_out is None else k_out  # never written without STORE_K
     _norm_rope_write_kernel[(tokens, hkv)](

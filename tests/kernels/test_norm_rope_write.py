@@ -1,5 +1,6 @@
-"""The talker decode's fused q/k norm + rotary + K/V write (`kernels.norm_rope_write`) equals
-the separate steps it replaces: `RMSNorm` + `apply_rotary` on q and k, `write_kv` at the slots.
+"""The talker's fused q/k norm + rotary + K/V write (`kernels.norm_rope_write`, decode and
+whole-prompt prefill) equals the separate steps it replaces: `RMSNorm` + `apply_rotary` on q
+and k, `write_kv` at the slots; the prompt graph's step through it equals its plain step.
 CPU: the Triton interpreter (run from test_frame_attention.py's child); GPU: the 1.7B
 talker's heads in bf16."""
 
@@ -64,8 +65,37 @@ def check_refusals():
         qq, kk, vv, cc, ss = args
         full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, sin, kc, vc, ss)
         expect_refusal(nw.norm_rope_write, full, word)
-    full = (q, k, v, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc, sm, k[:2].clone())
-    expect_refusal(nw.norm_rope_write, full, "k_out")
+    for bad in (k[:2].clone(), k.clone().double(), k.clone().transpose(0, 1).contiguous().mT):
+        full = (q, k, v, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc, sm, bad)
+        expect_refusal(nw.norm_rope_write, full, "k_out")
+
+
+def check_prompt_step():
+    """`PromptGraphs` with `fused` set (what CUDA runs: `norm_rope_write` keeping K for the
+    step's own attention) equals its plain step on the same inputs: hidden states, and the
+    K/V written at every slot (a step that attended over un-normalised K, or wrote K/V to
+    the wrong slots, would not)."""
+    from tests.models.test_prompt_graph import graphs, snapshot, whole_prompts
+    from tests.stages.test_runner_paths import decoding_runner
+
+    _, runner, reqs = decoding_runner()
+    batch = whole_prompts(runner, reqs, True)
+    embeds = runner.model.embed_prefill(batch.inputs)
+    before = snapshot(runner.kv_caches)
+    plain = graphs(runner, 256)
+    assert not plain.fused
+    want = plain.run(embeds, batch.positions, batch.meta)
+    want_kv = snapshot(runner.kv_caches)
+    for c, c0 in zip((c for p in runner.kv_caches for c in p), before, strict=True):
+        c.copy_(c0)
+    fused = graphs(runner, 256)
+    fused.fused = True
+    got = fused.run(embeds, batch.positions, batch.meta)
+    assert got is not None and want is not None
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    dummy = runner.model.kv.dummy_slot
+    for c, w in zip((c for p in runner.kv_caches for c in p), want_kv, strict=True):
+        torch.testing.assert_close(c[:dummy], w[:dummy], atol=2e-5, rtol=2e-5)
 
 
 GROUPS = {
@@ -76,6 +106,7 @@ GROUPS = {
         ("K out too (prefill)", lambda: check(6, 4, 2, 16, 40, torch.float32, seed=3, k_out=True)),
         ("bf16 K out too", lambda: check(5, 4, 2, 16, 40, torch.bfloat16, seed=4, k_out=True)),
         ("refusals", check_refusals),
+        ("the prompt graph's fused step", check_prompt_step),
     ],
 }
 

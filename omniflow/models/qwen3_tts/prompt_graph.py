@@ -99,6 +99,10 @@ class PromptGraphs(BucketGraphs):
         super().__init__(k_cache.device, max_tokens, buckets, capture, warmup_iters)
         dev, n = self.device, max_tokens
         self.dtype = k_cache.dtype
+        self.fused = self.device.type == "cuda"
+        """q/k norms, rotary and the K/V write in one Triton launch per layer
+        (`norm_rope_write`): on CUDA. The CPU tests set it under Triton's interpreter to
+        check that step against the plain one."""
         # Built now, eagerly: building reads the largest position back to the host.
         self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
         hidden = talker.shape.hidden_size
@@ -218,7 +222,7 @@ class PromptGraphs(BucketGraphs):
         t = self.talker.weights.talker
         # On CUDA the q/k norms, rotary and K/V write are one launch per layer (four apart:
         # two norm+rotary kernels and two index copies), as in the decode step.
-        chosen: AnyAttend = PreNormAttend(fused) if self.embeds.is_cuda else attend
+        chosen: AnyAttend = PreNormAttend(fused) if self.fused else attend
         with prefill_attention(self.device):
             self.out[:k] = run_layers_norm(
                 t.model.layers, t.model.norm, self.embeds[:k], cos, sin, chosen
