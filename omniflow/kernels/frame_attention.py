@@ -205,10 +205,6 @@ def frame_pass(
         raise ValueError(f"frame_pass: {length} queries, {k.shape[1]} keys, {v.shape[1]} values")
     if cos.shape[0] != length or sin.shape[0] != length:
         raise ValueError(f"frame_pass: {length} tokens, cos/sin rows {cos.shape[0]}")
-    if length == 1:
-        return frame_attention(
-            q, k, v, q_norm_weight, k_norm_weight, eps, cos, sin, k_cache, v_cache, start
-        )
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     for i in range(length):
         frame_attention(

@@ -152,6 +152,7 @@ GROUPS = {
         ("S not a power of two", lambda: check(2, 2, 2, 16, 12, 7, torch.float32, seed=3)),
         ("bf16", lambda: check(2, 4, 2, 16, 16, 9, torch.bfloat16, seed=4)),
         ("packed q/k/v views", lambda: check(3, 4, 2, 16, 16, 6, torch.float32, packed=True)),
+        ("a pass of 1 from 7", lambda: check_pass(2, 4, 2, 16, 16, 7, 1, torch.float32, 8)),
         ("a pass of 2 from 0", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.float32)),
         ("a pass of 3 from 4", lambda: check_pass(3, 4, 2, 16, 16, 4, 3, torch.float32, 5)),
         ("a bf16 pass of 2", lambda: check_pass(2, 4, 2, 16, 16, 0, 2, torch.bfloat16, 6)),

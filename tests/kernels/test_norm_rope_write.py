@@ -98,6 +98,28 @@ def check_prompt_step():
         torch.testing.assert_close(c[:dummy], w[:dummy], atol=2e-5, rtol=2e-5)
 
 
+def check_decode_step():
+    """`TalkerDecodeGraphs` with `fused` set (what CUDA runs: `norm_rope_write`, then paged
+    attention reading the K back from the cache) equals the plain step: hidden states and
+    the K/V written."""
+    from tests.models.test_decode_graph import clone, decode_case, graphs, kv_caches
+
+    start = kv_caches(seed=3)
+    case = decode_case(3, seed=13)
+    plain_kv, fused_kv = clone(start), clone(start)
+    plain = graphs(plain_kv)
+    assert not plain.fused
+    want = plain.run(*case.args)
+    fused = graphs(fused_kv)
+    fused.fused = True
+    got = fused.run(*case.args)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    # later layers' inputs differ by the norms' last bits, so their V too
+    for (k, v), (k0, v0) in zip(fused_kv, plain_kv, strict=True):
+        torch.testing.assert_close(k, k0, atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(v, v0, atol=2e-5, rtol=2e-5)
+
+
 GROUPS = {
     "write": lambda: [
         ("fp32 GQA 2", lambda: check(3, 4, 2, 16, 40, torch.float32)),
@@ -107,6 +129,7 @@ GROUPS = {
         ("bf16 K out too", lambda: check(5, 4, 2, 16, 40, torch.bfloat16, seed=4, k_out=True)),
         ("refusals", check_refusals),
         ("the prompt graph's fused step", check_prompt_step),
+        ("the decode step's fused path", check_decode_step),
     ],
 }
 

@@ -82,10 +82,12 @@ def decode_hidden(
     kv_caches: KVCaches,
     block_size: int,
     attention: DecodeAttentionFn,
+    fused: bool,
 ) -> torch.Tensor:
     """Final-norm hidden states [B, H] of one decode step, this step's K/V written at
     `slot_mapping`: what a bucket's graph records, and the eager path. `Talker.forward` over
-    `embed_decode`, with RoPE from the table and attention from block tables."""
+    `embed_decode`, with RoPE from the table and attention from block tables; `fused`: the
+    q/k norms, rotary and K/V write in one Triton launch per layer (`write_then_attend`)."""
     embeds = embed_decode(talker, x)
     cos, sin = rope.lookup(x.positions)
 
@@ -93,6 +95,31 @@ def decode_hidden(
         kc, vc = kv_caches[layer]
         write_kv(kc, vc, k, v, slot_mapping)
         return attention(q, kc, vc, block_tables, context_lens, block_size)
+
+    def paged(qn, kn, v, kc, vc) -> torch.Tensor:  # the step's K/V are read from the cache
+        return attention(qn, kc, vc, block_tables, context_lens, block_size)
+
+    t = talker.weights.talker
+    chosen: AnyAttend = (
+        write_then_attend(kv_caches, slot_mapping, paged, keep_k=False) if fused else attend
+    )
+    return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, chosen)
+
+
+AttendNormed = Callable[
+    [torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+]
+"""(normalised, rotated q; the same K when kept, else None; v; k_cache, v_cache with this
+step's K/V written) -> the attention output."""
+
+
+def write_then_attend(
+    kv_caches: KVCaches, slot_mapping: torch.Tensor, attend: AttendNormed, keep_k: bool
+) -> PreNormAttend:
+    """A layer's attention with its q/k norms, rotary and K/V write in one Triton launch
+    (`kernels.norm_rope_write`, CUDA or the interpreter), then `attend`: the talker's decode
+    step reads its K back from the cache; a whole-prompt prefill (`prompt_graph.py`) keeps
+    its normalised K (`keep_k`) to attend over its own tokens."""
 
     def fused(
         layer: int,
@@ -108,15 +135,13 @@ def decode_hidden(
         from omniflow.kernels.norm_rope_write import norm_rope_write
 
         kc, vc = kv_caches[layer]
+        kn = torch.empty(k.shape, device=k.device, dtype=k.dtype) if keep_k else None
         qn = norm_rope_write(
-            q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slot_mapping
+            q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slot_mapping, kn
         )
-        return attention(qn, kc, vc, block_tables, context_lens, block_size)
+        return attend(qn, kn, v, kc, vc)
 
-    t = talker.weights.talker
-    # On CUDA the q/k norms, rotary and K/V write are one launch per layer.
-    chosen: AnyAttend = PreNormAttend(fused) if embeds.is_cuda else attend
-    return run_layers_norm(t.model.layers, t.model.norm, embeds, cos, sin, chosen)
+    return PreNormAttend(fused)
 
 
 class TalkerDecodeGraphs(BucketGraphs):
@@ -157,6 +182,9 @@ class TalkerDecodeGraphs(BucketGraphs):
         dev = self.device
         self.dtype = k_cache.dtype
         self.attention = attention if attention is not None else decode_attention_for(dev)
+        self.fused = dev.type == "cuda"
+        """q/k norms, rotary and K/V write in one Triton launch per layer: on CUDA. The CPU
+        tests set it under Triton's interpreter to check that step against the plain one."""
         # Built now, eagerly: building reads the largest position back to the host.
         self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
         n, i64, i32 = max_batch, torch.int64, torch.int32
@@ -195,6 +223,7 @@ class TalkerDecodeGraphs(BucketGraphs):
                 self.kv_caches,
                 self.block_size,
                 self.attention,
+                self.fused,
             )
         self._load(b, k, x, block_tables, context_lens, slot_mapping)
         self._compute(k)
@@ -303,5 +332,6 @@ class TalkerDecodeGraphs(BucketGraphs):
             self.kv_caches,
             self.block_size,
             self.attention,
+            self.fused,
         )
         self.out[:k].copy_(hidden)

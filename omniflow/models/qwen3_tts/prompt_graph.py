@@ -33,10 +33,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from omniflow.models.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
-from omniflow.models.layers.norm import RMSNorm
-from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
+from omniflow.models.layers.qwen3 import AnyAttend, run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable
-from omniflow.models.qwen3_tts.decode_graph import KVCaches, check_kv_layout
+from omniflow.models.qwen3_tts.decode_graph import KVCaches, check_kv_layout, write_then_attend
 from omniflow.models.qwen3_tts.talker import Talker
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -199,30 +198,15 @@ class PromptGraphs(BucketGraphs):
             write_kv(kc, vc, key, v, slots)
             return sdpa(q, key, v)
 
-        def fused(
-            layer: int,
-            q: torch.Tensor,
-            key: torch.Tensor,
-            v: torch.Tensor,
-            q_norm: RMSNorm,
-            k_norm: RMSNorm,
-            cos: torch.Tensor,
-            sin: torch.Tensor,
-        ) -> torch.Tensor:
-            # Imported here: Triton is needed on CUDA machines only.
-            from omniflow.kernels.norm_rope_write import norm_rope_write
-
-            kc, vc = self.kv_caches[layer]
-            kn = torch.empty(key.shape, device=key.device, dtype=key.dtype)
-            qn = norm_rope_write(
-                q, key, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slots, kn
-            )
+        def own(qn, kn, v, kc, vc) -> torch.Tensor:  # the step attends over its own K/V
             return sdpa(qn, kn, v)
 
         t = self.talker.weights.talker
         # On CUDA the q/k norms, rotary and K/V write are one launch per layer (four apart:
         # two norm+rotary kernels and two index copies), as in the decode step.
-        chosen: AnyAttend = PreNormAttend(fused) if self.fused else attend
+        chosen: AnyAttend = (
+            write_then_attend(self.kv_caches, slots, own, keep_k=True) if self.fused else attend
+        )
         with prefill_attention(self.device):
             self.out[:k] = run_layers_norm(
                 t.model.layers, t.model.norm, self.embeds[:k], cos, sin, chosen
