@@ -111,3 +111,31 @@ def test_slots_run_out_with_a_clear_error():
     dec.allocate()
     with pytest.raises(SlotsExhausted):
         dec.allocate()
+
+
+def test_allocate_many_hands_out_zeroed_slots_in_allocate_order():
+    """Three slots dirtied and released, then taken back in one call (one fill per state
+    tensor): each is exactly a fresh slot (state zero, position 0), in the order three
+    `allocate` calls give; asking for more than are free takes none."""
+    dec = StreamingDecoder(decoder(), 4, torch.device("cpu"), torch.float32)
+    fresh = StreamingDecoder(decoder(), 4, torch.device("cpu"), torch.float32)
+    dirty = [dec.allocate() for _ in range(3)]
+    dec.decode(dirty, [codes(9, 20 + i) for i in range(3)])
+    for s in dirty:
+        dec.release(s)
+    twin = StreamingDecoder(decoder(), 4, torch.device("cpu"), torch.float32)
+    for s in [twin.allocate() for _ in range(3)]:
+        twin.release(s)
+    order = [twin.allocate() for _ in range(3)]
+    got = dec.allocate_many(3)
+    assert got == order and sorted(got) == sorted(dirty)
+    clean = fresh.snapshot(fresh.allocate())
+    for s in got:
+        snap = dec.snapshot(s)
+        assert dec.position(s) == 0
+        for name, t in clean.items():
+            assert torch.equal(snap[name], t), (s, name)
+    assert dec.num_free == 1
+    with pytest.raises(SlotsExhausted, match="2 decoder slots asked for, 1 of 4 free"):
+        dec.allocate_many(2)
+    assert dec.num_free == 1 and dec.allocate_many(0) == []

@@ -6,6 +6,8 @@ the same slot state (see test_codec_graph.py for why padded buckets are compared
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -109,3 +111,32 @@ def test_without_graphs_a_window_is_decoded_eagerly():
         for i, o in zip(rows, out, strict=True):
             got = torch.from_numpy(pcm[ids[i]][s * 1920 : (s + 1) * 1920])
             assert torch.allclose(got, o, atol=1e-5, rtol=0), (ids[i], s)
+
+
+def test_a_whole_window_reads_its_codes_on_the_device():
+    """Every row sampled a frame at every step: the window graph takes the steps'
+    `next_frames` stacked on the device (`device_windows`), not codes rebuilt from the
+    host's tuples. The host tuples here are deliberately wrong (zeros), so the PCM can only
+    equal the reference if the device codes were decoded; a window with an EOS row keeps
+    the host path (the count does not move)."""
+    a, ref = pair(num_slots=6)
+    per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
+    windowed = Counted(a, max_batch=4, buckets=(1, 2, 4), frames=3)
+    slots = StreamSlots(a, per_frame, None, windowed)
+    ids = ["x", "y", "z"]
+    c = window(3, 3, 80)
+    steps = []
+    for s in range(3):
+        good = step(ids, [c[i, s] for i in range(3)])
+        wrong = tuple(tuple(0 for _ in range(16)) for _ in ids)
+        sample = dataclasses.replace(good.sample, outputs=wrong)
+        steps.append(SampledStep(good.request_ids, sample))
+    pcm = slots.decode(steps)
+    assert slots.device_windows == 1 and windowed.rows == [3] and per_frame.rows == []
+    ref_slots = [ref.allocate() for _ in ids]
+    want = ref.decode(ref_slots, [c[i] for i in range(3)])
+    for i, rid in enumerate(ids):
+        assert torch.allclose(torch.from_numpy(pcm[rid]), want[i], atol=1e-5, rtol=0), rid
+    eos = [step(ids, [c[i, s] if s < 2 or i else None for i in range(3)]) for s in range(3)]
+    slots.decode(eos)
+    assert slots.device_windows == 1 and windowed.rows == [3, 2]

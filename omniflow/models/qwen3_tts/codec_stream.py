@@ -20,6 +20,7 @@ import torch
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.codec_modules import CodecDecoder
+from omniflow.models.upload import upload_ints
 
 ROPE_FRAMES = 4096
 """Frame positions `decode_step` takes from a precomputed RoPE table (327 s of audio; the
@@ -104,13 +105,31 @@ class StreamingDecoder:
 
     def allocate(self) -> int:
         """A zeroed slot (a fresh request starts from silence, as the full decode does)."""
-        if not self._free:
+        return self.allocate_many(1)[0]
+
+    def allocate_many(self, n: int) -> list[int]:
+        """n zeroed slots, in the order `allocate` would hand them out; none taken when fewer
+        are free. Zeroing is one fill per state tensor for all n, not one per slot: the pool
+        holds ~40 tensors, so a step that starts 30 requests (a c128 prefill step) launched
+        ~1,200 fills, one by one, between reading its codes back and queueing its audio,
+        while the GPU waited (docs/benchmarks.md, "Host gaps around the decoder")."""
+        if not self._free and n:
             raise SlotsExhausted(f"all {self.num_slots} decoder slots are in use")
-        slot = self._free.pop()
-        for t in self._pool.values():
-            t[slot].zero_()
-        self._pos[slot] = 0
-        return slot
+        if n > len(self._free):
+            raise SlotsExhausted(
+                f"{n} decoder slots asked for, {len(self._free)} of {self.num_slots} free"
+            )
+        slots = [self._free.pop() for _ in range(n)]
+        if n == 1:
+            for t in self._pool.values():
+                t[slots[0]].zero_()
+            self._pos[slots[0]] = 0
+        elif n:
+            idx = upload_ints(slots, self.device)
+            for t in self._pool.values():
+                t.index_fill_(0, idx, 0)
+            self._pos.index_fill_(0, idx, 0)
+        return slots
 
     def release(self, slot: int) -> None:
         if slot in self._free or not 0 <= slot < self.num_slots:

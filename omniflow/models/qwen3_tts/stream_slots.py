@@ -58,6 +58,9 @@ class StreamSlots:
         bucket (None: a window's frames are decoded eagerly)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
+        self.device_windows = 0
+        """Window passes whose codes were read on the device (`_window_on_device`); tests
+        read it."""
 
     def _stream(self) -> torch.cuda.Stream | None:
         """The stream the decoder's work is queued on (None: not CUDA)."""
@@ -100,8 +103,9 @@ class StreamSlots:
         none. One step's frames are read from its `next_frames` on the device by the
         per-frame graph (without a side stream); several steps' frames are decoded per
         request in one pass, by the window graph where a request has exactly its `frames`
-        new frames, else by the per-frame graph once per frame. On the side stream the
-        passes are only queued."""
+        new frames (read on the device too when every row has them:
+        `_window_on_device`), else by the per-frame graph once per frame. On the side
+        stream the passes are only queued."""
         dec = self.decoder
         if dec is None:
             return PendingPcm((), [])
@@ -120,6 +124,8 @@ class StreamSlots:
             self._take_slots(list(frames))
             if single:
                 parts = [self._graph_step(steps[0], list(frames))]
+            elif (window := self._window_on_device(steps)) is not None:
+                parts = [window]
             else:
                 groups: dict[int, list[str]] = {}
                 for rid, fs in frames.items():
@@ -129,6 +135,31 @@ class StreamSlots:
                     for n, rids in groups.items()
                 ]
             return PendingPcm(tuple(frames), parts, self._stream())
+
+    def _window_on_device(
+        self, steps: Sequence[SampledStep]
+    ) -> tuple[list[str], torch.Tensor] | None:
+        """A whole window by the window graph, its codes read on the device (each step's
+        `next_frames`, stacked): when every step sampled a frame for the same rows in the
+        same order (no row left early, none drew EOS) and the graph takes exactly that many
+        frames. Else None: the caller groups the rows by their frame count and builds the
+        codes on the host. Why: building them from the host's tuples (`torch.tensor` over
+        rows x frames x 16 Python ints) took ~3 ms at 128 rows, and the GPU waited for it
+        between a window's last frame and its decoder pass (docs/benchmarks.md, "Host gaps
+        around the decoder"). Not on the side stream, which reads nothing the main stream
+        makes (module docstring)."""
+        graphs = self.window_graphs
+        if self.side is not None or graphs is None or graphs.frames != len(steps):
+            return None
+        rids = steps[0].request_ids
+        for step in steps:
+            if step.request_ids != rids or any(f is None for f in step.sample.outputs):
+                return None
+        assert self.decoder is not None
+        codes = torch.stack([step.sample.next_frames for step in steps], dim=1)
+        ids = upload_ints([self._slots[rid] for rid in rids], self.decoder.device)
+        self.device_windows += 1
+        return list(rids), to_host(graphs.run(ids, codes).float())  # one copy for all rows
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
@@ -159,13 +190,13 @@ class StreamSlots:
         assert dec is not None
         primed: list[int] = []
         refs: list[torch.Tensor] = []
-        for rid in request_ids:
-            if rid not in self._slots:
-                self._slots[rid] = dec.allocate()
-                ref = self.priming.take(rid) if self.priming is not None else None
-                if ref is not None:
-                    primed.append(self._slots[rid])
-                    refs.append(ref)
+        fresh = [rid for rid in request_ids if rid not in self._slots]
+        for rid, slot in zip(fresh, dec.allocate_many(len(fresh)), strict=True):
+            self._slots[rid] = slot
+            ref = self.priming.take(rid) if self.priming is not None else None
+            if ref is not None:
+                primed.append(slot)
+                refs.append(ref)
         if primed:
             dec.prime(primed, refs)
 
