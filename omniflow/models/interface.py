@@ -125,6 +125,10 @@ class FrameSample:
     """[B] int64 on the device: `tokens`, to feed the next decode step without the host."""
     next_frames: torch.Tensor
     """[B, G] int64 on the device: each row's input frame for its next position."""
+    made: torch.cuda.Event | None = None
+    """Recorded on the stream that made `next_frames`, right after it (CUDA; None
+    elsewhere): another stream that reads the codes waits for this, not for whatever the
+    producing stream queued later (the next step's frames)."""
 
 
 @dataclass(frozen=True)

@@ -43,20 +43,27 @@ def test_chunked_window_audio_equals_one_pass():
 
 
 def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
-    """On the side stream, without a host sync, and not behind the main stream's work: its
-    PCM is ready while a long kernel still runs on the main stream."""
+    """On the side stream, without a host sync, and not behind the main stream's later work:
+    its codes are read on the device behind their steps' `made` event only, so its PCM is
+    ready while a long kernel queued after that event still runs on the main stream."""
     orch = build("qwen3_tts_fused", "platform=cuda", WINDOW, CHUNKS)
     try:
         slots = orch.engines[0].runner.model.slots
         assert slots.side is not None and slots.window_graphs is not None
         assert slots.window_graphs.frames == 4
         assert slots.window_graphs.capture_stream is slots.side  # its own cuBLAS workspace
+        main = torch.cuda.current_stream()
         zeros = torch.zeros(1, 16, dtype=torch.int64, device="cuda")
-        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros))
+        made = torch.cuda.Event()
+        made.record(main)
+        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros, made))
         slots.queue([step] * 4).result()  # the slot is taken and its first pass decoded
         torch.cuda.synchronize()
-        main = torch.cuda.current_stream()
-        torch.cuda._sleep(2_000_000_000)  # ~1 s of spinning on the main stream
+        windows = slots.device_windows
+        made = torch.cuda.Event()
+        made.record(main)
+        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros, made))
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of spinning on the main stream, after `made`
         busy = torch.cuda.Event()
         busy.record(main)
         torch.cuda.set_sync_debug_mode("error")
@@ -66,6 +73,7 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
             torch.cuda.set_sync_debug_mode("default")
         pcm = pending.result()["x"]
         assert not busy.query()  # the main stream's kernel still runs: nothing waited for it
+        assert slots.device_windows == windows + 1  # its codes were read on the device
         assert pcm.shape == (4 * 1920,) and np.isfinite(pcm).all()
         torch.cuda.synchronize()
         slots.finish("x")

@@ -180,7 +180,8 @@ class TalkerARModel:
         tokens = tuple(row[0] for row in rows)
         pairs = zip(tokens, rows, strict=True)
         outputs = tuple(None if t == self.eos else tuple(row) for t, row in pairs)
-        return FrameSample(tokens, outputs, queued.next_tokens, queued.next_frames)
+        made = queued.codes.copied  # behind the codes' copy, so after `full` was made
+        return FrameSample(tokens, outputs, queued.next_tokens, queued.next_frames, made)
 
     def _complete(self, hidden: torch.Tensor, code0: torch.Tensor, sub: RowSampler):
         if self.frame_graphs is None:

@@ -13,11 +13,14 @@ with them (eagerly, grouped by length) before its first frame is decoded, by gra
 Overlap (`side`, a second CUDA stream): `queue` then runs every decoder pass on that stream and
 returns at once with the PCM copying to pinned host memory; `PendingPcm.result` waits for
 it. The runner queues a window's first chunks while the window's later steps compute on the
-main stream (`audio_chunk_frames`, docs/architecture.md). All decoder work of the stage goes
-through the side stream then (slot zeroing, priming, parking, restoring, each pass), so it is
-ordered among itself, and it reads nothing the main stream makes: every pass's codes come
-from the host (read back with the step), so it never waits for the main stream. Its graphs
-are captured on it (`BucketGraphs.capture_stream`: cuBLAS's workspace is per stream).
+main stream (`audio_chunk_frames`, docs/architecture.md), and a window's last pass while the
+next window computes. All decoder work of the stage goes through the side stream then (slot
+zeroing, priming, parking, restoring, each pass), so it is ordered among itself. A pass
+reads its codes on the device where the steps' `next_frames` allow it (`_handed_over`): the
+side stream waits for each step's `made` event, recorded right behind that step's frames,
+so not for the main stream's later work (the window's next step, queued before the host
+reads this one back). Its graphs are captured on it (`BucketGraphs.capture_stream`: cuBLAS's
+workspace is per stream).
 """
 
 from __future__ import annotations
@@ -101,11 +104,10 @@ class StreamSlots:
         """The samples of every new frame of one or more consecutive steps, per request, in
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
         none. One step's frames are read from its `next_frames` on the device by the
-        per-frame graph (without a side stream); several steps' frames are decoded per
-        request in one pass, by the window graph where a request has exactly its `frames`
-        new frames (read on the device too when every row has them:
-        `_window_on_device`), else by the per-frame graph once per frame. On the side
-        stream the passes are only queued."""
+        per-frame graph; several steps' frames are decoded per request in one pass, by the
+        window graph where a request has exactly its `frames` new frames (read on the device
+        too when every row has them: `_whole_window`), else by the per-frame graph once per
+        frame. On the side stream the passes are only queued."""
         dec = self.decoder
         if dec is None:
             return PendingPcm((), [])
@@ -116,16 +118,16 @@ class StreamSlots:
                     frames.setdefault(rid, []).append(f)
         if not frames:
             return PendingPcm((), [])
-        # a single step's codes are read on the device, where the main stream made them; on
-        # the side stream they come from the host like a window's (no wait for the main
-        # stream, no main-stream tensor read on another stream)
-        single = len(steps) == 1 and self.graphs is not None and self.side is None
+        single = len(steps) == 1 and self.graphs is not None
+        window = not single and self._whole_window(steps)
+        if single or window:
+            self._handed_over(steps)
         with torch.cuda.stream(self.side):  # None: the caller's stream
             self._take_slots(list(frames))
             if single:
                 parts = [self._graph_step(steps[0], list(frames))]
-            elif (window := self._window_on_device(steps)) is not None:
-                parts = [window]
+            elif window:
+                parts = [self._window_pass(steps)]
             else:
                 groups: dict[int, list[str]] = {}
                 for rid, fs in frames.items():
@@ -136,30 +138,51 @@ class StreamSlots:
                 ]
             return PendingPcm(tuple(frames), parts, self._stream())
 
-    def _window_on_device(
-        self, steps: Sequence[SampledStep]
-    ) -> tuple[list[str], torch.Tensor] | None:
-        """A whole window by the window graph, its codes read on the device (each step's
-        `next_frames`, stacked): when every step sampled a frame for the same rows in the
-        same order (no row left early, none drew EOS) and the graph takes exactly that many
-        frames. Else None: the caller groups the rows by their frame count and builds the
-        codes on the host. Why: building them from the host's tuples (`torch.tensor` over
-        rows x frames x 16 Python ints) took ~3 ms at 128 rows, and the GPU waited for it
-        between a window's last frame and its decoder pass (docs/benchmarks.md, "Host gaps
-        around the decoder"). Not on the side stream, which reads nothing the main stream
-        makes (module docstring)."""
+    def _whole_window(self, steps: Sequence[SampledStep]) -> bool:
+        """Whether the window graph can read the steps' codes on the device (each step's
+        `next_frames`, stacked): every step sampled a frame for the same rows in the same
+        order (no row left early, none drew EOS) and the graph takes exactly that many
+        frames. Else the caller groups the rows by their frame count and builds the codes
+        on the host. Why: building them from the host's tuples (`torch.tensor` over rows x
+        frames x 16 Python ints) took ~3 ms at 128 rows, and the GPU waited for it between a
+        window's last frame and its decoder pass (docs/benchmarks.md, "Host gaps around the
+        decoder")."""
         graphs = self.window_graphs
-        if self.side is not None or graphs is None or graphs.frames != len(steps):
-            return None
+        if graphs is None or graphs.frames != len(steps):
+            return False
         rids = steps[0].request_ids
-        for step in steps:
-            if step.request_ids != rids or any(f is None for f in step.sample.outputs):
-                return None
-        assert self.decoder is not None
+        return all(
+            step.request_ids == rids and all(f is not None for f in step.sample.outputs)
+            for step in steps
+        )
+
+    def _window_pass(self, steps: Sequence[SampledStep]) -> tuple[list[str], torch.Tensor]:
+        """The window graph over the steps' device codes (`_whole_window`)."""
+        assert self.decoder is not None and self.window_graphs is not None
+        rids = list(steps[0].request_ids)
         codes = torch.stack([step.sample.next_frames for step in steps], dim=1)
         ids = upload_ints([self._slots[rid] for rid in rids], self.decoder.device)
         self.device_windows += 1
-        return list(rids), to_host(graphs.run(ids, codes).float())  # one copy for all rows
+        return rids, to_host(self.window_graphs.run(ids, codes).float())  # one copy for all
+
+    def _handed_over(self, steps: Sequence[SampledStep]) -> None:
+        """Make the steps' device codes readable on the side stream (nothing without one):
+        it waits for each step's `made` event (for the caller's whole queue where a step has
+        none), and each `next_frames` is marked as used there, so the caching allocator does
+        not give its memory back to the caller's stream while the side stream still reads
+        it. `next_frames` is a fresh tensor per step (`ARModel.queue_frames`), never
+        rewritten after `made`."""
+        side = self.side
+        if side is None:
+            return
+        for step in steps:
+            frames = step.sample.next_frames
+            made = step.sample.made
+            if made is None:
+                side.wait_stream(torch.cuda.current_stream(frames.device))
+            else:
+                side.wait_event(made)
+            frames.record_stream(side)
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
