@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from omniflow.models.interface import FrameSample, SampledStep
+from omniflow.models.interface import FrameSample, QueuedFrames, SampledStep
 from tests.factories import Collector, build, speech
 
 pytestmark = pytest.mark.cuda
@@ -54,15 +54,16 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
         assert slots.window_graphs.capture_stream is slots.side  # its own cuBLAS workspace
         main = torch.cuda.current_stream()
         zeros = torch.zeros(1, 16, dtype=torch.int64, device="cuda")
-        made = torch.cuda.Event()
-        made.record(main)
-        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros, made))
-        slots.queue([step] * 4).result()  # the slot is taken and its first pass decoded
+
+        def step_made_now() -> SampledStep:
+            made = torch.cuda.Event()
+            made.record(main)
+            return SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros, made))
+
+        slots.queue([step_made_now()] * 4).result()  # the slot is taken, its first pass decoded
         torch.cuda.synchronize()
         windows = slots.device_windows
-        made = torch.cuda.Event()
-        made.record(main)
-        step = SampledStep(("x",), FrameSample((1,), ((0,) * 16,), zeros[:, 0], zeros, made))
+        step = step_made_now()
         torch.cuda._sleep(2_000_000_000)  # ~1 s of spinning on the main stream, after `made`
         busy = torch.cuda.Event()
         busy.record(main)
@@ -77,6 +78,21 @@ def test_a_chunk_is_queued_on_the_side_stream_without_waiting():
         assert pcm.shape == (4 * 1920,) and np.isfinite(pcm).all()
         torch.cuda.synchronize()
         slots.finish("x")
+    finally:
+        orch.stop()
+
+
+def test_a_read_back_step_carries_the_event_behind_its_frames():
+    """`read_frames` hands the side stream the read-back's event (`FrameSample.made`):
+    without it the side stream would wait for the main stream's whole queue."""
+    orch = build("qwen3_tts_fused", "platform=cuda", WINDOW, CHUNKS)
+    try:
+        model = orch.engines[0].runner.model
+        full = torch.ones(2, 16, dtype=torch.int64, device="cuda")
+        queued = QueuedFrames(full[:, 0], full, model.readback.start(full))
+        sample = model.read_frames(queued)
+        assert sample.made is not None and sample.made is queued.codes.copied
+        assert sample.outputs == ((1,) * 16, (1,) * 16)
     finally:
         orch.stop()
 
