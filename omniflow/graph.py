@@ -45,6 +45,9 @@ class ResolvedStage(Frozen):
     audio_chunk_frames: int = Field(
         description="Frames per decoder pass inside a window (0: one pass at the window's end)."
     )
+    window_admits: bool = Field(
+        description="A window may open on a step that admits new requests (AR only)."
+    )
     stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
     ref_context_frames: int | None = Field(
         description="Decoder priming frames after resolution (None: stage decodes no audio)."

@@ -67,15 +67,17 @@ def talker_engine(
     block_size: int = 4,
     num_kv_blocks: int = 512,
     window_k: int = 0,
+    window_admits: bool = False,
     frame_graphs: bool = False,
     decode_graphs: bool = False,
     stream_decode: bool = False,
     prompt_graph_tokens: int = 0,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    bundle: TalkerBundle | None = None,
 ) -> tuple[StageEngine, TalkerProcessor]:
     """A talker engine over the tiny model: on the CPU in fp32 by default; with `device` (a GPU
-    test) the model is built there in `dtype`."""
+    test) the model is built there in `dtype`; `bundle`: another CPU model (`eos_bundle`)."""
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -85,7 +87,7 @@ def talker_engine(
         async_scheduling=async_scheduling,
     )
     if device is None or device.type == "cpu":
-        device, bundle = torch.device("cpu"), tiny_bundle()
+        device, bundle = torch.device("cpu"), bundle or tiny_bundle()
     else:
         name = str(dtype).removeprefix("torch.")
         bundle = build_talker(tiny_model_config().model_copy(update={"dtype": name}), device)
@@ -101,7 +103,10 @@ def talker_engine(
     )
     runner = ARModelRunner(model, cfg, device, dtype)
     engine = StageEngine(
-        "talker", ARScheduler(cfg, window_k=window_k), runner, async_scheduling=async_scheduling
+        "talker",
+        ARScheduler(cfg, window_k=window_k, window_admits=window_admits),
+        runner,
+        async_scheduling=async_scheduling,
     )
     return engine, TalkerProcessor(bundle.tokenizer, bundle.vocab, max_model_len)
 

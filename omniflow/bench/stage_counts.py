@@ -39,7 +39,12 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
     w: WindowCounters | None = next(s.windows for s in stats.stages if s.name == stage)
     if w is None:
         return None
-    flat = {"planned_windows": w.planned, "executed_windows": w.executed, "executed_steps": w.steps}
+    flat = {
+        "planned_windows": w.planned,
+        "executed_windows": w.executed,
+        "executed_steps": w.steps,
+        "admitting_windows": w.admitting,
+    }
     flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
     return flat
 

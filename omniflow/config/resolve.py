@@ -13,8 +13,10 @@ from omniflow.config.decode_rules import (
     check_audio_chunks,
     check_prompt_graphs,
     check_window,
+    check_window_admits,
     resolved_audio_chunk_frames,
     resolved_prompt_graph_tokens,
+    resolved_window_admits,
     resolved_window_k,
 )
 from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
@@ -70,6 +72,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             _check_kv_capacity(key, stage, errors)
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, resolved_window_k(stage, cap, platform), errors)
+            check_window_admits(key, stage, resolved_window_k(stage, cap, platform), errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
@@ -79,6 +82,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             window_k=resolved_window_k(stage, cap, platform),
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
             audio_chunk_frames=resolved_audio_chunk_frames(stage),
+            window_admits=resolved_window_admits(stage),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),

@@ -114,6 +114,13 @@ class ARStageConfig(StageBase):
         "at the window's end, on that stream, beside the next window's steps); null: one pass "
         "at the window's end on the main stream.",
     )
+    window_admits: bool = Field(
+        False,
+        description="With window_k: a window may open on a step that admits new requests "
+        "beside running ones (each new prompt prefilled whole in the window's first step, "
+        "then decoded with the rest), instead of a single mixed step; the arrivals' first "
+        "audio then comes at the window's end. false: a step that admits is a single step.",
+    )
 
 
 class GenerationStageConfig(StageBase):

@@ -49,6 +49,8 @@ class WindowCounters:
     executed: int
     steps: int
     refusals: dict[str, int] = field(default_factory=dict)
+    admitting: int = 0
+    """Planned windows whose first step admitted new requests (`window_admits`)."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,10 @@ class PipelineStats:
 
 class PhaseTimer(Protocol):
     """Times named phases of a stage's step (benchmarks): `with timer.phase(stage, name):`.
-    Phases: `decode_step` / `mixed_step` (a whole execute; decode: every request computes its
-    next token), `forward` (decode rows), `prefill_layout` (a mixed step's prefill inputs, host)
-    and `prefill` (its prefill forward), `sample` (the frame, code predictor included),
-    `audio`."""
+    Phases: `decode_step` / `mixed_step` / `admitting_window` (a whole execute; decode: every
+    request computes its next token; admitting: a window whose first step is a mixed step),
+    `forward` (decode rows), `prefill_layout` (a mixed step's prefill inputs, host) and
+    `prefill` (its prefill forward), `sample` (the frame, code predictor included), `audio`."""
 
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]: ...
 

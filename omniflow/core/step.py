@@ -64,7 +64,9 @@ class StepPlan:
     model-side state that recompute cannot rebuild (a stream decoder's) is parked for them."""
     total_num_tokens: int = 0
     window: Mapping[str, int] = field(default_factory=dict)
-    """Multi-step window per request; empty when no window is open."""
+    """Multi-step window: the frames each request samples in it (k); empty when no window is
+    open. A request's scheduled tokens are its first step's (1 when it decodes; the rest of
+    its prompt when the window admits it) plus k - 1."""
     chunks: Mapping[str, Any] = field(default_factory=dict)
     """Chunk-receiving stages: the received chunk each scheduled request consumes."""
 

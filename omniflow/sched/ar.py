@@ -37,9 +37,13 @@ from omniflow.sched.window import Candidate, WindowStats, plan_window
 class ARScheduler:
     """Plans steps for one AR stage and applies their results."""
 
-    def __init__(self, config: SchedulerConfig, window_k: int = 0) -> None:
+    def __init__(
+        self, config: SchedulerConfig, window_k: int = 0, window_admits: bool = False
+    ) -> None:
         self.config = config
         self.window_k = window_k
+        self.window_admits = window_admits
+        """A window may open on a step that admits new requests (`sched/window.py`)."""
         self.window_stats = WindowStats()
         self._outstanding: dict[str, int] = {}
         """Requests with a window in flight (the fence): held out of scheduling until
@@ -130,7 +134,11 @@ class ARScheduler:
         w = self.window_stats
         windows = (
             WindowCounters(
-                w.planned_windows, w.executed_windows, w.executed_steps, dict(w.refusals)
+                w.planned_windows,
+                w.executed_windows,
+                w.executed_steps,
+                dict(w.refusals),
+                w.admitting_windows,
             )
             if self.window_k
             else None
@@ -229,9 +237,10 @@ class ARScheduler:
             max_model_len=self.config.max_model_len,
             kv=self.kv,
             stats=self.window_stats,
+            admits=self.window_admits,
         )
         for rid, k in window.items():
-            scheduled[rid] = k
+            scheduled[rid] += k - 1  # its single step's tokens, then k - 1 decode steps
             new_blocks[rid] = new_blocks[rid] + extra[rid]
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
@@ -252,8 +261,8 @@ class ARScheduler:
                 self._known_to_runner.add(rid)
             req.num_computed_tokens += n
             if rid in window:
-                req.num_placeholders += n
-                expected[rid] = n
+                req.num_placeholders += window[rid]
+                expected[rid] = window[rid]
             elif req.num_computed_tokens == req.num_tokens:
                 req.num_placeholders += 1
                 expected[rid] = 1

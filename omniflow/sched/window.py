@@ -2,7 +2,9 @@
 and the counters (docs/architecture.md: multi-step windows).
 
 A window merges up to K decode steps of every scheduled request into one scheduling round;
-the runner replays them inside one execute, feeding each sampled token into the next. It is
+the runner replays them inside one execute, feeding each sampled token into the next. With
+`window_admits` a window also opens on a step that admits new requests: their prompts are
+prefilled whole in its first step (a mixed step) and they decode with the others after it. It is
 real sampling, so a window's tokens equal the single-step tokens whenever the batch
 composition is the same step by step. Every refusal falls back to the exact single step.
 """
@@ -23,6 +25,8 @@ class WindowStats:
     planned_windows: int = 0
     executed_windows: int = 0
     executed_steps: int = 0
+    admitting_windows: int = 0
+    """Planned windows whose first step admits new requests (`window_admits`)."""
     refusals: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, int]:
@@ -30,6 +34,7 @@ class WindowStats:
             "planned_windows": self.planned_windows,
             "executed_windows": self.executed_windows,
             "executed_steps": self.executed_steps,
+            "admitting_windows": self.admitting_windows,
         }
         flat.update({f"refused_{k}": v for k, v in sorted(self.refusals.items())})
         return flat
@@ -56,12 +61,16 @@ def plan_window(
     max_model_len: int,
     kv: KVCacheManager,
     stats: WindowStats,
+    admits: bool = False,
 ) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """Gate 2: open a window only when it is exact and safe. Returns ({request: k_r},
-    {request: extra block ids}); ({}, {}) means single step (the refusal is counted)."""
+    """Gate 2: open a window only when it is exact and safe. Returns ({request: k_r, the
+    frames it samples}, {request: extra block ids}); ({}, {}) means single step (the refusal
+    is counted). A request computes its single-step tokens plus k_r - 1: a decoding one k_r,
+    one admitted into the window (`admits`) the rest of its prompt, then k_r - 1 decode
+    steps."""
     if k < 2 or not candidates:
         return {}, {}
-    reason = _refusal(candidates, waiting)
+    reason = _refusal(candidates, waiting, admits)
     if reason is not None:
         stats.refusals[reason] += 1
         return {}, {}
@@ -76,13 +85,13 @@ def plan_window(
     if max(sizes.values()) < 2:
         stats.refusals["clamped"] += 1
         return {}, {}
-    if sum(sizes.values()) > budget:
+    if sum(c.num_tokens + sizes[c.request.request_id] - 1 for c in candidates) > budget:
         stats.refusals["budget"] += 1
         return {}, {}
     extra: dict[str, list[int]] = {}
     for c in candidates:
         rid = c.request.request_id
-        blocks = kv.allocate_slots(rid, c.computed_before + sizes[rid])
+        blocks = kv.allocate_slots(rid, c.computed_before + c.num_tokens + sizes[rid] - 1)
         if blocks is None:
             # Out of KV: undo the window's extra blocks; the single step keeps its own.
             for done in candidates:
@@ -91,20 +100,31 @@ def plan_window(
             return {}, {}
         extra[rid] = blocks
     stats.planned_windows += 1
+    stats.admitting_windows += any(c.num_tokens != 1 or c.is_new for c in candidates)
     return sizes, extra
 
 
-def _refusal(candidates: list[Candidate], waiting: int) -> str | None:
+def _refusal(candidates: list[Candidate], waiting: int, admits: bool) -> str | None:
+    """Why the step stays a single step, or None. Without `admits` every row must decode;
+    with it, a row may instead finish its prompt (or a preempted request's recompute) whole
+    in the window's first step, beside at least one decoding row: a step of arrivals alone
+    stays single, so a lone request's first audio comes after one step, not a window."""
     if waiting:
         return "waiting"
+    decoding = False
     for c in candidates:
         r = c.request
-        if c.is_new:
-            return "new_request"
         # Compare the pre-schedule computed count with the prompt length: the last prefill
-        # token must never open a window.
-        if c.computed_before < r.prompt_len or c.num_tokens != 1:
-            return "prefill"
+        # token opens a window only when the window admits it.
+        if c.is_new or c.computed_before < r.prompt_len or c.num_tokens != 1:
+            if not admits:
+                return "new_request" if c.is_new else "prefill"
+            if c.computed_before + c.num_tokens != r.num_tokens:
+                return "prefill"  # a context split across steps samples nothing this step
+            continue
         if c.computed_before + 1 != r.num_tokens:
             return "not_at_end"
+        decoding = True
+    if not decoding:
+        return "new_request"
     return None

@@ -175,7 +175,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     if priming is not None:
         make_request = primed_requests(make_request, priming)
     return StageParts(
-        scheduler=ARScheduler(cfg, window_k=stage.window_k),
+        scheduler=ARScheduler(cfg, window_k=stage.window_k, window_admits=stage.window_admits),
         runner=runner,
         make_request=make_request,
         frontend=processor,

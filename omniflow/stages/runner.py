@@ -152,8 +152,9 @@ class ARModelRunner:
         decode = all(n == 1 or rid in plan.window for rid, n in order) and all(
             rid in self.requests and self.requests[rid].in_decode for rid, _ in order
         )
+        kind = "decode_step" if decode else "admitting_window" if plan.window else "mixed_step"
         try:
-            with self.timer.phase(self.stage_name, "decode_step" if decode else "mixed_step"):
+            with self.timer.phase(self.stage_name, kind):
                 if plan.window:
                     return self._run_window(plan)
                 outputs, audio = self._run(order, plan.step_id)
@@ -168,16 +169,19 @@ class ARModelRunner:
     # ---------------------------------------------------------- windows (docs/architecture.md)
 
     def _window_refusal(self, plan: StepPlan) -> str | None:
-        """Gate 3: re-check a window plan against what the runner holds."""
+        """Gate 3: re-check a window plan against what the runner holds. A row's first step
+        is one decode token, or (a window that admits it) the rest of its known tokens, so
+        that every row samples at every step of the window."""
         if set(plan.num_scheduled_tokens) != set(plan.window):
             return "partial_window"
         for rid, k in plan.window.items():
             r = self.requests.get(rid)
             if r is None:
                 return "unknown_request"
-            if plan.num_scheduled_tokens[rid] != k or k < 1:
+            first = _first_step_tokens(plan, rid)
+            if k < 1 or first < 1 or (r.in_decode and first != 1):
                 return "plan_mismatch"
-            if not r.in_decode:
+            if not r.in_decode and r.num_computed + first != r.num_tokens:
                 return "not_in_decode"
         return None
 
@@ -187,16 +191,51 @@ class ARModelRunner:
             if reason not in self._refusals_logged:
                 self._refusals_logged.add(reason)
                 log.info("window refused at run time (%s): running a single step", reason)
-            known = [rid for rid in plan.num_scheduled_tokens if rid in self.requests]
-            single, audio = self._run([(rid, 1) for rid in known], plan.step_id)
+            known = [
+                (rid, 1 if self.requests[rid].in_decode else max(1, _first_step_tokens(plan, rid)))
+                for rid in plan.num_scheduled_tokens
+                if rid in self.requests
+            ]
+            single, audio = self._run(known, plan.step_id)
             for rid in plan.num_scheduled_tokens:  # a plan naming a request the runner lacks
                 if rid not in self.requests:
                     single[rid] = RequestStepOutput(error=f"{rid}: not held by the runner")
             return StepResult(
                 plan.step_id, single, window_steps=1, window_refusal=reason, late_audio=audio
             )
-        outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
+        firsts = {rid: _first_step_tokens(plan, rid) for rid in plan.window}
+        if all(n == 1 and self.requests[rid].in_decode for rid, n in firsts.items()):
+            outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
+        else:
+            outputs, audio, steps = self._admitting_window(dict(plan.window), firsts, plan.step_id)
         return StepResult(plan.step_id, outputs, window_steps=steps, late_audio=audio)
+
+    def _admitting_window(
+        self, ks: dict[str, int], firsts: dict[str, int], step_id: int
+    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
+        """A window opened on a step that admits new requests (`window_admits`): its first
+        step is the mixed step (the new prompts prefilled whole beside one decode token of
+        the running rows, every row sampled), and the rows that go on decode the rest of the
+        window together on the decode path. One decoder pass covers the whole window, as in
+        any window: without it the mixed step would be a step of its own, with its own
+        decoder pass and scheduling turn-around, and the running rows would make one frame
+        in it instead of a window's k (docs/engine.md, "Windows that admit")."""
+        sampled = self._mixed_sample(list(firsts.items()))
+        assert sampled is not None  # gate 3: every row reaches the end of its known tokens
+        reqs, sample = sampled
+        outputs = self._record(reqs, sample)
+        first = self._step(reqs, sample)
+        rest = {
+            r.request_id: ks[r.request_id] - 1
+            for r, token in zip(reqs, sample.tokens, strict=True)
+            if ks[r.request_id] > 1 and token not in r.sampling.stop_token_ids
+        }
+        if not rest:
+            return outputs, self._audio([first], [], step_id), 1
+        more, audio, steps = self._decode(rest, step_id, done=[first])
+        for rid, out in more.items():
+            outputs[rid] = _concat([outputs[rid], out])
+        return outputs, audio, steps + 1
 
     # ------------------------------------------------------------------ steps
 
@@ -210,11 +249,24 @@ class ARModelRunner:
         two paths agree bit for bit on the CPU (tests/stages/test_runner_paths.py); all
         rows are then sampled in one call. The audio comes back still being decoded
         (`stages/step_audio.py`)."""
-        reqs = [(self.requests[rid], n) for rid, n in order]
-        decoding = [r for r, n in reqs if n == 1 and r.in_decode]
-        if len(decoding) == len(reqs):
+        if all(n == 1 and self.requests[rid].in_decode for rid, n in order):
             outputs, audio, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
             return outputs, audio
+        sampled = self._mixed_sample(order)
+        if sampled is None:
+            return {}, None
+        reqs, sample = sampled
+        outputs = self._record(reqs, sample)
+        return outputs, self._audio([self._step(reqs, sample)], [], step_id)
+
+    def _mixed_sample(
+        self, order: list[tuple[str, int]]
+    ) -> tuple[list[RunnerRequest], FrameSample] | None:
+        """A mixed step's forward (decoding rows on the decode path, the rest on the prefill
+        path) and the frame of every row that reaches the end of its known tokens, read
+        back; None when no row does (a prompt chunk)."""
+        reqs = [(self.requests[rid], n) for rid, n in order]
+        decoding = [r for r, n in reqs if n == 1 and r.in_decode]
         prefill = [(r, n) for r, n in reqs if not (n == 1 and r.in_decode)]
         hidden: list[torch.Tensor] = []
         if decoding:
@@ -244,13 +296,11 @@ class ARModelRunner:
             hidden.append(out.index_select(0, rows))
         sampled = decoding + [r for r, _ in batch.sample_rows]
         if not sampled:
-            return {}, None
-        sample = self._sample(torch.cat(hidden), sampled)
-        outputs = self._record(sampled, sample)
-        return outputs, self._audio([self._step(sampled, sample)], [], step_id)
+            return None
+        return sampled, self._sample(torch.cat(hidden), sampled)
 
     def _decode(
-        self, ks: dict[str, int], step_id: int
+        self, ks: dict[str, int], step_id: int, done: list[SampledStep] | None = None
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
         """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
         the token and frame it sampled into the next on the device. A request leaves at its
@@ -273,11 +323,14 @@ class ARModelRunner:
         With `audio_chunk_frames` C, the audio of steps 1..C, C+1..2C, ... is queued
         (`ARModel.queue_audio`) as soon as the last of them is read back, while the GPU
         computes the next step, and handed back with the rest at the window's end: a model that
-        decodes on a stream of its own does so beside the window's later steps."""
+        decodes on a stream of its own does so beside the window's later steps.
+
+        `done`: steps of the same window already sampled (an admitting window's mixed first
+        step), whose audio goes with this window's."""
         reqs = [self.requests[rid] for rid in ks]
         self.decode_batch.load(reqs, max(ks.values()))
         parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
-        sampled: list[SampledStep] = []
+        sampled: list[SampledStep] = list(done or [])
         chunks: list[PendingAudio] = []  # audio queued before the window's end
         steps = 0
         current: _Queued | None = self._queue_step(reqs, pending=0)
@@ -371,6 +424,11 @@ class ARModelRunner:
         with self.timer.phase(self.stage_name, "audio"):
             pending = [*queued, self.model.queue_audio(steps)] if steps else queued
         return StepAudio(pending, self.model.name, step_id) if pending else None
+
+
+def _first_step_tokens(plan: StepPlan, rid: str) -> int:
+    """Tokens a window row computes in the window's first step (`StepPlan.window`)."""
+    return plan.num_scheduled_tokens[rid] - plan.window[rid] + 1
 
 
 def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:

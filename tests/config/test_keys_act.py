@@ -30,6 +30,7 @@ READ: dict[str, tuple[str, str]] = {
     f"{S}.window_k": ("stages/qwen3_tts.py", "window_k"),
     f"{S}.prompt_graph_tokens": ("stages/qwen3_tts.py", "prompt_graph_tokens"),
     f"{S}.audio_chunk_frames": ("stages/qwen3_tts.py", "audio_chunk_frames"),
+    f"{S}.window_admits": ("stages/qwen3_tts.py", "window_admits"),
     f"{S}.stream_decode": ("stages/qwen3_tts.py", "stream_decode"),
     f"{S}.receives_chunks": ("stages/qwen3_tts.py", "receives_chunks"),
     f"{S}.atomic_chunks": ("stages/qwen3_tts.py", "atomic_chunks"),

@@ -18,11 +18,15 @@ class WindowRunner(FakeRunner):
             return super().execute(plan)
         for d in plan.new_requests:
             self.known[d.request_id] = d.prompt_len + len(d.output_tokens)
+            self.computed[d.request_id] = d.num_computed_tokens
         for c in plan.cached_requests:
             self.computed[c.request_id] = c.num_computed_tokens
         outs = {}
         steps = 0
         for rid, k in plan.window.items():
+            # A row the window admits first computes the rest of its known tokens.
+            self.computed[rid] += plan.num_scheduled_tokens[rid] - k
+            assert self.computed[rid] + 1 == self.known[rid]  # its first step samples
             n = 1 if self.refuse else k
             toks = []
             for _ in range(n):
@@ -152,3 +156,93 @@ def test_eos_inside_a_window_ends_the_request_and_frees_everything():
     assert outs[-1].tokens == (2, 3, EOS)
     assert s.kv.num_used_blocks == 0
     assert s.window_stats.executed_windows == 1 and s.window_stats.executed_steps == 3
+
+
+# ------------------------------------------------------------- windows that admit (window_admits)
+
+
+def admitting_sched(**kw):
+    s = sched(**kw)
+    s.window_k = 4
+    s.window_admits = True
+    return s
+
+
+def test_a_window_admits_a_new_prompt_beside_a_decoding_request():
+    s = admitting_sched()
+    s.add_request(req("a", prompt_len=8, max_new=20))
+    r = WindowRunner()
+    p, _ = step(s, r)  # a alone: arrivals alone stay a single step (first audio at once)
+    assert not p.window and s.window_stats.refusals["new_request"] == 1
+    s.add_request(req("b", prompt_len=6, max_new=20))
+    p = s.schedule()
+    # b: its whole prompt in the first step, then 3 decode steps; a: 4 decode steps
+    assert dict(p.window) == {"a": 4, "b": 4}
+    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 6 + 3}
+    b = s.requests["b"]
+    assert b.num_placeholders == 4 and b.num_computed_tokens == 9 == b.num_tokens - 1
+    assert len(s.kv.block_ids("b")) == s.kv.blocks_for(9)
+    outs = s.update(p, r.execute(p))
+    assert {o.request_id: len(o.tokens) for o in outs} == {"a": 4, "b": 4}
+    assert b.num_placeholders == 0 and b.num_computed_tokens + 1 == b.num_tokens == 10
+    assert s.window_stats.admitting_windows == 1 and s.window_stats.planned_windows == 1
+
+
+def test_without_window_admits_an_arrival_makes_a_single_step():
+    s = sched()
+    s.window_k = 4
+    s.add_request(req("a", prompt_len=8, max_new=20))
+    r = WindowRunner()
+    step(s, r)
+    s.add_request(req("b", prompt_len=6, max_new=20))
+    p, _ = step(s, r)
+    assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 6}
+    assert s.window_stats.admitting_windows == 0
+
+
+def test_a_prompt_split_across_steps_is_never_admitted():
+    """b's prompt (40) exceeds the step's budget: its first chunk samples nothing, so the
+    step stays single for everyone; its last chunk is admitted once it fits whole."""
+    s = admitting_sched(max_num_batched_tokens=32)
+    s.add_request(req("a", prompt_len=8, max_new=30))
+    r = WindowRunner()
+    step(s, r)
+    s.add_request(req("b", prompt_len=40, max_new=30))
+    p, _ = step(s, r)
+    assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 31}
+    assert s.window_stats.refusals["prefill"] == 1
+    p, _ = step(s, r)  # b's last 9 tokens, whole: admitted
+    assert dict(p.window) == {"a": 4, "b": 4}
+    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 9 + 3}
+
+
+def test_an_admitted_request_that_stops_at_its_first_token_frees_everything():
+    s = admitting_sched()
+    s.add_request(req("a", prompt_len=8, max_new=20))
+    r = WindowRunner(script={"b": [EOS]})
+    step(s, r)
+    s.add_request(req("b", prompt_len=6, max_new=20, min_new_tokens=0))
+    p, outs = step(s, r)
+    assert dict(p.window) == {"a": 4, "b": 4}
+    ends = {o.request_id: (o.tokens, o.finish_reason) for o in outs}
+    assert ends["b"] == ((EOS,), "stop") and len(ends["a"][0]) == 4
+    assert "b" not in s.requests and s.kv.block_ids("b") == ()
+    assert s.kv.num_used_blocks == s.kv.blocks_for(s.requests["a"].num_computed_tokens)
+
+
+def test_a_refused_admitting_window_keeps_the_prefill_and_one_token():
+    s = admitting_sched(block_size=2)
+    s.add_request(req("a", prompt_len=8, max_new=20))
+    r = WindowRunner(refuse=True)
+    step(s, r)
+    s.add_request(req("b", prompt_len=6, max_new=20))
+    a = s.requests["a"]
+    a_before = a.num_computed_tokens
+    p, outs = step(s, r)
+    assert dict(p.window) == {"a": 4, "b": 4}
+    b = s.requests["b"]
+    assert {o.request_id: len(o.tokens) for o in outs} == {"a": 1, "b": 1}
+    assert a.num_computed_tokens == a_before + 1 and b.num_computed_tokens == 6
+    assert b.num_placeholders == 0 == a.num_placeholders
+    for x in (a, b):
+        assert len(s.kv.block_ids(x.request_id)) == s.kv.blocks_for(x.num_computed_tokens)

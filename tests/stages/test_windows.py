@@ -210,20 +210,43 @@ def test_runner_refuses_an_inconsistent_window_and_runs_one_exact_step(reason, s
     assert tokens == single_step_tokens(("r0", "r1"))
 
 
-def test_runner_refuses_a_window_for_a_request_still_in_prefill():
-    """'p' has one prompt token left (a first chunk of prompt_len - 1 tokens ran): a window
-    plan for it is refused, and the single step finishes its prefill and samples a token."""
+def prefilling_runner(left: int):
+    """A runner holding 'p' with `left` prompt tokens still to compute (a first chunk ran)."""
     _, proc = talker_engine()
     request = proc.make_request(fixed("p", 20))
-    engine, _ = talker_engine(block_size=64, max_num_batched_tokens=request.prompt_len - 1)
+    engine, _ = talker_engine(block_size=64, max_num_batched_tokens=request.prompt_len - left)
     engine.add_request(request)
     engine.step()
-    runner = engine.runner
-    held = runner.requests["p"]
-    assert held.num_computed == request.prompt_len - 1 and not held.in_decode
+    held = engine.runner.requests["p"]
+    assert held.num_computed == request.prompt_len - left and not held.in_decode
+    return engine.runner, held, request.prompt_len
+
+
+def test_runner_refuses_a_window_whose_first_step_would_sample_nothing():
+    """'p' has two prompt tokens left: a window whose first step computes one of them would
+    sample nothing there, so it is refused, and the single step computes that one token."""
+    runner, held, prompt_len = prefilling_runner(2)
     plan = StepPlan(step_id=99, num_scheduled_tokens={"p": 1}, window={"p": 1})
-    assert_refused_as_one_step(runner.execute(plan), "not_in_decode", ("p",))
-    assert held.num_computed == request.prompt_len and held.in_decode
+    result = runner.execute(plan)
+    assert result.window_refusal == "not_in_decode" and result.window_steps == 1
+    assert "p" not in result.outputs  # no token sampled: its prompt is not finished
+    assert held.num_computed == prompt_len - 1 and not held.in_decode
+
+
+def test_runner_runs_a_window_that_admits_a_request_finishing_its_prompt():
+    """'p' has one prompt token left: a window of 3 that admits it computes that token, then
+    two decode steps; the three tokens are those of three single steps."""
+    runner, held, prompt_len = prefilling_runner(1)
+    plan = StepPlan(step_id=99, num_scheduled_tokens={"p": 3}, window={"p": 3})
+    result = runner.execute(plan)
+    assert result.window_refusal is None and result.window_steps == 3
+    assert held.num_computed == prompt_len + 2 and held.in_decode
+    single, _, _ = prefilling_runner(1)
+    tokens = []
+    for i in range(3):
+        out = single.execute(StepPlan(step_id=100 + i, num_scheduled_tokens={"p": 1}))
+        tokens.extend(out.outputs["p"].tokens)
+    assert result.outputs["p"].tokens == tuple(tokens)
 
 
 def test_runner_gate_names_a_request_it_does_not_hold():
