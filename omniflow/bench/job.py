@@ -108,7 +108,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     client = [
         f"--prompts={prompts_file}",
         f"--num-prompts={b.round_prompts}",
-        f"--max-frames={b.max_frames}",
+        f"--max-frames={b.max_frames or 0}",  # the client's 0: no cap (null here)
         f"--concurrency={b.concurrency}",
         f"--model={graph.model.name}",
         f"--voice={VOICE}",

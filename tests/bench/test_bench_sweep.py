@@ -237,3 +237,17 @@ def test_the_warm_ups_run_first_and_count_nowhere(tmp_path):
     assert sum(r["completed"] for r in result["rounds"]) == 2
     # ms/frame over the measured frames only: 2 x 4, not the warm-ups' 3 x 4 besides
     assert result["served_frames"] == 8 and result["talker_ms_per_frame"] > 0
+
+
+def test_a_job_without_a_frame_cap_asks_each_prompt_for_its_own_length(tmp_path):
+    """`bench.max_frames` unset (the default): every prompt asks for its own frame count,
+    and the load generator, which takes 0 as "no cap", is not handed the string 'None'."""
+    from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
+    from omniflow.bench.job import run_job
+    from omniflow.config.compose import compose
+
+    args = ["platform=cpu", "bench.num_prompts=1", "bench.rounds=1", "bench.warmup=0"]
+    result = run_job(compose(args), args, None)
+    want = [p.frames for p in load_prompts(DEFAULT_PROMPTS, 1)]
+    assert result["config"]["frames_per_prompt"] == want and want[0] > 4
+    assert result["rounds"][0]["completed"] == 1 and result["summary"]["failed"] == 0
