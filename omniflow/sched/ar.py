@@ -199,8 +199,14 @@ class ARScheduler:
         # The room a waiting context would have next step: what the running requests leave
         # now, less one token for each request admitted below (it decodes next step).
         room = budget
+        hold = self._hold_for_window()
         for req in list(self.waiting):
-            if budget <= 0 or preempted_now or len(self.running) >= self.config.max_num_seqs:
+            if (
+                hold
+                or budget <= 0
+                or preempted_now
+                or len(self.running) >= self.config.max_num_seqs
+            ):
                 break
             if req.request_id in self._paused:
                 continue  # preempted while paused: it waits for its consumer, others go on
@@ -282,6 +288,18 @@ class ARScheduler:
             total_num_tokens=sum(scheduled.values()),
             window=window,
         )
+
+    def _hold_for_window(self) -> bool:
+        """With `window_admits`: while every running request (paused ones aside) has a window
+        in flight, waiting ones are not admitted alone; the plan after that window's update
+        admits them into a window beside the running rows. Why: under async scheduling the
+        next step is planned while a window runs, so an arrival would always find the
+        running rows fenced and be prefilled in a step of its own, with its own sampling,
+        decoder pass and engine round, and never join them in a window."""
+        if not self.window_admits:
+            return False
+        running = [r for r in self.running if r.request_id not in self._paused]
+        return bool(running) and all(r.request_id in self._outstanding for r in running)
 
     def _preemption_victim(self, req: Request) -> Request:
         """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no

@@ -100,8 +100,15 @@ def plan_window(
             return {}, {}
         extra[rid] = blocks
     stats.planned_windows += 1
-    stats.admitting_windows += any(c.num_tokens != 1 or c.is_new for c in candidates)
+    stats.admitting_windows += any(_prefills(c) for c in candidates)
     return sizes, extra
+
+
+def _prefills(c: Candidate) -> bool:
+    """Its step computes context rather than one decode token: a request new to the runner,
+    or one still in its prompt (judged on the computed count *before* this step, so its last
+    prefill token counts), or more than one token."""
+    return c.is_new or c.computed_before < c.request.prompt_len or c.num_tokens != 1
 
 
 def _refusal(candidates: list[Candidate], waiting: int, admits: bool) -> str | None:
@@ -114,9 +121,7 @@ def _refusal(candidates: list[Candidate], waiting: int, admits: bool) -> str | N
     decoding = False
     for c in candidates:
         r = c.request
-        # Compare the pre-schedule computed count with the prompt length: the last prefill
-        # token opens a window only when the window admits it.
-        if c.is_new or c.computed_before < r.prompt_len or c.num_tokens != 1:
+        if _prefills(c):  # the last prefill token opens a window only when it is admitted
             if not admits:
                 return "new_request" if c.is_new else "prefill"
             if c.computed_before + c.num_tokens != r.num_tokens:
@@ -125,6 +130,6 @@ def _refusal(candidates: list[Candidate], waiting: int, admits: bool) -> str | N
         if c.computed_before + 1 != r.num_tokens:
             return "not_at_end"
         decoding = True
-    if not decoding:
-        return "new_request"
+    if not decoding:  # nothing to admit beside: named as without `admits`
+        return "new_request" if any(c.is_new for c in candidates) else "prefill"
     return None

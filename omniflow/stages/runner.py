@@ -33,6 +33,7 @@ from omniflow.stages.draw import SamplingBatch
 from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.stages.sampler import BatchSampler, SamplingStaging
 from omniflow.stages.step_audio import StepAudio
+from omniflow.stages.window_gate import first_step_tokens, refused_step, window_refusal
 
 log = logging.getLogger(__name__)
 
@@ -169,21 +170,8 @@ class ARModelRunner:
     # ---------------------------------------------------------- windows (docs/architecture.md)
 
     def _window_refusal(self, plan: StepPlan) -> str | None:
-        """Gate 3: re-check a window plan against what the runner holds. A row's first step
-        is one decode token, or (a window that admits it) the rest of its known tokens, so
-        that every row samples at every step of the window."""
-        if set(plan.num_scheduled_tokens) != set(plan.window):
-            return "partial_window"
-        for rid, k in plan.window.items():
-            r = self.requests.get(rid)
-            if r is None:
-                return "unknown_request"
-            first = _first_step_tokens(plan, rid)
-            if k < 1 or first < 1 or (r.in_decode and first != 1):
-                return "plan_mismatch"
-            if not r.in_decode and r.num_computed + first != r.num_tokens:
-                return "not_in_decode"
-        return None
+        """Gate 3 (`stages/window_gate.py`)."""
+        return window_refusal(plan, self.requests)
 
     def _run_window(self, plan: StepPlan) -> StepResult:
         reason = self._window_refusal(plan)
@@ -191,19 +179,14 @@ class ARModelRunner:
             if reason not in self._refusals_logged:
                 self._refusals_logged.add(reason)
                 log.info("window refused at run time (%s): running a single step", reason)
-            known = [
-                (rid, 1 if self.requests[rid].in_decode else max(1, _first_step_tokens(plan, rid)))
-                for rid in plan.num_scheduled_tokens
-                if rid in self.requests
-            ]
-            single, audio = self._run(known, plan.step_id)
-            for rid in plan.num_scheduled_tokens:  # a plan naming a request the runner lacks
-                if rid not in self.requests:
-                    single[rid] = RequestStepOutput(error=f"{rid}: not held by the runner")
+            order, errors = refused_step(plan, self.requests)
+            single, audio = self._run(order, plan.step_id) if order else ({}, None)
+            for rid, message in errors.items():
+                single[rid] = RequestStepOutput(error=message)
             return StepResult(
                 plan.step_id, single, window_steps=1, window_refusal=reason, late_audio=audio
             )
-        firsts = {rid: _first_step_tokens(plan, rid) for rid in plan.window}
+        firsts = {rid: first_step_tokens(plan, rid) for rid in plan.window}
         if all(n == 1 and self.requests[rid].in_decode for rid, n in firsts.items()):
             outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
         else:
@@ -221,7 +204,8 @@ class ARModelRunner:
         decoder pass and scheduling turn-around, and the running rows would make one frame
         in it instead of a window's k (docs/engine.md, "Windows that admit")."""
         sampled = self._mixed_sample(list(firsts.items()))
-        assert sampled is not None  # gate 3: every row reaches the end of its known tokens
+        if sampled is None:  # gate 3 passed it: every row reaches the end of its known tokens
+            raise RuntimeError("an admitting window's first step sampled no row")
         reqs, sample = sampled
         outputs = self._record(reqs, sample)
         first = self._step(reqs, sample)
@@ -424,11 +408,6 @@ class ARModelRunner:
         with self.timer.phase(self.stage_name, "audio"):
             pending = [*queued, self.model.queue_audio(steps)] if steps else queued
         return StepAudio(pending, self.model.name, step_id) if pending else None
-
-
-def _first_step_tokens(plan: StepPlan, rid: str) -> int:
-    """Tokens a window row computes in the window's first step (`StepPlan.window`)."""
-    return plan.num_scheduled_tokens[rid] - plan.window[rid] + 1
 
 
 def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from tests.sched.test_ar_scheduler import EOS, FakeRunner, req, sched
 
@@ -246,3 +248,74 @@ def test_a_refused_admitting_window_keeps_the_prefill_and_one_token():
     assert b.num_placeholders == 0 == a.num_placeholders
     for x in (a, b):
         assert len(s.kv.block_ids(x.request_id)) == s.kv.blocks_for(x.num_computed_tokens)
+
+
+def test_a_one_token_last_chunk_is_admitted_and_counted():
+    s = admitting_sched(max_num_batched_tokens=32)
+    s.add_request(req("a", prompt_len=8, max_new=30))
+    r = WindowRunner()
+    step(s, r)
+    s.add_request(req("b", prompt_len=32, max_new=30))
+    p, _ = step(s, r)  # a's token and b's first 31
+    assert dict(p.num_scheduled_tokens) == {"a": 1, "b": 31} and not p.window
+    p, _ = step(s, r)  # b's last prompt token, admitted
+    assert dict(p.window) == {"a": 4, "b": 4}
+    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 1 + 3}
+    assert s.window_stats.admitting_windows == 1
+
+
+def test_a_lone_last_chunk_is_refused_as_prefill_not_as_new():
+    s = admitting_sched(max_num_batched_tokens=16)
+    s.add_request(req("b", prompt_len=24, max_new=30))
+    r = WindowRunner()
+    step(s, r)  # b's first 16 of a split prompt: `prefill`
+    p, _ = step(s, r)  # its last 8, alone: nothing to admit it beside, and b is not new
+    assert not p.window
+    assert dict(s.window_stats.refusals) == {"prefill": 2}
+
+
+@pytest.mark.parametrize("admits", [False, True])
+def test_arrivals_wait_for_the_window_in_flight_only_when_it_admits(admits):
+    """Async scheduling plans the next step before a window's update: with `window_admits`
+    an arrival is held back while every running request is fenced (the plan is empty), and
+    the plan after the update admits it beside them; without, it is prefilled alone."""
+    s = sched()
+    s.window_k = 4
+    s.window_admits = admits
+    s.add_request(req("a", prompt_len=8, max_new=30))
+    r = WindowRunner()
+    step(s, r)
+    window = s.schedule()
+    assert dict(window.window) == {"a": 4}
+    s.add_request(req("b", prompt_len=6, max_new=30))
+    during = s.schedule()  # a is fenced
+    assert dict(during.num_scheduled_tokens) == ({} if admits else {"b": 6})
+    s.update(window, r.execute(window))
+    s.update(during, r.execute(during))
+    after = s.schedule()
+    if admits:
+        assert dict(after.window) == {"a": 4, "b": 4}
+        assert dict(after.num_scheduled_tokens) == {"a": 4, "b": 6 + 3}
+    else:
+        assert dict(after.window) == {"a": 4, "b": 4}  # b decodes: an ordinary window
+        assert dict(after.num_scheduled_tokens) == {"a": 4, "b": 4}
+
+
+def test_a_paused_request_neither_holds_arrivals_nor_lets_them_past_the_window():
+    """Held while every *unpaused* running request is fenced: with 'a' in its window and
+    'c' paused (not stepping), 'b' waits for a's window; with 'a' paused too, nothing is
+    stepping and 'b' is planned at once."""
+    s = admitting_sched()
+    for rid in ("a", "c"):
+        s.add_request(req(rid, prompt_len=8, max_new=30))
+    r = WindowRunner()
+    step(s, r)
+    s.pause("c")
+    window = s.schedule()
+    assert dict(window.window) == {"a": 4}
+    s.add_request(req("b", prompt_len=6, max_new=30))
+    assert s.schedule().is_empty  # b held for a's window
+    s.update(window, r.execute(window))
+    s.pause("a")
+    p = s.schedule()
+    assert dict(p.num_scheduled_tokens) == {"b": 6}

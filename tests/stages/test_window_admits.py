@@ -59,12 +59,16 @@ def staggered(arrivals=None, **engine_kw) -> tuple[list[StageOutput], object, Ph
     return outputs, engine, phases
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_admitting_windows_give_the_single_step_codes(async_scheduling):
-    base, _, _ = staggered(async_scheduling=async_scheduling)
-    outs, engine, phases = staggered(
-        async_scheduling=async_scheduling, window_k=4, window_admits=True
-    )
+@pytest.mark.parametrize(
+    ("async_scheduling", "stream_decode"), [(False, False), (True, False), (True, True)]
+)
+def test_admitting_windows_give_the_single_step_codes(async_scheduling, stream_decode):
+    """(True, True) is the fused pipeline's shipped setup: there the engine plans the next
+    step while a window (and its audio) is in flight, so arrivals would always find the
+    running rows fenced; they are held for the plan after the window's update instead."""
+    kw = dict(async_scheduling=async_scheduling, stream_decode=stream_decode)
+    base, _, _ = staggered(**kw)
+    outs, engine, phases = staggered(**kw, window_k=4, window_admits=True)
     assert collect(outs) == collect(base)
     stats = engine.scheduler.window_stats
     assert stats.admitting_windows >= 2  # both waves joined a window of the running rows
@@ -212,15 +216,13 @@ def test_an_admitting_window_refused_at_run_time_runs_the_exact_mixed_step(async
 
 
 def test_the_served_pipeline_admits_when_its_stage_says_so():
-    """`pipeline.stages.talker.window_admits` reaches the served talker's scheduler: a
-    request submitted while another decodes joins a window, and finishes whole. (Sync
-    scheduling: under async an arrival planned while the other's window is in flight finds
-    it fenced and is prefilled alone, so whether it is admitted depends on timing.)"""
+    """`pipeline.stages.talker.window_admits` reaches the served talker's scheduler (async
+    scheduling, the fused pipeline's default): a request submitted while another decodes
+    joins a window, and finishes whole."""
     orch = build(
         "qwen3_tts_fused",
         "pipeline.stages.talker.window_k=4",
         "pipeline.stages.talker.window_admits=true",
-        "pipeline.stages.talker.scheduler.async_scheduling=false",
     )
     try:
         first, second = FirstAudio(), FirstAudio()
@@ -232,3 +234,35 @@ def test_the_served_pipeline_admits_when_its_stage_says_so():
         assert first.wait().pcm.shape == (150 * 1920,)
     finally:
         orch.stop()
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_admitting_window_decodes_its_audio_in_chunks(async_scheduling):
+    """`audio_chunk_frames` 2 in windows of 4: the mixed first step counts as the first
+    frame of the window's first chunk (every pass but a request's last takes 2 frames), and
+    the PCM is the single steps' within one 16-bit step."""
+    base, _, _ = staggered(stream_decode=True)
+    engine, proc = talker_engine(
+        stream_decode=True, window_k=4, window_admits=True, async_scheduling=async_scheduling
+    )
+    engine.runner.audio_chunk_frames = 2
+    passes: list[int] = []
+    queue_audio = engine.runner.model.queue_audio
+
+    def spy(steps):
+        passes.append(len(steps))
+        return queue_audio(steps)
+
+    engine.runner.model.queue_audio = spy  # type: ignore[method-assign]
+    outputs: list[StageOutput] = []
+    for i in range(max(ARRIVALS) + 1):
+        for r in ARRIVALS.get(i, []):
+            engine.add_request(proc.make_request(r))
+        outputs.extend(engine.step())
+    outputs.extend(engine.run_until_idle())
+    assert engine.scheduler.window_stats.admitting_windows >= 2
+    assert collect(outputs) == collect(base)
+    want, got = pcm(base), pcm(outputs)
+    for rid in want:
+        np.testing.assert_allclose(got[rid], want[rid], rtol=0, atol=1 / 32768)
+    assert max(passes) == 2 and passes.count(2) > passes.count(1)

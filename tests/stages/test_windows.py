@@ -224,13 +224,15 @@ def prefilling_runner(left: int):
 
 def test_runner_refuses_a_window_whose_first_step_would_sample_nothing():
     """'p' has two prompt tokens left: a window whose first step computes one of them would
-    sample nothing there, so it is refused, and the single step computes that one token."""
+    sample nothing there. It is refused, and 'p' ends with an error rather than run: the
+    scheduler reconciles a window as if every row sampled in its first step, so computing
+    the token without a sample would leave the two a token apart."""
     runner, held, prompt_len = prefilling_runner(2)
     plan = StepPlan(step_id=99, num_scheduled_tokens={"p": 1}, window={"p": 1})
     result = runner.execute(plan)
     assert result.window_refusal == "not_in_decode" and result.window_steps == 1
-    assert "p" not in result.outputs  # no token sampled: its prompt is not finished
-    assert held.num_computed == prompt_len - 1 and not held.in_decode
+    assert "known tokens" in result.outputs["p"].error
+    assert held.num_computed == prompt_len - 2  # nothing computed
 
 
 def test_runner_runs_a_window_that_admits_a_request_finishing_its_prompt():

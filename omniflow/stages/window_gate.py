@@ -1,0 +1,63 @@
+"""Gate 3 of multi-step windows: the runner re-checks a window plan against the requests it
+holds, and says what single step a refused plan runs instead (docs/architecture.md,
+"Multi-step decode windows"). The scheduler's gate (`sched/window.py`) decides from its own
+view; this one guards the runner's state against a plan that disagrees with it, so that a
+mismatch costs one exact step instead of K/V written at the wrong positions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from omniflow.core.step import StepPlan
+from omniflow.stages.inputs import RunnerRequest
+
+
+def first_step_tokens(plan: StepPlan, rid: str) -> int:
+    """Tokens a window row computes in the window's first step (`StepPlan.window`): 1 for a
+    row in decode, the rest of its known tokens for a row the window admits."""
+    return plan.num_scheduled_tokens[rid] - plan.window[rid] + 1
+
+
+def window_refusal(plan: StepPlan, requests: Mapping[str, RunnerRequest]) -> str | None:
+    """Why the runner cannot run `plan`'s window, or None. Every row must sample at every
+    step of the window: its first step is one decode token, or (admitted) exactly the rest
+    of its known tokens."""
+    if set(plan.num_scheduled_tokens) != set(plan.window):
+        return "partial_window"
+    for rid, k in plan.window.items():
+        r = requests.get(rid)
+        if r is None:
+            return "unknown_request"
+        first = first_step_tokens(plan, rid)
+        if k < 1 or first < 1 or (r.in_decode and first != 1):
+            return "plan_mismatch"
+        if not r.in_decode and r.num_computed + first != r.num_tokens:
+            return "not_in_decode"
+    return None
+
+
+def refused_step(
+    plan: StepPlan, requests: Mapping[str, RunnerRequest]
+) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    """The single step a refused window runs: (each row's tokens, in plan order; an error
+    for each row it cannot run). A row in decode computes one token; an admitted row its
+    first step's tokens, when they end its known tokens; a row outside the window its
+    planned tokens. A row that would sample nothing (or
+    run past what it holds) gets an error instead: the scheduler reconciles a window as if
+    every row sampled in its first step, and would otherwise fall out of step with the
+    runner by a token. The scheduler's own gate never plans such a row."""
+    order: list[tuple[str, int]] = []
+    errors: dict[str, str] = {}
+    for rid in plan.num_scheduled_tokens:
+        r = requests.get(rid)
+        if r is None:
+            errors[rid] = f"{rid}: not held by the runner"
+        elif r.in_decode:
+            order.append((rid, 1))
+        elif rid not in plan.window:  # a partial window: this row's single step as planned
+            order.append((rid, plan.num_scheduled_tokens[rid]))
+        elif r.num_computed + first_step_tokens(plan, rid) == r.num_tokens:
+            order.append((rid, first_step_tokens(plan, rid)))
+        else:
+            errors[rid] = f"{rid}: the window plan does not end its known tokens"
+    return order, errors
