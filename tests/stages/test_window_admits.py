@@ -266,3 +266,15 @@ def test_an_admitting_window_decodes_its_audio_in_chunks(async_scheduling):
     for rid in want:
         np.testing.assert_allclose(got[rid], want[rid], rtol=0, atol=1 / 32768)
     assert max(passes) == 2 and passes.count(2) > passes.count(1)
+
+
+def test_admitting_windows_through_the_graph_paths_give_the_eager_codes():
+    """The talker's decode-graph and the predictor's frame-graph paths (run without capture
+    on the CPU: the bucket padding and wiring CUDA replays) in admitting windows."""
+    base, _, _ = staggered()
+    outs, engine, _ = staggered(
+        decode_graphs=True, frame_graphs=True, window_k=4, window_admits=True
+    )
+    assert engine.runner.model.decode_graphs is not None
+    assert engine.scheduler.window_stats.admitting_windows >= 2
+    assert collect(outs) == collect(base)
