@@ -82,7 +82,11 @@ class FakePipeline:
             steps = self.steps
             dead = set(self._dead)
         first, second = self._info.stages
-        windows = WindowCounters(steps, 0, 0, {"waiting": 1}) if self._windows else None
+        windows = (
+            WindowCounters(steps, 0, 0, {"waiting": 1}, admitting=2 * steps)
+            if self._windows
+            else None
+        )
         return PipelineStats(
             in_flight=n,
             stages=(
