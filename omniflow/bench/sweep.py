@@ -105,6 +105,16 @@ def _value(result: dict[str, Any], key: str) -> str:
     return ""
 
 
+def windows_cell(w: dict[str, int]) -> str:
+    """A job's windows for the summary: executed (their steps), and how many of them
+    admitted new requests when any did (`window_admits`, the number an A/B of it reads)."""
+    if not w:
+        return "-"
+    cell = f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
+    admitting = w.get("admitting_windows", 0)
+    return f"{cell}, {admitting} admitting" if admitting else cell
+
+
 def summarize(directory: Path) -> str:
     """Write summary.md and rtf.png into the sweep directory; return the summary."""
     results = load_results(directory)
@@ -140,7 +150,7 @@ def summarize(directory: Path) -> str:
                 _num(s["audio_throughput"], "median", 2),
                 _num(s["underrun_s"], "max", 3),
                 f"{r['talker_ms_per_frame']:.1f}" if r.get("talker_ms_per_frame") else "-",
-                f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})" if w else "-",
+                windows_cell(w),
             ]
         )
     first = results[0]

@@ -251,3 +251,12 @@ def test_a_job_without_a_frame_cap_asks_each_prompt_for_its_own_length(tmp_path)
     want = [p.frames for p in load_prompts(DEFAULT_PROMPTS, 1)]
     assert result["config"]["frames_per_prompt"] == want and want[0] > 4
     assert result["rounds"][0]["completed"] == 1 and result["summary"]["failed"] == 0
+
+
+def test_the_summary_says_how_many_windows_admitted():
+    from omniflow.bench.sweep import windows_cell
+
+    assert windows_cell({}) == "-"
+    plain = {"executed_windows": 12, "executed_steps": 96, "admitting_windows": 0}
+    assert windows_cell(plain) == "12 (96)"
+    assert windows_cell({**plain, "admitting_windows": 5}) == "12 (96), 5 admitting"
