@@ -119,7 +119,9 @@ class ARStageConfig(StageBase):
         description="With window_k: a window may open on a step that admits new requests "
         "beside running ones (each new prompt prefilled whole in the window's first step, "
         "then decoded with the rest), instead of a single mixed step; the arrivals' first "
-        "audio then comes at the window's end. false: a step that admits is a single step.",
+        "audio then comes at the window's end, and requests queued for a seat "
+        "(max_num_seqs) no longer close windows. false: a step that admits is a single "
+        "step, and any waiting request refuses a window.",
     )
 
 

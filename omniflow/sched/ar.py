@@ -238,7 +238,7 @@ class ARScheduler:
                 )
                 for rid, n in scheduled.items()
             ],
-            waiting=sum(1 for r in self.waiting if r.request_id not in self._paused),
+            waiting=self._admissible_waiting(),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,
@@ -288,6 +288,17 @@ class ARScheduler:
             total_num_tokens=sum(scheduled.values()),
             window=window,
         )
+
+    def _admissible_waiting(self) -> int:
+        """Waiting requests that keep a window from opening (`sched/window.py`: a window
+        would delay their admission by its k steps). Paused ones never count. With
+        `window_admits`, none counts while every seat (`max_num_seqs`) is taken: then no
+        waiting request could enter before a running one ends, and refusing the window
+        would only run every running request at single steps; they are admitted at the
+        window's end instead, as arrivals are."""
+        if self.window_admits and len(self.running) >= self.config.max_num_seqs:
+            return 0
+        return sum(1 for r in self.waiting if r.request_id not in self._paused)
 
     def _hold_for_window(self) -> bool:
         """With `window_admits`: while every running request (paused ones aside) has a window

@@ -319,3 +319,36 @@ def test_a_paused_request_neither_holds_arrivals_nor_lets_them_past_the_window()
     s.pause("a")
     p = s.schedule()
     assert dict(p.num_scheduled_tokens) == {"b": 6}
+
+
+@pytest.mark.parametrize("admits", [False, True])
+def test_a_queue_beyond_the_seats_closes_windows_only_without_admits(admits):
+    """Two seats, three requests: c waits for a seat. Without `window_admits` the waiting
+    queue refuses every window (the gate's rule); with it, c could not enter before a or b
+    ends anyway, so the window opens, and c is admitted when a seat frees."""
+    s = sched(max_num_seqs=2)
+    s.window_k = 4
+    s.window_admits = admits
+    s.add_request(req("a", prompt_len=8, max_new=6))
+    s.add_request(req("b", prompt_len=8, max_new=30))
+    s.add_request(req("c", prompt_len=8, max_new=30))
+    r = WindowRunner()
+    step(s, r)  # a and b prefilled; c waits for a seat
+    p, _ = step(s, r)
+    if admits:
+        assert dict(p.window) == {"a": 4, "b": 4}
+    else:
+        assert not p.window and s.window_stats.refusals["waiting"] == 2
+    plans, _ = run_plans(s, r)
+    admitted = next(q for q in plans if "c" in q.num_scheduled_tokens)
+    assert admitted.num_scheduled_tokens["c"] >= 8  # c's prompt, once a finished
+    assert not s.requests and s.kv.num_used_blocks == 0
+
+
+def run_plans(s, r):
+    plans, outputs = [], []
+    while s.has_unfinished:
+        plan, outs = step(s, r)
+        plans.append(plan)
+        outputs.extend(outs)
+    return plans, outputs

@@ -278,3 +278,19 @@ def test_admitting_windows_through_the_graph_paths_give_the_eager_codes():
     assert engine.runner.model.decode_graphs is not None
     assert engine.scheduler.window_stats.admitting_windows >= 2
     assert collect(outs) == collect(base)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_windows_stay_open_while_requests_queue_for_a_seat(async_scheduling):
+    """Four requests, two seats: with `window_admits` the two queued ones do not close the
+    running ones' windows (without it every step while they queue is single), and each
+    request's codes are the single steps' codes."""
+    reqs = {0: [fixed(f"q{i}", 6 + 4 * i, seed=i, text=f"Queue {i}.") for i in range(4)]}
+    kw = dict(async_scheduling=async_scheduling, max_num_seqs=2)
+    base, _, _ = staggered(reqs, **kw)
+    _, plain, _ = staggered(reqs, **kw, window_k=4)
+    outs, admits, _ = staggered(reqs, **kw, window_k=4, window_admits=True)
+    assert collect(outs) == collect(base)
+    assert plain.scheduler.window_stats.refusals["waiting"] > 0
+    assert admits.scheduler.window_stats.refusals["waiting"] == 0
+    assert admits.num_steps < plain.num_steps
