@@ -33,6 +33,7 @@ from omniflow.config.suggest import closest
 from omniflow.core.speech import SpeechRequest
 from omniflow.errors import ConfigError
 from omniflow.graph import StageGraph
+from omniflow.models.registry import load_request_check
 from omniflow.preflight import check_device
 from omniflow.serve.encoders import encode_whole
 
@@ -133,6 +134,19 @@ def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
         raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} {exc}") from None
 
 
+def check_request_fields(graph: StageGraph, voice: str | None, s: SynthConfig) -> None:
+    """The voice and language against the model config, before the build (the registry's
+    `request_check` of each stage that takes the prompt): a mistyped voice is one line and
+    exit status 2 at once, not after the weights load."""
+    for stage in graph.stages.values():
+        check = load_request_check(stage.arch)
+        if stage.upstream is None and check is not None:
+            try:
+                check(graph.model, voice, s.language)
+            except ConfigError as exc:
+                raise ConfigError(f"synth.{exc.key}", exc.reason) from None
+
+
 def run_synth(overrides: list[str], config_dir: str | None) -> int:
     spec = compose(synth_overrides(overrides), config_dir)
     graph = build_graph(spec)
@@ -140,6 +154,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     s = spec.synth
     fmt = output_format(s.out)
     reference = read_reference(s, graph.model.codec.sample_rate)
+    check_request_fields(graph, None if reference is not None else s.voice or DEFAULT_VOICE, s)
     tmp = reserve(s.out)
     try:
         audio, finish, elapsed, rate = _generate(graph, s, reference)

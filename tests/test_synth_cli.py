@@ -65,9 +65,42 @@ def test_synth_fused_pipeline_and_bad_voice(tmp_path, capsys):
     assert run_synth([*fused, f"out={tmp_path / 'f.wav'}"], None) == 0
     with wave.open(str(tmp_path / "f.wav")) as w:
         assert w.getnframes() == 24 * 1920
-    bad = run_synth([*ARGS, "voice=nobody", f"out={tmp_path / 'x.wav'}"], None)
-    assert bad == 2 and "unknown voice" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == [tmp_path / "f.wav"]  # nothing for the refused one
+    assert list(tmp_path.iterdir()) == [tmp_path / "f.wav"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("voice", "nobody", "unknown voice 'nobody'"), ("language", "klingon", "unknown language")],
+)
+def test_synth_refuses_a_voice_or_language_before_building(
+    tmp_path, monkeypatch, field, value, says
+):
+    """Checked against the model config alone: the pipeline is never built (on a GPU a 1.7B
+    build takes about a minute), the error names the key, and nothing is written."""
+    import omniflow.stages.build as build
+    from omniflow.errors import ConfigError
+    from omniflow.synth import run_synth
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the pipeline was built for a request it must refuse")
+
+    monkeypatch.setattr(build, "build_pipeline", no_build)
+    with pytest.raises(ConfigError) as exc:
+        run_synth([*ARGS, f"{field}={value}", f"out={tmp_path / 'x.wav'}"], None)
+    assert exc.value.key == f"synth.{field}" and says in exc.value.reason
+    assert list(tmp_path.iterdir()) == []
+    # a preset voice in another case, and a known language, pass the check
+    monkeypatch.undo()
+    assert (
+        run_synth([*ARGS, "voice=Ryan", "language=english", f"out={tmp_path / 'r.wav'}"], None) == 0
+    )
+
+
+def test_synth_cli_says_which_voice_is_unknown(tmp_path):
+    r = synth(tmp_path, "x.wav", "voice=nobody")
+    assert r.returncode == 2
+    assert "invalid configuration: synth.voice: unknown voice 'nobody'; known:" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "x.wav").exists()
 
 
 @pytest.mark.parametrize(

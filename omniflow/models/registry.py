@@ -10,9 +10,19 @@ first use; `omniflow.stages.build` is the only caller.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from omniflow.models.capabilities import ModelCapabilities
+
+if TYPE_CHECKING:
+    from omniflow.config.schema import ModelConfig
+
+RequestCheck = Callable[["ModelConfig", "str | None", str], None]
+"""(model config, preset voice or None, language) -> None; raises `ConfigError` keyed by the
+request field at fault."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,10 @@ class ArchEntry:
     capabilities: ModelCapabilities
     builder: str
     """`module:function` of the stage builder (see `omniflow.stages.builders.StageBuilder`)."""
+    request_check: str | None = None
+    """For a component that takes the request's prompt: `module:function(model, voice,
+    language)` raising `ConfigError` keyed by the field a request may not carry, from the
+    model config alone (no weights), so a command refuses it before it builds anything."""
 
 
 ARCHS: dict[str, ArchEntry] = {
@@ -37,6 +51,7 @@ ARCHS: dict[str, ArchEntry] = {
             accepts_reference=True,
         ),
         builder="omniflow.stages.qwen3_tts:build_talker_stage",
+        request_check="omniflow.models.qwen3_tts.prompt_check:check_voice_and_language",
     ),
     "qwen3_tts_code2wav": ArchEntry(
         ModelCapabilities(
@@ -52,6 +67,16 @@ ARCHS: dict[str, ArchEntry] = {
         builder="omniflow.stages.qwen3_tts:build_code2wav_stage",
     ),
 }
+
+
+def load_request_check(arch: str) -> RequestCheck | None:
+    """Import the request check the registry names for `arch` (None: it has none)."""
+    target = ARCHS[arch].request_check
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
+    check: RequestCheck = getattr(importlib.import_module(module), name)
+    return check
 
 
 def capabilities(arch: str) -> ModelCapabilities:
