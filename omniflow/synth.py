@@ -153,6 +153,13 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     check_device(graph)
     s = spec.synth
     fmt = output_format(s.out)
+    if s.ref_audio is not None and graph.model.speaker_encoder is None:
+        # the resolve layer's predicate for a CustomVoice model: no encoders are built
+        raise ConfigError(
+            "synth.ref_audio",
+            f"model {graph.model.name} does not support voice cloning (ref_audio needs a Base "
+            "model, e.g. model=qwen3_tts_tiny_base)",
+        )
     reference = read_reference(s, graph.model.codec.sample_rate)
     check_request_fields(graph, None if reference is not None else s.voice or DEFAULT_VOICE, s)
     tmp = reserve(s.out)

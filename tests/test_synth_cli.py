@@ -127,7 +127,7 @@ def reference_wav(path, rate: int = 16000) -> str:
     return str(path)
 
 
-def test_synth_clones_a_voice_from_a_reference_file(tmp_path, capsys):
+def test_synth_clones_a_voice_from_a_reference_file(tmp_path, monkeypatch):
     """ref_audio=FILE on the tiny Base model: the file is read, resampled (16 kHz here) and
     encoded; in context and x-vector only both write audio, and differ."""
     from omniflow.synth import run_synth
@@ -141,9 +141,19 @@ def test_synth_clones_a_voice_from_a_reference_file(tmp_path, capsys):
     x_audio, _ = soundfile.read(tmp_path / "x.wav")
     assert rate == 24000 and icl_audio.shape == x_audio.shape == (24 * 1920,)
     assert not np.array_equal(icl_audio, x_audio)
-    # A CustomVoice model has no encoders: one line, status 2, nothing written.
-    custom = [*ARGS, f"ref_audio={ref}", "ref_text=x", f"out={tmp_path / 'c.wav'}"]
-    capsys.readouterr()
-    assert run_synth(custom, None) == 2
-    assert "does not support voice cloning" in capsys.readouterr().err
+    # A CustomVoice model has no encoders: refused before anything is built (its key named,
+    # ahead of the transcript a clone would need), nothing written.
+    import omniflow.stages.build as build
+    from omniflow.errors import ConfigError
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the pipeline was built for a request it must refuse")
+
+    monkeypatch.setattr(build, "build_pipeline", no_build)
+    for extra in (["ref_text=x"], []):
+        custom = [*ARGS, f"ref_audio={ref}", *extra, f"out={tmp_path / 'c.wav'}"]
+        with pytest.raises(ConfigError) as exc:
+            run_synth(custom, None)
+        assert exc.value.key == "synth.ref_audio"
+        assert "does not support voice cloning" in exc.value.reason
     assert not (tmp_path / "c.wav").exists()
