@@ -170,6 +170,12 @@ def admitting_sched(**kw):
     return s
 
 
+def a_decoding(s, runner: WindowRunner, **a) -> None:
+    """'a' (8 prompt tokens, 20 frames unless `a` says otherwise) prefilled: it decodes next."""
+    s.add_request(req("a", **{"prompt_len": 8, "max_new": 20, **a}))
+    step(s, runner)
+
+
 def test_a_window_admits_a_new_prompt_beside_a_decoding_request():
     s = admitting_sched()
     s.add_request(req("a", prompt_len=8, max_new=20))
@@ -193,9 +199,8 @@ def test_a_window_admits_a_new_prompt_beside_a_decoding_request():
 def test_without_window_admits_an_arrival_makes_a_single_step():
     s = sched()
     s.window_k = 4
-    s.add_request(req("a", prompt_len=8, max_new=20))
     r = WindowRunner()
-    step(s, r)
+    a_decoding(s, r)
     s.add_request(req("b", prompt_len=6, max_new=20))
     p, _ = step(s, r)
     assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 6}
@@ -206,9 +211,8 @@ def test_a_prompt_split_across_steps_is_never_admitted():
     """b's prompt (40) exceeds the step's budget: its first chunk samples nothing, so the
     step stays single for everyone; its last chunk is admitted once it fits whole."""
     s = admitting_sched(max_num_batched_tokens=32)
-    s.add_request(req("a", prompt_len=8, max_new=30))
     r = WindowRunner()
-    step(s, r)
+    a_decoding(s, r, max_new=30)
     s.add_request(req("b", prompt_len=40, max_new=30))
     p, _ = step(s, r)
     assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 31}
@@ -220,9 +224,8 @@ def test_a_prompt_split_across_steps_is_never_admitted():
 
 def test_an_admitted_request_that_stops_at_its_first_token_frees_everything():
     s = admitting_sched()
-    s.add_request(req("a", prompt_len=8, max_new=20))
     r = WindowRunner(script={"b": [EOS]})
-    step(s, r)
+    a_decoding(s, r)
     s.add_request(req("b", prompt_len=6, max_new=20, min_new_tokens=0))
     p, outs = step(s, r)
     assert dict(p.window) == {"a": 4, "b": 4}
@@ -234,9 +237,8 @@ def test_an_admitted_request_that_stops_at_its_first_token_frees_everything():
 
 def test_a_refused_admitting_window_keeps_the_prefill_and_one_token():
     s = admitting_sched(block_size=2)
-    s.add_request(req("a", prompt_len=8, max_new=20))
     r = WindowRunner(refuse=True)
-    step(s, r)
+    a_decoding(s, r)
     s.add_request(req("b", prompt_len=6, max_new=20))
     a = s.requests["a"]
     a_before = a.num_computed_tokens
@@ -252,9 +254,8 @@ def test_a_refused_admitting_window_keeps_the_prefill_and_one_token():
 
 def test_a_one_token_last_chunk_is_admitted_and_counted():
     s = admitting_sched(max_num_batched_tokens=32)
-    s.add_request(req("a", prompt_len=8, max_new=30))
     r = WindowRunner()
-    step(s, r)
+    a_decoding(s, r, max_new=30)
     s.add_request(req("b", prompt_len=32, max_new=30))
     p, _ = step(s, r)  # a's token and b's first 31
     assert dict(p.num_scheduled_tokens) == {"a": 1, "b": 31} and not p.window
@@ -282,9 +283,8 @@ def test_arrivals_wait_for_the_window_in_flight_only_when_it_admits(admits):
     s = sched()
     s.window_k = 4
     s.window_admits = admits
-    s.add_request(req("a", prompt_len=8, max_new=30))
     r = WindowRunner()
-    step(s, r)
+    a_decoding(s, r, max_new=30)
     window = s.schedule()
     assert dict(window.window) == {"a": 4}
     s.add_request(req("b", prompt_len=6, max_new=30))

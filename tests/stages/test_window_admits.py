@@ -49,6 +49,11 @@ def staggered(arrivals=None, **engine_kw) -> tuple[list[StageOutput], object, Ph
     engine, proc = talker_engine(**engine_kw)
     phases = Phases()
     engine.runner.set_timer(phases, "talker")
+    return drive(engine, proc, arrivals), engine, phases
+
+
+def drive(engine, proc, arrivals) -> list[StageOutput]:
+    """Adds each wave before its engine step, runs to idle; every output error-free."""
     outputs: list[StageOutput] = []
     for i in range(max(arrivals) + 1):
         for r in arrivals.get(i, []):
@@ -56,7 +61,7 @@ def staggered(arrivals=None, **engine_kw) -> tuple[list[StageOutput], object, Ph
         outputs.extend(engine.step())
     outputs.extend(engine.run_until_idle())
     assert all(o.error is None for o in outputs)
-    return outputs, engine, phases
+    return outputs
 
 
 @pytest.mark.parametrize(
@@ -173,11 +178,7 @@ def test_a_preempted_request_resumes_into_a_window_with_the_same_codes():
         return execute(plan)
 
     engine.runner.execute = spy  # type: ignore[method-assign]
-    outputs: list[StageOutput] = []
-    for i in range(3):
-        engine.add_request(proc.make_request(arrivals[i][0]))
-        outputs.extend(engine.step())
-    outputs.extend(engine.run_until_idle())
+    outputs = drive(engine, proc, arrivals)
     assert engine.scheduler.num_preemptions > 0 and resumed
     assert collect(outputs) == collect(calm)
     assert engine.scheduler.kv.num_used_blocks == 0
@@ -202,13 +203,7 @@ def test_an_admitting_window_refused_at_run_time_runs_the_exact_mixed_step(async
         return gate(plan)
 
     runner._window_refusal = refuse_admitting  # type: ignore[method-assign]
-    outputs: list[StageOutput] = []
-    for i in range(max(ARRIVALS) + 1):
-        for r in ARRIVALS.get(i, []):
-            engine.add_request(proc.make_request(r))
-        outputs.extend(engine.step())
-    outputs.extend(engine.run_until_idle())
-    assert all(o.error is None for o in outputs)
+    outputs = drive(engine, proc, ARRIVALS)
     assert len(refused) >= 2
     assert engine.scheduler.window_stats.refusals["plan_mismatch"] == len(refused)
     assert collect(outputs) == collect(base)
@@ -254,12 +249,7 @@ def test_an_admitting_window_decodes_its_audio_in_chunks(async_scheduling):
         return queue_audio(steps)
 
     engine.runner.model.queue_audio = spy  # type: ignore[method-assign]
-    outputs: list[StageOutput] = []
-    for i in range(max(ARRIVALS) + 1):
-        for r in ARRIVALS.get(i, []):
-            engine.add_request(proc.make_request(r))
-        outputs.extend(engine.step())
-    outputs.extend(engine.run_until_idle())
+    outputs = drive(engine, proc, ARRIVALS)
     assert engine.scheduler.window_stats.admitting_windows >= 2
     assert collect(outputs) == collect(base)
     want, got = pcm(base), pcm(outputs)
