@@ -193,11 +193,8 @@ def _generate(
     embedding = codes = None
     if reference is not None:
         encoder = orch.reference_encoder()
-        if encoder is None:
-            raise SynthError(
-                f"model {graph.model.name} does not support voice cloning (ref_audio needs a "
-                "Base model, e.g. model=qwen3_tts_tiny_base)"
-            )
+        if encoder is None:  # run_synth refused ref_audio on a model without encoders
+            raise RuntimeError(f"model {graph.model.name} built no reference encoders")
         voice = encoder.encode(reference)
         embedding = voice.speaker_embedding
         codes = None if s.x_vector_only_mode else voice.ref_codes

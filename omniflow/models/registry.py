@@ -69,13 +69,18 @@ ARCHS: dict[str, ArchEntry] = {
 }
 
 
+def import_target(target: str) -> object:
+    """The function a registry entry names as `module:function`, imported on first use."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def load_request_check(arch: str) -> RequestCheck | None:
     """Import the request check the registry names for `arch` (None: it has none)."""
     target = ARCHS[arch].request_check
     if target is None:
         return None
-    module, _, name = target.partition(":")
-    check: RequestCheck = getattr(importlib.import_module(module), name)
+    check: RequestCheck = import_target(target)  # type: ignore[assignment]
     return check
 
 

@@ -9,7 +9,6 @@ model family or a stage name.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,7 +17,7 @@ import torch
 
 from omniflow.core.speech import SpeechRequest
 from omniflow.graph import ResolvedStage, StageGraph
-from omniflow.models.registry import ARCHS
+from omniflow.models.registry import ARCHS, import_target
 from omniflow.stages.connector import ChunkIntake
 from omniflow.stages.engine import Runner, Scheduler
 
@@ -97,6 +96,5 @@ class StageBuilder(Protocol):
 
 def load_builder(arch: str) -> StageBuilder:
     """Import the builder the registry names for `arch` (on first use)."""
-    module, _, name = ARCHS[arch].builder.partition(":")
-    builder: StageBuilder = getattr(importlib.import_module(module), name)
+    builder: StageBuilder = import_target(ARCHS[arch].builder)  # type: ignore[assignment]
     return builder
