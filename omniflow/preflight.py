@@ -11,9 +11,9 @@ from __future__ import annotations
 import errno
 import socket
 
+from omniflow.config.graph import StageGraph
 from omniflow.config.schema import ServerConfig
 from omniflow.errors import ConfigError
-from omniflow.graph import StageGraph
 
 
 def check_device(graph: StageGraph) -> None:

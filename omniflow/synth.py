@@ -26,14 +26,14 @@ import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from omniflow.build.registry import load_request_check
 from omniflow.config.compose import compose
+from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import SynthConfig
 from omniflow.config.suggest import closest
 from omniflow.core.speech import SpeechRequest
 from omniflow.errors import ConfigError
-from omniflow.graph import StageGraph
-from omniflow.models.registry import load_request_check
 from omniflow.preflight import check_device
 from omniflow.serve.encoders import encode_whole
 
@@ -185,8 +185,8 @@ def _generate(
     graph: StageGraph, s: SynthConfig, reference: torch.Tensor | None
 ) -> tuple[np.ndarray, str | None, float, int]:
     """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
-    from omniflow.stages.build import build_pipeline
-    from omniflow.stages.orchestrator import AudioEvent
+    from omniflow.build.pipeline import build_pipeline
+    from omniflow.engine.orchestrator import AudioEvent
 
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()

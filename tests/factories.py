@@ -12,14 +12,14 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ModelConfig, SchedulerConfig
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
+from omniflow.sampling.draw import SamplingBatch, draw_fixed_policy
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.draw import SamplingBatch, draw_fixed_policy
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 
 
 @functools.cache
@@ -119,7 +119,7 @@ def speech(rid: str, text: str = "Hello there.", **kw) -> SpeechRequest:
 
 def build(pipeline: str = "qwen3_tts", *overrides: str, bundle: TalkerBundle | None = None):
     """A running orchestrator (threads started) for `pipeline` on the CPU."""
-    from omniflow.stages.build import build_pipeline
+    from omniflow.build.pipeline import build_pipeline
 
     platform = [] if any(o.startswith("platform=") for o in overrides) else ["platform=cpu"]
     graph = build_graph(compose([f"pipeline={pipeline}", *platform, *overrides]))
@@ -204,7 +204,7 @@ def wait_idle(orch, timeout: float = 20.0) -> None:
     `Wake` messages; nothing sleeps as synchronisation beyond this bounded poll."""
     import time
 
-    from omniflow.stages.messages import Wake
+    from omniflow.engine.messages import Wake
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

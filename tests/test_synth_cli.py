@@ -77,7 +77,7 @@ def test_synth_refuses_a_voice_or_language_before_building(
 ):
     """Checked against the model config alone: the pipeline is never built (on a GPU a 1.7B
     build takes about a minute), the error names the key, and nothing is written."""
-    import omniflow.stages.build as build
+    import omniflow.build.pipeline as build
     from omniflow.errors import ConfigError
     from omniflow.synth import run_synth
 
@@ -143,7 +143,7 @@ def test_synth_clones_a_voice_from_a_reference_file(tmp_path, monkeypatch):
     assert not np.array_equal(icl_audio, x_audio)
     # A CustomVoice model has no encoders: refused before anything is built (its key named,
     # ahead of the transcript a clone would need), nothing written.
-    import omniflow.stages.build as build
+    import omniflow.build.pipeline as build
     from omniflow.errors import ConfigError
 
     def no_build(*args, **kwargs):

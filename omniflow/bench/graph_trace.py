@@ -49,7 +49,7 @@ from omniflow.models.qwen3_tts.factory import DTYPES, build_talker
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.platforms.base import prepare_device
-from omniflow.stages.draw import draw_fixed_policy
+from omniflow.sampling.draw import draw_fixed_policy
 
 
 def build_graphs(model: str, batch: int) -> PredictorGraphs:

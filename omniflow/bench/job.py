@@ -45,13 +45,13 @@ from omniflow.bench.stage_counts import (
     windows_since,
 )
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import NoTimer
 from omniflow.errors import ConfigError
-from omniflow.graph import ResolvedStage, StageGraph
 from omniflow.serve.run import ServerThread
-from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
-from omniflow.stages.build import build_pipeline
-from omniflow.stages.orchestrator import AudioEvent, Orchestrator
+from omniflow.engine.orchestrator import AudioEvent, Orchestrator
 
 
 @dataclass

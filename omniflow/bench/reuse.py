@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from omniflow.graph import StageGraph
-from omniflow.stages.build import build_pipeline
-from omniflow.stages.orchestrator import Orchestrator
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.graph import StageGraph
+from omniflow.engine.orchestrator import Orchestrator
 
 log = logging.getLogger(__name__)
 

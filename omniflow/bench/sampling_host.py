@@ -18,7 +18,7 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.models.interface import TokenPolicy
-from omniflow.stages.sampler import SamplingStaging
+from omniflow.sampling.sampler import SamplingStaging
 
 
 @dataclass

@@ -44,8 +44,8 @@ from omniflow.bench.job import load_in_child
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats, StageStats
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.run import ServerThread
-from omniflow.stages.orchestrator import AudioEvent
 
 SAMPLES_PER_FRAME = 1920
 INFO = PipelineInfo(

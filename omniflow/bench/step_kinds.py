@@ -25,7 +25,7 @@ from typing import Any
 
 STEP_PHASES = ("decode_step", "mixed_step", "admitting_window", "audio_wait")
 """Timed on the host clock always. `audio_wait`: the engine waiting for a step's audio after
-the step returned (`stages/step_audio.py`); under sync scheduling a step's full duration is
+the step returned (`worker/step_audio.py`); under sync scheduling a step's full duration is
 its decode or mixed step plus its audio wait, under async the wait overlaps the next step
 (with `bench.phase_timing=device` and async scheduling the wait's device synchronisation
 also waits for that next step: read it under sync scheduling then)."""

@@ -58,11 +58,11 @@ from omniflow.bench.kernel_categories import category_table, kernel_rows
 from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.timeline import RangeTimer, load_trace, summarize, timeline_profiler
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
-from omniflow.stages.build import build_pipeline
-from omniflow.stages.orchestrator import AudioEvent
+from omniflow.engine.orchestrator import AudioEvent
 
 
 class BatchTooLarge(ValueError):

@@ -6,10 +6,10 @@ a platform-dependent default) and checked against the stage (docs/architecture.m
 
 from __future__ import annotations
 
+from omniflow.config.graph import ResolvedPlatform
 from omniflow.config.schema import ARStageConfig, StageConfig
+from omniflow.core.capabilities import ModelCapabilities
 from omniflow.errors import ConfigError
-from omniflow.graph import ResolvedPlatform
-from omniflow.models.capabilities import ModelCapabilities
 
 WINDOW_MAX = 16
 DEFAULT_WINDOW_K = 8
@@ -72,7 +72,7 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
     """Chunks only exist inside windows of a stage that decodes its own audio, and must tile
     a full window: each pass is then one replay of the captured chunk graph. A chunk of the
     whole window (C = K) is one pass at the window's end, as without chunks, but on the
-    decoder's own CUDA stream, beside the next window's steps (`stages/step_audio.py`)."""
+    decoder's own CUDA stream, beside the next window's steps (`worker/step_audio.py`)."""
     if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
         return
     c = stage.audio_chunk_frames

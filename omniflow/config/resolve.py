@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omniflow.build.registry import ARCHS
 from omniflow.config.decode_rules import (
     check_audio_chunks,
     check_prompt_graphs,
@@ -19,6 +20,7 @@ from omniflow.config.decode_rules import (
     resolved_window_admits,
     resolved_window_k,
 )
+from omniflow.config.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
 from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
 from omniflow.config.schema import (
     ModelConfig,
@@ -26,10 +28,8 @@ from omniflow.config.schema import (
     SchedulerConfig,
     StageConfig,
 )
+from omniflow.core.capabilities import ModelCapabilities
 from omniflow.errors import ConfigError, ConfigErrors
-from omniflow.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
-from omniflow.models.capabilities import ModelCapabilities
-from omniflow.models.registry import ARCHS
 
 
 def build_graph(spec: OmniflowSpec) -> StageGraph:

@@ -90,7 +90,7 @@ class RequestStepOutput:
 
 
 class LateAudio(Protocol):
-    """Audio of a step still being made when the runner answered (`stages/step_audio.py`)."""
+    """Audio of a step still being made when the runner answered (`worker/step_audio.py`)."""
 
     def attach(self, outputs: Mapping[str, RequestStepOutput]) -> dict[str, RequestStepOutput]:
         """The outputs with their audio, once it is made (waits for it)."""

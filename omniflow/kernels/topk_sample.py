@@ -8,7 +8,7 @@ repetition penalty and the banned ids: about a hundred torch launches, which at 
 the host busier than the GPU (docs/benchmarks.md). Here one program per row holds the row in
 registers and does all of it.
 
-Semantics: `omniflow.stages.draw.fixed_policy_torch` (the oracle in the tests, and the
+Semantics: `omniflow.sampling.draw.fixed_policy_torch` (the oracle in the tests, and the
 CPU path), after `sample_rows`' optional penalty and bans:
 - penalised = logits / penalty where the id was seen and the logit is > 0, logits * penalty
   where seen and <= 0 (Hugging Face's repetition penalty); banned ids -inf;
@@ -18,7 +18,7 @@ CPU path), after `sample_rows`' optional penalty and bans:
   value all stay in, as Hugging Face's top-k warper keeps them); top_k <= 0 or >= V: all;
   k is one for all rows or each row's own;
 - the draw is argmax(scaled + Gumbel(u)) over the candidates, u the request's counter-keyed
-  uniform for (seed, counter, stream, id) (`omniflow.stages.draw.uniform_noise_at`, the
+  uniform for (seed, counter, stream, id) (`omniflow.sampling.draw.uniform_noise_at`, the
   same 32-bit hash computed here in uint32 arithmetic); greedy rows take argmax(scaled);
   ties go to the lowest id.
 The k-th largest value is found without sorting: a 32-step bitwise search for the largest

@@ -1,4 +1,4 @@
-"""What a generic AR runner needs from a model (`stages/runner.py` drives any `ARModel`).
+"""What a generic AR runner needs from a model (`worker/ar_runner.py` drives any `ARModel`).
 
 The runner owns scheduling state, the paged KV cache, input staging and sampling; the model
 owns everything that depends on what its tokens mean: how a prompt payload becomes
@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from omniflow.device.readback import PendingCodes
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
-from omniflow.models.readback import PendingCodes
 
 Frame = tuple[int, ...]
 """One output step's codes (G codebooks); element 0 is the token that drives the AR loop."""

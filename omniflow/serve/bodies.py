@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.encoders import pcm16, sse_event, wav_header
 from omniflow.serve.sending import StreamBroken
-from omniflow.stages.orchestrator import AudioEvent
 
 
 async def raw_stream(events: AsyncIterator[AudioEvent], fmt: str, sr: int) -> AsyncIterator[bytes]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from omniflow.build.context import ReferenceEncoder
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.core.speech import SpeechRequest
-from omniflow.stages.builders import ReferenceEncoder
-from omniflow.stages.orchestrator import AudioEvent
+from omniflow.engine.orchestrator import AudioEvent
 
 Sink = Callable[[AudioEvent], None]
 

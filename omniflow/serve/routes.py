@@ -26,9 +26,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from omniflow.build.context import EncodedVoice, ReferenceEncoder
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve import endpoints
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, unavailable
@@ -47,8 +49,6 @@ from omniflow.serve.streaming import (
 )
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.serve.voices import Clone, VoiceService
-from omniflow.stages.builders import EncodedVoice, ReferenceEncoder
-from omniflow.stages.orchestrator import AudioEvent
 
 Body = TypeVar("Body", bound=BaseModel)
 

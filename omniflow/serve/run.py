@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ServerConfig
@@ -45,7 +46,6 @@ from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
-from omniflow.stages.build import build_pipeline
 
 log = logging.getLogger("omniflow.serve")
 GRACE_S = 10

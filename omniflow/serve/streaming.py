@@ -29,6 +29,7 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.bodies import raw_stream, sse
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.errors import ApiError, unavailable
@@ -36,7 +37,6 @@ from omniflow.serve.metrics import Metrics
 from omniflow.serve.pipeline import Pipeline, Sink
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
 from omniflow.serve.sending import PacedStream
-from omniflow.stages.orchestrator import AudioEvent
 
 DISCONNECT_POLL_S = 0.25
 SHUTDOWN_MESSAGE = "the server is shutting down"

@@ -23,12 +23,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from omniflow.build.context import EncodedVoice
 from omniflow.config.schema import ServerConfig
 from omniflow.core.pipeline import PipelineInfo
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import SpeechBody, VoiceBody
 from omniflow.serve.text import check_printable, check_speakable
-from omniflow.stages.builders import EncodedVoice
 
 Encode = Callable[[str], Awaitable[EncodedVoice]]
 """`ref_audio` (base64 or data URI) -> the encoded reference; ApiError 400 on bad audio."""

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 from omniflow.bench.job import run_job
 from omniflow.bench.reuse import CACHE, PipelineCache
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
+from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
-from omniflow.graph import StageGraph
-from omniflow.stages.build import build_pipeline
-from omniflow.stages.orchestrator import Orchestrator
+from omniflow.engine.orchestrator import Orchestrator
 
 
 @dataclass

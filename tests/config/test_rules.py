@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from omniflow.build.registry import ARCHS
 from omniflow.config.compose import compose
+from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph, resolve_ref_context
 from omniflow.errors import ConfigError, ConfigErrors
-from omniflow.graph import StageGraph
-from omniflow.models.registry import ARCHS
 
 FUSED = ["pipeline=qwen3_tts_fused", "platform=cpu"]
 TWO = ["pipeline=qwen3_tts", "platform=cpu"]

@@ -104,7 +104,7 @@ def test_a_read_back_step_carries_the_event_behind_its_frames():
 )
 def test_async_scheduling_with_late_window_audio_gives_the_sync_pcm(chunks):
     """Under async scheduling a window's audio is waited for after the next window is queued
-    (`stages/step_audio.py`): on the main stream behind it without chunks, beside it on the
+    (`worker/step_audio.py`): on the main stream behind it without chunks, beside it on the
     side stream with them. The PCM is the sync engine's (within TF32 rounding: the batch
     composition of a decoder pass may differ between the two schedules). The ordering itself
     is tested on the CPU (tests/stages/test_late_audio.py)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.stages.build import build_pipeline
 
 pytestmark = pytest.mark.cuda
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from omniflow.stages.inputs import build_prefill
+from omniflow.worker.inputs import build_prefill
 from tests.factories import speech, talker_engine
 
 pytestmark = pytest.mark.cuda

@@ -14,7 +14,7 @@ import torch
 
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.platforms.base import prepare_device
-from omniflow.stages.inputs import build_prefill
+from omniflow.worker.inputs import build_prefill
 from tests.factories import Collector, build, speech, talker_engine
 
 pytestmark = pytest.mark.cuda

@@ -12,8 +12,8 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.kernels.topk_sample import sample_rows
-from omniflow.stages.draw import sample, sample_top_k
-from omniflow.stages.sampler import SamplingStaging
+from omniflow.sampling.draw import sample, sample_top_k
+from omniflow.sampling.sampler import SamplingStaging
 from tests.factories import sampling_batch as batch
 from tests.stages.test_sampler_prepare import POLICY, VOCAB, Row
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import speech, tiny_model_config
 
 pytestmark = pytest.mark.cuda
@@ -50,7 +50,7 @@ def test_cuda_engine_runs_and_sync_equals_async(dtype):
 def test_cuda_windows_give_the_single_step_codes():
     import torch as _torch
 
-    from omniflow.stages.engine import StageEngine as _Engine
+    from omniflow.engine.stage_engine import StageEngine as _Engine
 
     def frames(window_k: int) -> dict[str, list]:
         cfg = tiny_model_config().model_copy(update={"dtype": "bfloat16"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omniflow.stages.inputs import DecodeBatch
+from omniflow.worker.inputs import DecodeBatch
 from tests.factories import speech, talker_engine
 
 pytestmark = pytest.mark.cuda

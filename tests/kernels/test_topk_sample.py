@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from omniflow.kernels import topk_sample as ts
-from omniflow.stages.draw import (
+from omniflow.sampling.draw import (
     U_MAX,
     SamplingBatch,
     draw_fixed_policy,

@@ -55,10 +55,10 @@ def test_batched_decode_attention_matches_the_per_request_path():
 
 def test_engine_with_batched_decode_runs_to_the_right_lengths():
     from omniflow.config.schema import SchedulerConfig
+    from omniflow.engine.stage_engine import StageEngine
     from omniflow.models.qwen3_tts.ar_model import build_ar_model
     from omniflow.sched.ar import ARScheduler
-    from omniflow.stages.engine import StageEngine
-    from omniflow.stages.runner import ARModelRunner
+    from omniflow.worker.ar_runner import ARModelRunner
     from tests.factories import speech, talker_engine, tiny_bundle
 
     _, proc = talker_engine()

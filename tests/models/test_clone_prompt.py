@@ -10,6 +10,7 @@ import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.interface import PositionSpan
 from omniflow.models.qwen3_tts import inputs
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
@@ -21,8 +22,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import SpeakerEncoderShape, load_
 from omniflow.models.qwen3_tts.tokenizer import ByteTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import tiny_bundle, tiny_model_config
 from tests.reference.cases import make_audio
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from omniflow.models.bucket_graphs import bucket_sizes
+from omniflow.device.bucket_graphs import bucket_sizes
 from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.qwen3 import run_layers
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.predictor_graph import PredictorGraphs
 from omniflow.models.qwen3_tts.talker import Talker
-from omniflow.stages.draw import SamplingBatch, sample
+from omniflow.sampling.draw import SamplingBatch, sample
 from tests.factories import tiny_bundle
 
 SUBTALKER_TOP_K = 50

@@ -11,7 +11,7 @@ import torch
 
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.talker import TalkerInputs
-from omniflow.stages.inputs import build_prefill
+from omniflow.worker.inputs import build_prefill
 from tests.stages.test_runner_paths import decoding_runner
 
 

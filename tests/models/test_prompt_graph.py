@@ -16,7 +16,7 @@ from omniflow.models.qwen3_tts.prompt_graph import (
     covers_whole_contexts,
     pack_requests,
 )
-from omniflow.stages.inputs import build_prefill
+from omniflow.worker.inputs import build_prefill
 from tests.stages.test_runner_paths import decoding_runner
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omniflow.models.readback import Readback
+from omniflow.device.readback import Readback
 
 
 def test_codes_come_back_as_lists_and_the_buffer_grows():

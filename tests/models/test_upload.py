@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omniflow.models.upload import to_device, upload_ints
+from omniflow.device.upload import to_device, upload_ints
 
 
 def test_values_and_dtype_on_the_cpu():

@@ -21,6 +21,7 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import ModelConfig, SchedulerConfig
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.interface import PositionSpan
 from omniflow.models.layers.attention import PagedAttentionMetadata
 from omniflow.models.qwen3_tts import inputs
@@ -42,8 +43,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
     load_speaker_encoder,
 )
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.reference.cases import CloneCase, PromptCase
 from tests.reference.weights import draw_all
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.pipeline import PipelineStats
 from omniflow.serve.run import ServerThread
-from omniflow.stages.build import build_pipeline
 from tests.factories import wait_idle
 
 

@@ -24,7 +24,7 @@ from omniflow.core.pipeline import (
     WindowCounters,
 )
 from omniflow.core.speech import SpeechRequest
-from omniflow.stages.orchestrator import AudioEvent
+from omniflow.engine.orchestrator import AudioEvent
 
 SAMPLES_PER_FRAME = 1920
 INFO = PipelineInfo(

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from omniflow.config.compose import compose
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.bodies import raw_stream
 from omniflow.serve.run import ServerThread
 from omniflow.serve.sending import PacedStream
-from omniflow.stages.orchestrator import AudioEvent
 from tests.serve.conftest import LiveServer
 from tests.serve.fake_pipeline import FakePipeline
 

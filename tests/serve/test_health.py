@@ -165,8 +165,8 @@ def test_real_pipeline_with_a_dead_stage_loop_answers_503():
     """The embedded default's real orchestrator: a fault escaping a stage's runner kills that
     stage's loop; the request in flight ends with an error, then /health and new requests
     answer 503 naming the stage."""
+    from omniflow.build.pipeline import build_pipeline
     from omniflow.config.resolve import build_graph
-    from omniflow.stages.build import build_pipeline
     from tests.factories import tiny_bundle
     from tests.stages.test_dead_stage import kill_on_next_step
 

@@ -10,8 +10,8 @@ import threading
 import numpy as np
 import pytest
 
+from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.streaming import LoopHandoff, event_channel
-from omniflow.stages.orchestrator import AudioEvent
 
 
 class RecordingLoop:

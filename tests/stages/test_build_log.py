@@ -10,10 +10,10 @@ from tests.factories import build, tiny_bundle
 
 
 def test_each_stage_logs_its_build_time(caplog):
-    with caplog.at_level(logging.INFO, logger="omniflow.stages.build"):
+    with caplog.at_level(logging.INFO, logger="omniflow.build.pipeline"):
         orch = build("qwen3_tts", bundle=tiny_bundle())
         orch.stop()
-    lines = [r.getMessage() for r in caplog.records if r.name == "omniflow.stages.build"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "omniflow.build.pipeline"]
     stages = [
         m.group(1) for line in lines if (m := re.fullmatch(r"stage (\w+) built in \d+\.\d s", line))
     ]

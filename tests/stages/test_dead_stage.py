@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from omniflow.core.pipeline import PipelineUnavailable
-from omniflow.stages.messages import Add, Wake
+from omniflow.engine.messages import Add, Wake
 from tests.factories import Collector, build, speech
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniflow.stages.qwen3_tts import FRAME_RATE, speech_frames, speech_seconds
+from omniflow.build.qwen3_tts import FRAME_RATE, speech_frames, speech_seconds
 from tests.factories import Collector, build, speech
 
 LONG = "The quick brown fox jumps over the lazy dog, and then it runs far away."

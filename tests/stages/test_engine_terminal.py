@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from omniflow.config.schema import StepLimits
+from omniflow.engine.connector import ChunkConnector, ChunkIntake
+from omniflow.engine.messages import Add, ReceiveFrames
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.sched.generation import GenerationScheduler, GenRequest
-from omniflow.stages.code2wav import Code2WavRunner
-from omniflow.stages.connector import ChunkConnector, ChunkIntake
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.messages import Add, ReceiveFrames
+from omniflow.worker.code2wav import Code2WavRunner
 from tests.factories import tiny_decoder
 
 FRAME = (1,) * 16

@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from omniflow.stages.flow import Bound, FlowTotals, RequestFlow, edge_bound
-from omniflow.stages.messages import Pause, Resume
+from omniflow.engine.flow import Bound, FlowTotals, RequestFlow, edge_bound
+from omniflow.engine.messages import Pause, Resume
 from tests.factories import Collector, build, speech, stage_stats, tiny_bundle, wait_idle
 
 SPF = 1920

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import CONF_DIR, compose
 from omniflow.config.resolve import build_graph
-from omniflow.stages.build import build_pipeline
 from tests.factories import Collector, speech, tiny_bundle, wait_idle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_a_held_notice_travels_to_the_downstream_stage_only():
     """A preempted request's `held` notice becomes a `Hold` message for the stage it feeds
     (whose receive deadline then waits) and reaches no sink."""
     from omniflow.core.output import StageOutput
-    from omniflow.stages.messages import Hold
+    from omniflow.engine.messages import Hold
 
     graph = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
     orch = build_pipeline(graph, tiny_bundle())

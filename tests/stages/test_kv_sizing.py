@@ -10,7 +10,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.config.schema import SchedulerConfig
 from omniflow.errors import ConfigError
 from omniflow.models.interface import KVCacheSpec
-from omniflow.stages.kv_sizing import blocks_that_fit, bytes_per_block, sized_scheduler
+from omniflow.worker.kv_sizing import blocks_that_fit, bytes_per_block, sized_scheduler
 
 GIB = 2**30
 SPEC_1_7B = KVCacheSpec(num_layers=28, num_kv_heads=8, head_dim=128)

@@ -1,5 +1,5 @@
 """A step's audio is waited for when the scheduler takes the step's result, not inside the
-runner (`stages/step_audio.py`): under async scheduling the next step's execute starts before
+runner (`worker/step_audio.py`): under async scheduling the next step's execute starts before
 the previous step's audio is waited for; the PCM is the same either way, and a decode that
 fails at that point ends the step's requests with one error each, nothing else."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from omniflow.core.step import RequestStepOutput
-from omniflow.stages.step_audio import StepAudio
+from omniflow.worker.step_audio import StepAudio
 from tests.factories import speech, talker_engine
 
 FRAME = 1920

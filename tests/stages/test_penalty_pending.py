@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from omniflow.stages.penalty import PenaltyHistory
+from omniflow.sampling.penalty import PenaltyHistory
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from omniflow.core.speech import SpeechRequest
-from omniflow.stages.connector import ChunkConnector
+from omniflow.engine.connector import ChunkConnector
 from tests.factories import Collector, build, speech, stage_stats, wait_idle
 
 SPF = 1920
@@ -206,12 +206,12 @@ def test_eos_frame_gives_no_samples(pipeline):
 def test_busy_engine_logs_a_stats_line(monkeypatch, caplog):
     import logging
 
-    from omniflow.stages import engine as engine_module
+    from omniflow.engine import stage_engine as engine_module
 
     monkeypatch.setattr(engine_module, "STATS_INTERVAL_S", 0.0)
     orch = build("qwen3_tts_fused")
     try:
-        with caplog.at_level(logging.INFO, logger="omniflow.stages.engine"):
+        with caplog.at_level(logging.INFO, logger="omniflow.engine.stage_engine"):
             run(orch, speech("log", max_new_tokens=5, ignore_eos=True))
         lines = [r.getMessage() for r in caplog.records if "stage talker:" in r.getMessage()]
         assert lines and "kv_blocks_used=" in lines[0] and "steps/s" in lines[0]

@@ -16,8 +16,8 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.step import StepResult
 from omniflow.models.layers.attention import DecodeAttentionMetadata, PagedAttentionMetadata
-from omniflow.stages.inputs import DecodeBatch, build_prefill
-from omniflow.stages.sampler import BatchSampler
+from omniflow.sampling.sampler import BatchSampler
+from omniflow.worker.inputs import DecodeBatch, build_prefill
 from tests.factories import EOS, eos_bundle, speech, talker_engine
 from tests.stages.test_talker_engine import collect, fixed
 
@@ -113,11 +113,11 @@ def test_window_replay_equals_single_steps_when_a_request_stops_mid_window():
 
     def run(window_k: int) -> tuple[dict, list[StepResult]]:
         from omniflow.config.schema import SchedulerConfig
+        from omniflow.engine.stage_engine import StageEngine
         from omniflow.models.qwen3_tts.ar_model import build_ar_model
         from omniflow.models.qwen3_tts.processor import TalkerProcessor
         from omniflow.sched.ar import ARScheduler
-        from omniflow.stages.engine import StageEngine
-        from omniflow.stages.runner import ARModelRunner
+        from omniflow.worker.ar_runner import ARModelRunner
 
         bundle = eos_bundle()
         cfg = SchedulerConfig(max_model_len=256, block_size=4, num_kv_blocks=256)
@@ -163,7 +163,7 @@ def test_mixed_step_as_one_padded_batch_equals_request_by_request(monkeypatch):
     """A mixed step (a 4-token recompute beside two decode rows): the batched layout is one
     padded index (no per-request tensors) and computes the reference's hidden states; above
     the cell cap it falls back to the per-request layout."""
-    from omniflow.stages import inputs
+    from omniflow.worker import inputs
 
     engine, runner, reqs = decoding_runner()
     model = runner.model

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from omniflow.stages.draw import sample_nucleus, sample_top_k
+from omniflow.sampling.draw import sample_nucleus, sample_top_k
 from tests.factories import sampling_batch as batch
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from omniflow.stages.draw import SamplingBatch, sample, uniform_noise
+from omniflow.sampling.draw import SamplingBatch, sample, uniform_noise
 
 
 def batch(b: int, **kw) -> SamplingBatch:

@@ -10,8 +10,8 @@ import torch
 
 from omniflow.core.request import SamplingParams
 from omniflow.models.interface import TokenPolicy
-from omniflow.stages.draw import SamplingBatch, sample
-from omniflow.stages.sampler import BatchSampler, SamplingStaging
+from omniflow.sampling.draw import SamplingBatch, sample
+from omniflow.sampling.sampler import BatchSampler, SamplingStaging
 
 VOCAB = 3072
 EOS = 2150

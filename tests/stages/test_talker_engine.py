@@ -9,13 +9,13 @@ from collections import defaultdict
 import torch
 
 from omniflow.core.output import StageOutput
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import eos_bundle, speech, talker_engine, tiny_bundle
 
 EOS = 2150

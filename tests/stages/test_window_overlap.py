@@ -10,12 +10,12 @@ import dataclasses
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import EOS, biased_bundle, eos_bundle, speech, tiny_bundle
 from tests.stages.test_talker_engine import collect
 

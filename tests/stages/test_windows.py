@@ -12,11 +12,11 @@ import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.step import StepPlan, StepResult
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.sched.ar import ARScheduler
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import EOS, Collector, build, eos_bundle, speech, stage_stats, talker_engine
 from tests.stages.test_talker_engine import fixed, generate, preemptible
 

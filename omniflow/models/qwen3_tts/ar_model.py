@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from omniflow.device.readback import Readback
 from omniflow.models.interface import (
     DecodeInputs,
     Frame,
@@ -38,7 +39,6 @@ from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
 from omniflow.models.qwen3_tts.stream_slots import PendingPcm, StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
-from omniflow.models.readback import Readback
 
 SUBTALKER_TEMPERATURE = 0.9
 """The code predictor samples codebooks 1..15 at this temperature (the reference's), or

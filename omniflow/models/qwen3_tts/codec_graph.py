@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
+from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from omniflow.device.upload import upload_ints
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.codec_modules import CodecDecoder
-from omniflow.models.upload import upload_ints
 
 ROPE_FRAMES = 4096
 """Frame positions `decode_step` takes from a precomputed RoPE table (327 s of audio; the

@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
-from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
 from omniflow.models.layers.norm import RMSNorm

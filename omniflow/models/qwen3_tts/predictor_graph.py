@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from omniflow.models.bucket_graphs import BATCH_BUCKETS, BucketGraphs
+from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, KVCaches
 
 FrameSampleFn = Callable[

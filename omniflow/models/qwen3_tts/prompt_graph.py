@@ -31,7 +31,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from omniflow.models.bucket_graphs import BucketGraphs
+from omniflow.device.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
 from omniflow.models.layers.qwen3 import AnyAttend, run_layers_norm
 from omniflow.models.layers.rope_table import RopeTable

@@ -30,11 +30,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import Frame, SampledStep
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.priming import ReferencePriming
-from omniflow.models.upload import to_device, upload_ints
 
 
 class StreamSlots:

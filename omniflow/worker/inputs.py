@@ -9,7 +9,7 @@ per step: these steps are rare once a server is busy.
 Decode path (`DecodeBatch`): every scheduled request computes its next token. Inputs live in
 persistent fixed-shape buffers ([B] previous tokens, [B, G] previous frames, [B] side ids,
 [B] positions, [B, max_blocks] block tables, [B] context lengths; B <= max_num_seqs), filled
-in place on the host and moved with one non_blocking copy each (`stages/staging.py`).
+in place on the host and moved with one non_blocking copy each (`device/staging.py`).
 `load` lays a batch out once; `advance` then moves it one step on the device, feeding the
 tokens and frames just sampled, so a window replays K steps without rebuilding anything;
 rows that leave are compacted out in order.
@@ -26,6 +26,7 @@ import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import SamplingParams
+from omniflow.device.staging import StagedBuffer, Staging
 from omniflow.models.interface import (
     ARModel,
     DecodeInputs,
@@ -39,7 +40,6 @@ from omniflow.models.layers.attention import (
     PaddedIndex,
     PagedAttentionMetadata,
 )
-from omniflow.stages.staging import StagedBuffer, Staging
 
 
 @dataclass

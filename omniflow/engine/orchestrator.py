@@ -10,7 +10,7 @@ messages; the final stage's PCM goes to the request's sink. Per request it guara
 - exactly one terminal event (finished, error or abort), after which nothing else arrives;
 - an error or abort in any stage ends the request in every stage, releasing KV blocks and
   decoder slots.
-A request submitted with `max_buffered_s` is flow-controlled (`stages/flow.py`): its
+A request submitted with `max_buffered_s` is flow-controlled (`engine/flow.py`): its
 consumer reports the audio it took with `consumed`, and a consumer or stage that falls
 behind pauses what feeds it instead of letting buffers grow.
 """
@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omniflow.build.context import ReferenceEncoder, SpeechFrontend, StageParts
+from omniflow.config.graph import StageGraph
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import (
     PhaseTimer,
@@ -36,10 +38,7 @@ from omniflow.core.pipeline import (
 )
 from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
-from omniflow.graph import StageGraph
-from omniflow.stages.builders import ReferenceEncoder, SpeechFrontend, StageParts
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.flow import (
+from omniflow.engine.flow import (
     Bound,
     FlowMessage,
     FlowTotals,
@@ -47,7 +46,8 @@ from omniflow.stages.flow import (
     edge_bound,
     samples_per_frame,
 )
-from omniflow.stages.messages import Abort, Add, Hold, ReceiveFrames
+from omniflow.engine.messages import Abort, Add, Hold, ReceiveFrames
+from omniflow.engine.stage_engine import StageEngine
 
 log = logging.getLogger(__name__)
 

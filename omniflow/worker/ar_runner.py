@@ -2,7 +2,7 @@
 `StepResult`.
 
 It keeps each request's runner-side state (block table, the tokens and input frames it
-sampled), builds the step's inputs on one of two paths (`stages/inputs.py`: prefill for mixed
+sampled), builds the step's inputs on one of two paths (`worker/inputs.py`: prefill for mixed
 steps, decode when every request computes its next token), runs the paged forward, and asks
 the model to sample a frame where a request reached the end of its known tokens. It appends
 what it samples to its own state at once, so under async scheduling the next plan can feed
@@ -20,6 +20,7 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
+from omniflow.device.upload import upload_ints
 from omniflow.models.interface import (
     ARModel,
     FrameSample,
@@ -28,12 +29,11 @@ from omniflow.models.interface import (
     QueuedFrames,
     SampledStep,
 )
-from omniflow.models.upload import upload_ints
-from omniflow.stages.draw import SamplingBatch
-from omniflow.stages.inputs import DecodeBatch, RunnerRequest, build_prefill
-from omniflow.stages.sampler import BatchSampler, SamplingStaging
-from omniflow.stages.step_audio import StepAudio
-from omniflow.stages.window_gate import first_step_tokens, refused_step, window_refusal
+from omniflow.sampling.draw import SamplingBatch
+from omniflow.sampling.sampler import BatchSampler, SamplingStaging
+from omniflow.worker.inputs import DecodeBatch, RunnerRequest, build_prefill
+from omniflow.worker.step_audio import StepAudio
+from omniflow.worker.window_gate import first_step_tokens, refused_step, window_refusal
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class ARModelRunner:
     # ---------------------------------------------------------- windows (docs/architecture.md)
 
     def _window_refusal(self, plan: StepPlan) -> str | None:
-        """Gate 3 (`stages/window_gate.py`)."""
+        """Gate 3 (`worker/window_gate.py`)."""
         return window_refusal(plan, self.requests)
 
     def _run_window(self, plan: StepPlan) -> StepResult:
@@ -232,7 +232,7 @@ class ARModelRunner:
         the running requests would otherwise decode eagerly beside every new prompt. The
         two paths agree bit for bit on the CPU (tests/stages/test_runner_paths.py); all
         rows are then sampled in one call. The audio comes back still being decoded
-        (`stages/step_audio.py`)."""
+        (`worker/step_audio.py`)."""
         if all(n == 1 and self.requests[rid].in_decode for rid, n in order):
             outputs, audio, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
             return outputs, audio
@@ -385,7 +385,7 @@ class ARModelRunner:
         self, reqs: list[RunnerRequest], sample: FrameSample
     ) -> dict[str, RequestStepOutput]:
         """Append each row's token and input frame to its request; one output per row, in
-        row order, without audio (`StepAudio` brings it, `stages/step_audio.py`)."""
+        row order, without audio (`StepAudio` brings it, `worker/step_audio.py`)."""
         outputs: dict[str, RequestStepOutput] = {}
         for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
             r.tokens.append(token)

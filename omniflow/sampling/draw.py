@@ -14,7 +14,7 @@ take the first maximum. A row's draw depends on its own settings only: a row wit
 nucleus cut (top_p = 1) is drawn by `sample_top_k` (one Triton launch on CUDA) whatever its
 batch-mates ask for, and a row with top_p < 1 by the nucleus path.
 
-`stages/sampler.py` builds the batches (`SamplingStaging`) and hands them to the model.
+`sampling/sampler.py` builds the batches (`SamplingStaging`) and hands them to the model.
 """
 
 from __future__ import annotations

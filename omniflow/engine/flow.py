@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from omniflow.config.schema import CodecShape
-from omniflow.stages.messages import Pause, Resume
+from omniflow.engine.messages import Pause, Resume
 
 
 @dataclass(frozen=True)

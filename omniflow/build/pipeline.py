@@ -12,11 +12,11 @@ import time
 
 import torch
 
-from omniflow.graph import StageGraph
+from omniflow.build.context import BuildContext, StageParts, load_builder
+from omniflow.config.graph import StageGraph
+from omniflow.engine.orchestrator import Orchestrator
+from omniflow.engine.stage_engine import StageEngine
 from omniflow.platforms.base import prepare_device
-from omniflow.stages.builders import BuildContext, StageParts, load_builder
-from omniflow.stages.engine import StageEngine
-from omniflow.stages.orchestrator import Orchestrator
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ fill and one copy per field) and keeps the rows' repetition-penalty history on t
 `BatchSampler` is the batch as the model sees it (`models.interface.RowSampler`): the model
 decides what to draw (codebook 0 with each request's settings, `stages/draw.sample`; the rest
 of its frame under a fixed policy, `FixedPolicySampler`, one Triton launch per draw on CUDA).
-The draws and their semantics are `stages/draw.py`.
+The draws and their semantics are `sampling/draw.py`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Protocol
 import torch
 
 from omniflow.core.request import SamplingParams
+from omniflow.device.staging import Staging
 from omniflow.models.interface import TokenPolicy
-from omniflow.stages.draw import SamplingBatch, draw_fixed_policy, sample
-from omniflow.stages.penalty import PenaltyHistory
-from omniflow.stages.staging import Staging
+from omniflow.sampling.draw import SamplingBatch, draw_fixed_policy, sample
+from omniflow.sampling.penalty import PenaltyHistory
 
 
 class BatchSampler:
@@ -100,7 +100,7 @@ class SamplingRow(Protocol):
 
 class SamplingStaging:
     """Builds the `SamplingBatch` of one sampling call from persistent staging buffers: one
-    in-place fill and one copy per field, no per-row tensors (see `stages/staging.py`)."""
+    in-place fill and one copy per field, no per-row tensors (see `device/staging.py`)."""
 
     def __init__(self, max_rows: int, policy: TokenPolicy, device: torch.device) -> None:
         self.policy = policy

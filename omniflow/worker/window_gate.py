@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from omniflow.core.step import StepPlan
-from omniflow.stages.inputs import RunnerRequest
+from omniflow.worker.inputs import RunnerRequest
 
 
 def first_step_tokens(plan: StepPlan, rid: str) -> int:

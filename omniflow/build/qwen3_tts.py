@@ -1,4 +1,4 @@
-"""Stage builders of the Qwen3-TTS family (named by `models/registry.py`).
+"""Stage builders of the Qwen3-TTS family (named by `build/registry.py`).
 
 `build_talker_stage`: the AR talker (codebook-0 LM + code predictor) with its paged-KV
 scheduler; with `stream_decode` it also owns the streaming codec decoder and emits PCM (the
@@ -27,10 +27,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from omniflow.build.context import BuildContext, StageParts
+from omniflow.config.graph import ResolvedStage
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request
 from omniflow.core.speech import SpeechRequest
-from omniflow.graph import ResolvedStage
+from omniflow.engine.connector import ChunkConnector, ChunkIntake
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
@@ -38,14 +40,12 @@ from omniflow.models.qwen3_tts.factory import DTYPES, TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.processor import DEFAULT_MAX_NEW_TOKENS, TalkerProcessor
 from omniflow.platforms.base import PLATFORMS
+from omniflow.sampling.draw import draw_fixed_policy
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.generation import GenerationScheduler, GenRequest
-from omniflow.stages.builders import BuildContext, StageParts
-from omniflow.stages.code2wav import Code2WavRunner
-from omniflow.stages.connector import ChunkConnector, ChunkIntake
-from omniflow.stages.draw import draw_fixed_policy
-from omniflow.stages.kv_sizing import sized_scheduler
-from omniflow.stages.runner import ARModelRunner
+from omniflow.worker.ar_runner import ARModelRunner
+from omniflow.worker.code2wav import Code2WavRunner
+from omniflow.worker.kv_sizing import sized_scheduler
 
 FRAME_RATE = 12.5
 """Codec frames per second of audio (1,920 samples at 24 kHz)."""

@@ -5,7 +5,7 @@ component's declared capabilities (readable without importing torch: the config 
 a topology against them) and to the builder that turns a resolved stage into its scheduler
 and runner. Builders live in `omniflow/stages/` (they wire schedulers to models, which
 `models/` must not import), so an entry names its builder as `module:function`, imported on
-first use; `omniflow.stages.build` is the only caller.
+first use; `omniflow.build.pipeline` is the only caller.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from omniflow.models.capabilities import ModelCapabilities
+from omniflow.core.capabilities import ModelCapabilities
 
 if TYPE_CHECKING:
     from omniflow.config.schema import ModelConfig
@@ -31,7 +31,7 @@ class ArchEntry:
 
     capabilities: ModelCapabilities
     builder: str
-    """`module:function` of the stage builder (see `omniflow.stages.builders.StageBuilder`)."""
+    """`module:function` of the stage builder (see `omniflow.build.context.StageBuilder`)."""
     request_check: str | None = None
     """For a component that takes the request's prompt: `module:function(model, voice,
     language)` raising `ConfigError` keyed by the field a request may not carry, from the
@@ -50,7 +50,7 @@ ARCHS: dict[str, ArchEntry] = {
             decodes_audio=False,
             accepts_reference=True,
         ),
-        builder="omniflow.stages.qwen3_tts:build_talker_stage",
+        builder="omniflow.build.qwen3_tts:build_talker_stage",
         request_check="omniflow.models.qwen3_tts.prompt_check:check_voice_and_language",
     ),
     "qwen3_tts_code2wav": ArchEntry(
@@ -64,7 +64,7 @@ ARCHS: dict[str, ArchEntry] = {
             decodes_audio=True,
             accepts_reference=True,
         ),
-        builder="omniflow.stages.qwen3_tts:build_code2wav_stage",
+        builder="omniflow.build.qwen3_tts:build_code2wav_stage",
     ),
 }
 

@@ -6,7 +6,7 @@ must outlive it). A decode step builds a few such one-off indices (the rows it s
 after a prefill, the decoder slots of its rows): through pinned memory with a non-blocking
 copy they cost no wait (torch's pinned allocator keeps the buffer until the copy has run).
 Per-step inputs with fixed shapes use persistent staging buffers instead
-(`stages/staging.py`).
+(`device/staging.py`).
 """
 
 from __future__ import annotations

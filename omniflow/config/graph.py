@@ -19,7 +19,7 @@ from omniflow.config.schema import (
     StepLimits,
     UpstreamConfig,
 )
-from omniflow.models.capabilities import Payload
+from omniflow.core.capabilities import Payload
 
 
 def receives_chunks(stage: StageConfig) -> bool:

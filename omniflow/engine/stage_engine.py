@@ -4,7 +4,7 @@
 `StepPlan`/`StepResult`) and, on a stage that receives chunks, the chunk intake. `step()`
 runs one round and returns the outputs; tests and offline callers drive it directly.
 `start()` runs the loop on a thread (the embedded, in-process runtime): work arrives as typed
-messages (`stages/messages.py`) through a thread-safe queue and is applied on the engine
+messages (`engine/messages.py`) through a thread-safe queue and is applied on the engine
 thread, outputs leave through the `on_output` callback. A process-per-stage runtime would
 implement the same `StageEngineHandle` interface over IPC.
 
@@ -13,7 +13,7 @@ thread; `update(n)` happens after `schedule(n+1)`. Sync: strictly in turn. Both 
 same tokens for a seeded request (the runner feeds the token it sampled itself). A step's
 audio may come back still decoding (`StepResult.late_audio`): the engine applies the
 tokens first, then, under async scheduling, submits the next step (planning it again when a
-window's fence held it back) before it waits for that audio (`stages/step_audio.py`).
+window's fence held it back) before it waits for that audio (`worker/step_audio.py`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters, StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
-from omniflow.sched.gauges import SchedulerGauges
-from omniflow.stages.connector import ChunkIntake
-from omniflow.stages.messages import (
+from omniflow.engine.connector import ChunkIntake
+from omniflow.engine.messages import (
     Abort,
     Add,
     EngineMessage,
@@ -43,7 +42,8 @@ from omniflow.stages.messages import (
     Resume,
     Wake,
 )
-from omniflow.stages.step_audio import outputs_with_audio
+from omniflow.sched.gauges import SchedulerGauges
+from omniflow.worker.step_audio import outputs_with_audio
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class StageEngine:
         return outputs
 
     def _with_late_audio(self, outputs: list[StageOutput], result: StepResult) -> list[StageOutput]:
-        """The step's outputs with its audio, waited for now (`stages/step_audio.py`); a
+        """The step's outputs with its audio, waited for now (`worker/step_audio.py`); a
         request still running whose audio failed is finished here (its tokens were applied)."""
         if result.late_audio is None:
             return outputs

@@ -1,6 +1,6 @@
 """What a stage builder receives and returns (the registry names one builder per arch).
 
-`stages/build.py` walks the graph's stages in topological order and, for each, calls the
+`build/pipeline.py` walks the graph's stages in topological order and, for each, calls the
 builder its arch's registry entry names. A builder turns one resolved stage into its
 scheduler, runner and request factory; it may share heavy objects (weights, tokenizer)
 with the other stages of its family through `BuildContext.shared`. Nothing here knows a
@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import torch
 
+from omniflow.build.registry import ARCHS, import_target
+from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.core.speech import SpeechRequest
-from omniflow.graph import ResolvedStage, StageGraph
-from omniflow.models.registry import ARCHS, import_target
-from omniflow.stages.connector import ChunkIntake
-from omniflow.stages.engine import Runner, Scheduler
+from omniflow.engine.connector import ChunkIntake
+from omniflow.engine.stage_engine import Runner, Scheduler
 
 
 class EncodedVoice(Protocol):

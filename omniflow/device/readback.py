@@ -2,10 +2,10 @@
 
 Why: `tensor.tolist()` waits for everything queued on the stream so far. A decode window
 queues the whole next step (forward and sampling) right behind the codes it is about to
-read (the runner's overlap, `stages/runner.py`), so the read must wait for the codes alone: the copy
-goes to pinned host memory with `non_blocking=True`, an event is recorded behind it, and
-`wait` blocks on that event only. The GPU keeps computing the next step while the host turns
-the codes into tokens and outputs.
+read (the runner's overlap, `worker/ar_runner.py`), so the read must wait for the codes
+alone: the copy goes to pinned host memory with `non_blocking=True`, an event is recorded
+behind it, and `wait` blocks on that event only. The GPU keeps computing the next step
+while the host turns the codes into tokens and outputs.
 
 The pinned buffers are reused in turn: `depth` copies can be outstanding at once (a window
 queues step n+1's sampling before it reads step n's codes: two in flight), and a `start`

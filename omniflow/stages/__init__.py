@@ -1,1 +1,0 @@
-"""Stage engines: the runner, the per-stage loop, connectors and the orchestrator."""
