@@ -16,10 +16,10 @@ DEFAULT_WINDOW_K = 8
 """`window_k: null` where CUDA graphs are captured (`resolved_window_k`)."""
 
 DEFAULT_PROMPT_GRAPH_TOKENS = 512
-"""What `prompt_graph_tokens: null` means with CUDA graphs: a one-prompt prefill is ~6 ms
-replayed against ~46 ms eager on the H200 (docs/benchmarks.md, "Prompt graphs measured"), and
-512 tokens cover a few new prompts per step while keeping the buckets' graph pool small (it
-is not counted by the KV sizing)."""
+"""What `prompt_graph_tokens: null` means with CUDA graphs: a replayed prefill skips the
+host launches an eager one pays per layer (measured: see docs/performance.md), and 512
+tokens cover a few new prompts per step while keeping the buckets' graph pool small (it is
+not counted by the KV sizing)."""
 
 
 def resolved_prompt_graph_tokens(stage: StageConfig, platform: ResolvedPlatform | None) -> int:
@@ -55,10 +55,10 @@ def resolved_window_k(
     stage: StageConfig, cap: ModelCapabilities, platform: ResolvedPlatform | None
 ) -> int:
     """The stage's value, or for `null` DEFAULT_WINDOW_K on a stage that can take windows
-    where CUDA graphs are captured, 0 elsewhere: on the H200 the fused pipeline's c1 went from
-    8.8 to 14.2 audio-s/s with 8-step windows, c32 and c128 up as well, codes unchanged
-    (docs/benchmarks.md); on the CPU a window buys nothing (sweeps/README.md,
-    `cpu_tiny_fused_window_k`)."""
+    where CUDA graphs are captured, 0 elsewhere: a window runs K decode steps in one
+    scheduling round, so the host's per-step work is paid once per K tokens and the window's
+    frames decode in one pass, codes unchanged (measured: see docs/performance.md); on the
+    CPU the compute, not the host, bounds a step, so a window buys nothing."""
     if stage.window_k is not None:
         return stage.window_k
     if platform is None or not platform.cuda_graphs:

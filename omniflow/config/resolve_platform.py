@@ -76,13 +76,13 @@ def settle_cudnn_benchmark(
 
     cuDNN's benchmark mode times its algorithms once per new input shape. The fused
     pipeline's decoder runs fixed per-frame shapes (graph buckets), so the timing is paid once
-    and a 128-row decoder step went 21 -> 17 ms on the H200. Two kinds of stage decode shapes
-    that vary from step to step, and would pay the timing again and again: one that receives
-    chunks (the two-stage pipeline's code2wav: batches of varying chunk lengths; on the H200
-    that pipeline ran c8 at RTF 1.01 with it and 0.22 without, docs/benchmarks.md), and one
-    that primes its decoder with a voice-clone reference (a Base model's `ref_context_frames`:
-    the reference's frames are decoded eagerly, their count varying by request; not measured,
-    the same mechanism). An explicit `true` is kept, with a warning naming that cost.
+    and every later step gets the fastest algorithm. A stage whose decode shapes vary from
+    step to step would pay the timing again and again, costing more than it gains (measured:
+    see docs/performance.md): one that receives chunks (the two-stage pipeline's code2wav:
+    batches of varying chunk lengths), and one that primes its decoder with a voice-clone
+    reference (a Base model's `ref_context_frames`: the reference's frames are decoded
+    eagerly, their count varying by request; the same mechanism). An explicit `true` is
+    kept, with a warning naming that cost.
     """
     if platform.name != "cuda":
         return platform

@@ -417,7 +417,7 @@ class BenchConfig(Frozen):
         ge=1,
         description="When set, a round sends at least this many prompts per request in flight "
         "(max(num_prompts, prompts_per_lane * concurrency)): one sweep over concurrency keeps "
-        "every level past its ramp-up instead of measuring c128 on a single wave.",
+        "every level past its ramp-up instead of measuring the highest ones on a single wave.",
     )
     warmup: int = Field(2, ge=0, description="Warm-up requests, excluded from results.")
     rounds: int = Field(3, ge=1, description="Measured rounds.")

@@ -2,9 +2,9 @@
 residual, as one Triton kernel: `out = residual + (x + bias[c])`.
 
 Why: torch adds a convolution's bias as a broadcast add over its whole output, on its
-generic (unvectorised) elementwise path; in the streaming codec decoder's 128-row window
-pass those adds were the largest elementwise item, ~9 ms of ~69 on the H200
-(docs/benchmarks.md). A residual unit's last convolution is followed by the residual add,
+generic (unvectorised) elementwise path, a full extra pass over every convolution's output
+of the streaming codec decoder (its largest elementwise item at large batches; measured: see
+docs/performance.md). A residual unit's last convolution is followed by the residual add,
 another full pass; a transposed convolution's output is a view into a wider buffer (its
 overlap tail is carried to the next pass), which torch first copies out. Here each is one
 read of each operand and one write. Computed in float32 in torch's order (`x + bias` first),

@@ -5,9 +5,10 @@ per token in order: `frame_pass`).
 
 Why: a code-predictor frame is 15 sequential passes of 5 layers, and 14 of those passes feed
 one token per row. Each layer's attention was five launches on the GPU (the q and k
-norm+rotary kernels, two slice copies into the cache, a flash-attention call that costs
-~5 us for a 16-key context): about 16 us of a ~80 us layer at batch 1 (profile in
-docs/benchmarks.md). Here one program per (row, KV head) does all of it.
+norm+rotary kernels, two slice copies into the cache, a flash-attention call whose fixed
+cost dwarfs a 16-key context): at batch 1 those launches, not their work, are a large share
+of a layer's time (measured: see docs/performance.md). Here one program per (row, KV head)
+does all of it.
 
 Semantics, against the torch path it replaces (`rms_norm_rope` on q and k, the cache slice
 assignment, `dense_causal_attention`): q and k are normalised and rotated with the same
@@ -30,12 +31,9 @@ import triton.language as tl
 from omniflow.kernels.norm_rope import norm_rope_row
 
 NUM_WARPS = 1
-"""One warp per (row, KV head) program. Measured on the H200 (bf16, the 1.7B predictor's 16
-q / 8 KV heads of 128, a 16-position cache; docs/benchmarks.md), this kernel: 4.2-4.6 us per
-launch at 128 rows with one warp against 15.3-15.9 with Triton's default four (30 with
-eight), 3.3 against 6.3-6.5 at 32 rows, 3.2 against 4.8 at one. A program's work is a
-[16, 128] tile and two query heads: more warps only add cross-warp reductions and fewer
-programs resident per SM."""
+"""One warp per (row, KV head) program, faster than Triton's default four at every batch
+(measured: see docs/performance.md). A program's work is a [16, 128] tile and two query
+heads: more warps only add cross-warp reductions and fewer programs resident per SM."""
 
 
 @triton.jit
@@ -197,9 +195,9 @@ def frame_pass(
     [B, L, Hkv, D] as projected; cos, sin [L, D]) as L `frame_attention` launches in order,
     each writing its token's K/V before the next reads it: causal attention over the cache,
     token by token. Why: the code predictor's first pass of a frame (two tokens from
-    position 0) otherwise took two norm+rotary launches, two cache copies and a flash
-    attention call per layer, the last 50 us at 128 rows on the H200 (docs/benchmarks.md),
-    against ~4 us a `frame_attention` launch."""
+    position 0) otherwise takes two norm+rotary launches, two cache copies and a flash
+    attention call per layer, that last call alone costing several `frame_attention`
+    launches (measured: see docs/performance.md)."""
     length = q.shape[1]
     if k.shape[1] != length or v.shape[1] != length:
         raise ValueError(f"frame_pass: {length} queries, {k.shape[1]} keys, {v.shape[1]} values")

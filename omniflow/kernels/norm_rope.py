@@ -4,8 +4,8 @@ Triton launch.
 Why: in the eager torch form an RMSNorm is eight kernels (cast, square, mean, add, rsqrt,
 multiply, cast back, weight) and a rotary embedding five more (two products, a negation, a
 concatenation, a sum). A 1.7B frame runs about 430 norms (28 talker layers, 15 code-predictor
-steps of 5 layers) and 320 q/k rotaries, so those small kernels were the largest share of a
-captured frame's GPU time (profile in docs/benchmarks.md). Here each is one launch.
+steps of 5 layers) and 320 q/k rotaries: thousands of tiny kernels, the largest share of a
+captured frame's GPU time (measured: see docs/performance.md). Here each is one launch.
 
 Semantics are those of `omniflow.models.layers.norm.RMSNorm` and
 `omniflow.models.layers.rotary.apply_rotary`, rounding included: the statistics in fp32, the

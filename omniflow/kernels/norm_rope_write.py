@@ -4,8 +4,8 @@ normalised K, `k_out=`, to attend over its own tokens).
 
 Why: the talker's attention was four launches before the attention kernel itself (the q and
 k norm+rotary kernels, two `index_copy_` writes of K and V into the block pool); with 28
-layers that is ~110 launches of a ~2 ms batch-1 decode step, each a few microseconds of
-latency in the captured graph, and 0.75 ms of a 4.07 ms 512-token prefill replay. One
+layers that is over a hundred launches per step, each adding its latency to the captured
+graph, in the decode step and in the prefill replay alike. One
 program per (token, KV head) normalises and rotates its K head and the GQA group's query
 heads, and stores K and V at the token's slot.
 

@@ -33,9 +33,10 @@ import triton.language as tl
 BLOCK_N_MIN = 64
 """Tokens per tile (at least one block)."""
 SPLIT_BELOW_PROGRAMS = 64
-"""Use split-K when B * Hkv is below this (an H200 has 132 SMs)."""
+"""Use split-K when B * Hkv is below this: fewer programs than about half a large GPU's SMs
+leave most of it idle."""
 TARGET_PROGRAMS = 256
-"""Split-K aims for about this many programs (two waves on an H200)."""
+"""Split-K aims for about this many programs (about two waves on a large GPU)."""
 MAX_PARTITIONS = 64
 """Caps the combine kernel's [partitions, D] fp32 tile."""
 _LOG2E = 1.4426950408889634

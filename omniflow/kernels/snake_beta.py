@@ -2,10 +2,10 @@
 channel, as one Triton kernel.
 
 In torch it is seven launches over the whole activation (exp, exp, mul, sin, pow, reciprocal,
-mul-add), each reading and writing it: at 128 rows the decoder step's elementwise kernels were
-~18 % of its GPU time on the H200 (docs/benchmarks.md, "128 rows for real"). Here the
-activation is read once and written once; the per-channel `alpha`, `beta` are gathered per
-element (they stay in cache).
+mul-add), each reading and writing it, so at large batches those memory-bound passes are a
+large share of the decoder step (measured: see docs/performance.md). Here the activation is
+read once and written once; the per-channel `alpha`, `beta` are gathered per element (they
+stay in cache).
 Computed in float32 in torch's order (an fp32 decoder matches within sin's last bits; a bf16
 one rounds once, at the store, where torch rounds after each op). Graph-safe: shapes alone fix
 the launch.

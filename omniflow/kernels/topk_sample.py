@@ -4,8 +4,8 @@
 The torch form of a draw (temperature, top-k, counter-keyed noise, Gumbel-max) is about fifty
 kernels, most of them the integer hash of the noise; a 1.7B frame draws 15 times, so at
 batch 1 the draws cost more GPU time than the predictor's matmuls. Codebook 0's draw adds the
-repetition penalty and the banned ids: about a hundred torch launches, which at batch 1 kept
-the host busier than the GPU (docs/benchmarks.md). Here one program per row holds the row in
+repetition penalty and the banned ids: about a hundred torch launches, so at batch 1 the
+host's launching, not the GPU, bounds the draw. Here one program per row holds the row in
 registers and does all of it.
 
 Semantics: `omniflow.sampling.draw.fixed_policy_torch` (the oracle in the tests, and the

@@ -62,15 +62,15 @@ def resolve_platform_name(name: str) -> PlatformName:
 def prepare_device(device_type: str, cudnn_benchmark: bool = False) -> None:
     """Process-wide settings for a platform, applied once before a runner is built.
 
-    CUDA: cuDNN's fused attention is turned off for scaled_dot_product_attention. On the
-    H200 it cost ~480 us of host time per call for our small decode shapes (measured with
-    torch.profiler, 2026-11-30), about half of a talker step's host time; flash and
-    memory-efficient attention take a few microseconds.
+    CUDA: cuDNN's fused attention is turned off for scaled_dot_product_attention: for our
+    small decode shapes its host time per call, far above flash and memory-efficient
+    attention's, is a large share of a talker step's host time (measured: see
+    docs/performance.md).
 
     `cudnn_benchmark` (`platform.cudnn_benchmark`): cuDNN times its algorithms for each new
     convolution shape and keeps the fastest. The codec decoder's fp32 transposed convolutions
-    otherwise run a slow fallback kernel: at 128 rows its step went 21.1 -> 17.4 ms on the H200
-    (docs/benchmarks.md). The first call of each shape pays the timing (graph warm-ups do).
+    otherwise run a slow fallback kernel (measured: see docs/performance.md). The first call
+    of each shape pays the timing (graph warm-ups do).
     """
     if device_type == "cuda":
         import torch

@@ -38,8 +38,8 @@ class Intake:
     Why: the event loop runs every ready callback of a turn before it looks for I/O again.
     A burst's connections become readable together (their clients write at once), so
     without a bound one turn parses all of them (h11) and the next runs all of their
-    requests through the app (~1 ms each with the engine threads competing for the GIL): a
-    /health probe on an open connection waited 0.3-0.9 s behind 1,000 of them. With turns,
+    requests through the app (each competing with the engine threads for the GIL): a
+    /health probe on an open connection waits behind the whole burst. With turns,
     the loop takes in at most ~`limit` requests per turn, and a probe waits for at most two
     such turns. Bytes already read are never held back: the pause is before the first
     read, so the cost is a connection's place in the queue, not its data."""

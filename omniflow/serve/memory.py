@@ -2,10 +2,10 @@
 
 glibc's malloc keeps memory that the process has freed (in its arenas, one per thread that
 allocates, for reuse) rather than returning it to the system, so the server's resident
-memory after a load is its peak working set plus fragmentation, not what it uses. Measured
-on this project's soak (docs/reliability.md, "Resident memory"): the objects and tensors in
-use stay flat from round to round while resident memory levels off some 30-40 MB above them
-in free, retained heap. `malloc_trim(0)` returns those free pages (all arenas, in ~10 ms);
+memory after a load is its peak working set plus fragmentation, not what it uses: in the
+soak (docs/reliability.md, "Resident memory") the objects and tensors in use stay flat from
+round to round while resident memory levels off above them in free, retained heap.
+`malloc_trim(0)` returns those free pages (all arenas, in one short call);
 `IdleTrim` calls it on a worker thread once no request has run for `IDLE_TRIM_S`, so that
 it never competes with a request's allocations and never runs twice for one idle spell.
 """

@@ -8,8 +8,8 @@ connections close at once, no task is cancelled mid-response (an ASGI traceback)
 process exits 0.
 
 `Server` also paces how fast the event loop takes in new connections (`serve.intake`), so that a
-burst of them cannot hold the loop for long in one go: `/health` answers in milliseconds
-during a burst of 1,000 requests (docs/reliability.md).
+burst of them cannot hold the loop for long in one go: `/health` stays responsive during a
+burst (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def make_app(pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = Tru
 def freeze_heap() -> None:
     """Move everything alive now (modules, weights, the app: ~200,000 objects) out of the
     garbage collector's reach (`gc.freeze`), after one collection so that no garbage is
-    kept. Otherwise every full collection walks all of them with the event loop stopped:
-    150-220 ms on this project's 2-core machine, and a burst's allocations trigger one. The
+    kept. Otherwise every full collection walks all of them with the event loop stopped, a
+    pause every client sees, and a burst's allocations trigger one. The
     lifespan undoes it at shutdown (`gc.unfreeze`)."""
     gc.collect()
     gc.freeze()
@@ -91,8 +91,8 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
     """A TCP socket for uvicorn's `sockets=`. Created with the TCP protocol number, not 0:
     asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets whose `proto` says
     TCP, and accepted sockets inherit it. Without it, a response written as headers then body
-    (every /health answer, every streamed chunk) waits out the client's delayed ACK, ~40 ms
-    on Linux, on each reused connection."""
+    (every /health answer, every streamed chunk) waits out the client's delayed ACK on each
+    reused connection."""
     return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
 
 

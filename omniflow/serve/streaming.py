@@ -49,10 +49,10 @@ class LoopHandoff:
     loop per burst instead of one per event.
 
     Why: `call_soon_threadsafe` writes to the loop's self-pipe on every call, a system call
-    of ~40 us on the engine thread, and an engine step emits one event per request: at 128
-    requests that was ~5 ms of every step spent waking the loop (cProfile of the engine
-    thread, CPU, c128). Here an event is appended under a lock and only the first of a
-    burst schedules the drain; each request's events keep their order."""
+    on the engine thread, and an engine step emits one event per request, so at high
+    concurrency waking the loop once per event takes a visible share of every step. Here an
+    event is appended under a lock and only the first of a burst schedules the drain; each
+    request's events keep their order."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -276,11 +276,11 @@ class SpeechResponse:
 
 def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
     """`ev` and every event of the same request already waiting behind it, as one: their PCM
-    concatenated, the furthest progress, the last one's ending. A response costs ~100-300 us
-    of event loop per event it sends (docs/benchmarks.md, "What serving costs"); when the loop falls
-    behind the engine (many streams, one event per frame each), a request's events queue up,
-    and sending them as one chunk does that work once. A loop that keeps up finds nothing
-    waiting, so latency is unchanged."""
+    concatenated, the furthest progress, the last one's ending. Sending an event costs the
+    event loop about the same work whatever its size; when the loop falls behind the engine
+    (many streams, one event per frame each), a request's events queue up, and sending them
+    as one chunk does that work once. A loop that keeps up finds nothing waiting, so latency
+    is unchanged."""
     if ev.finished or events.empty():
         return ev
     parts = [ev.pcm] if ev.pcm is not None else []

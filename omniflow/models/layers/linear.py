@@ -2,9 +2,10 @@
 measured config for the weight's shape beats cuBLAS.
 
 Why: at batch 1 every linear of a decode step is a GEMV over a 2-48 MB bf16 weight, and
-cuBLAS picks tiles that leave most SMs idle; for the code predictor's 1024 x 2048 weights
-(its o projection and input projection) it takes 13 us where the kernel takes 4.5 us, and the
-predictor runs those 75 and 15 times per frame (`kernels.skinny_gemm.TUNED_ONE_ROW`). Every
+cuBLAS picks tiles that leave most SMs idle; the code predictor's 1024 x 2048 weights (its
+o projection and input projection) are where that costs most, as the predictor runs those 75
+and 15 times per frame (measured: see docs/performance.md; `kernels.skinny_gemm.TUNED_ONE_ROW`
+lists the shapes). Every
 other call (more rows, other shapes, the CPU) is plain `F.linear`. The choice depends on
 shapes only, so a CUDA graph records the same kernel each replay.
 """

@@ -1,8 +1,8 @@
 """The streaming codec decoder's CUDA path, with the convolutions' epilogues in our kernels.
 
-Why: at 128 rows an 8-frame window pass of the decoder took 64.9 ms on the H200 (fp32), under
-half of it convolution (docs/benchmarks.md, "The decoder's window pass, kernel by
-kernel"). The rest was full passes over the activations around them: torch adds a
+Why: at large batches less than half of a window pass of the decoder is convolution
+(measured: see docs/performance.md). The rest is full passes over the activations around
+them: torch adds a
 convolution's bias as a separate broadcast add (its slowest elementwise kernel), a causal
 convolution's carried input is joined to the new one by a copy (`torch.cat`), a residual
 add reads both operands again, and a transposed convolution's output is copied once to add

@@ -4,7 +4,7 @@ a K-step window decodes its K frames per request in one replay: one pass of the 
 n frames costs about what one frame does at small batches, where the step is latency-bound).
 
 Eagerly a step is several hundred small kernels (codebook lookups, 8 transformer layers,
-dozens of convs), about 15-18 ms on an H200 at any batch up to 32: bound by launch overhead.
+dozens of convs), so at small batches it is bound by launch overhead, not by its work.
 Replaying a captured graph launches them all at once. A graph records fixed shapes and
 addresses, so each bucket reads slot ids and codes from static buffers and writes PCM to a
 static output: `run` copies B rows into the first B rows of the smallest bucket >= B, pads

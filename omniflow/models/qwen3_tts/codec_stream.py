@@ -110,9 +110,9 @@ class StreamingDecoder:
     def allocate_many(self, n: int) -> list[int]:
         """n zeroed slots, in the order `allocate` would hand them out; none taken when fewer
         are free. Zeroing is one fill per state tensor for all n, not one per slot: the pool
-        holds ~40 tensors, so a step that starts 30 requests (a c128 prefill step) launched
-        ~1,200 fills, one by one, between reading its codes back and queueing its audio,
-        while the GPU waited (docs/benchmarks.md, "Host gaps around the decoder")."""
+        holds dozens of tensors, so a step that starts many requests would launch a fill per
+        tensor per request, one by one, between reading its codes back and queueing its
+        audio, while the GPU waits."""
         if not self._free and n:
             raise SlotsExhausted(f"all {self.num_slots} decoder slots are in use")
         if n > len(self._free):

@@ -46,8 +46,8 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     """Dummy weights (seeded) or the checkpoint at config.path, on `device`."""
     dtype = DTYPES[config.dtype or "float32"]
     # Built without values, in place on the device: every parameter is then loaded or drawn,
-    # so torch's default initialisation (26 s for the 1.7B model's 1.9B parameters on a
-    # 2-core CPU) and an fp32 copy on the host were work thrown away.
+    # so torch's default initialisation (slow on the CPU for a model's billions of
+    # parameters) and an fp32 copy on the host were work thrown away.
     with torch.device("meta"):
         weights = Qwen3TTSTalkerWeights(config.talker, config.code_predictor)
     buffers = [name for name, _ in weights.named_buffers()]

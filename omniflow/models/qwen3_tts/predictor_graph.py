@@ -1,8 +1,8 @@
 """The code predictor's whole frame (code0 embedding, 2-token prefill, 14 steps, 15 draws)
 as one CUDA graph per batch bucket.
 
-Eagerly the frame is hundreds of tiny kernels, so it is bound by launch overhead (about
-85 ms per frame at batch 1 at the 1.7B shapes on an H200); replaying a captured graph
+Eagerly the frame is hundreds of tiny kernels, so it is bound by launch overhead (measured:
+see docs/performance.md); replaying a captured graph
 launches them all at once. A graph records fixed shapes and addresses, so each bucket reads
 its inputs from static buffers and writes its codes to a static output: `run` copies a
 batch of B rows into the first B rows of the smallest bucket >= B, pads the rest with

@@ -1,8 +1,8 @@
 """The talker's prefill of whole prompts as one CUDA graph per token bucket.
 
-Eagerly, a prefill pays its launches whatever its size: on the H200 a one-prompt 1.7B prefill
-took ~36 ms, ~1.3 ms of host launches per layer (docs/benchmarks.md, "128 rows for real").
-That is a request's first audio at low load, and every mixed step's extra cost while requests
+Eagerly, a prefill pays its host launches, layer by layer, whatever its size (measured: see
+docs/performance.md). That is a request's first audio at low load, and every mixed step's
+extra cost while requests
 keep arriving. Replaying a captured graph launches the 28 layers at once.
 
 Which steps qualify (`covers_whole_contexts`): every request's step covers its whole context
@@ -127,8 +127,8 @@ class PromptGraphs(BucketGraphs):
         A step of more tokens than the largest bucket runs as several replays, each over
         consecutive whole requests (`pack_requests`): every request attends only within
         itself, so how the requests are grouped changes nothing in the result. Eagerly such
-        a step paid ~50 ms of launches (the c32/c128 mixed steps that admit a dozen or more
-        new prompts at once, docs/benchmarks.md); a replay is a few ms."""
+        a step (a mixed step at high concurrency admitting a dozen or more new prompts at
+        once) pays every layer's launches; a few replays pay none."""
         if not covers_whole_contexts(meta):
             return None
         groups = pack_requests(meta.query_starts, self.max_tokens)
@@ -217,11 +217,10 @@ def prefill_attention(device: torch.device) -> AbstractContextManager[None]:
     """The attention backends a prompt graph records. On CUDA, cuDNN's fused attention first:
     a masked, grouped-query step is outside flash attention (a mask) and torch's
     memory-efficient kernel (grouped heads), so without cuDNN it runs torch's math path in
-    fp32 (two fp32 GEMMs, a softmax and about a dozen elementwise kernels per layer: a
-    512-token bucket's replay took 7.8 ms that way on the H200, 4.1 ms with cuDNN;
-    docs/benchmarks.md).
-    `prepare_device` turns cuDNN attention off process-wide for its ~0.5 ms of host time per
-    call; recorded in a graph that cost is paid once, at capture (the eager
+    fp32 (two fp32 GEMMs, a softmax and about a dozen elementwise kernels per layer, a slower
+    replay; measured: see docs/performance.md).
+    `prepare_device` turns cuDNN attention off process-wide for its host time per call;
+    recorded in a graph that cost is paid once, at capture (the eager
     `cuda_graphs=false` path pays it per layer: it is for debugging). Where cuDNN cannot run
     the step (float32) torch falls back to the math path, as before. Elsewhere: torch's
     choice, unchanged.

@@ -144,9 +144,8 @@ class StreamSlots:
         order (no row left early, none drew EOS) and the graph takes exactly that many
         frames. Else the caller groups the rows by their frame count and builds the codes
         on the host. Why: building them from the host's tuples (`torch.tensor` over rows x
-        frames x 16 Python ints) took ~3 ms at 128 rows, and the GPU waited for it between a
-        window's last frame and its decoder pass (docs/benchmarks.md, "Host gaps around the
-        decoder")."""
+        frames x 16 Python ints) is slow at large batches, and the GPU waits for it between a
+        window's last frame and its decoder pass."""
         graphs = self.window_graphs
         if graphs is None or graphs.frames != len(steps):
             return False
@@ -188,9 +187,9 @@ class StreamSlots:
         self, rids: list[str], frames: list[list[Frame]], n: int
     ) -> tuple[list[str], torch.Tensor]:
         """Rows with n new frames each: the window graph when it takes exactly n frames;
-        else the per-frame graph replayed n times (a request's last, shorter window; the
-        eager decoder step took 14.7 ms at batch 1 on the H200, a replay ~3 ms,
-        docs/benchmarks.md); eager only without graphs. Returns the rows and their PCM
+        else the per-frame graph replayed n times (a request's last, shorter window: a
+        replay is much cheaper than the eager decoder step, measured: see
+        docs/performance.md); eager only without graphs. Returns the rows and their PCM
         [rows, n * 1920], on its way to the host."""
         dec = self.decoder
         assert dec is not None
