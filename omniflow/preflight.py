@@ -12,7 +12,7 @@ import errno
 import socket
 
 from omniflow.config.graph import StageGraph
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
 from omniflow.errors import ConfigError
 
 

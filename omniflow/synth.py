@@ -26,7 +26,6 @@ import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from omniflow.build.registry import load_request_check
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
@@ -138,8 +137,11 @@ def check_request_fields(graph: StageGraph, voice: str | None, s: SynthConfig) -
     """The voice and language against the model config, before the build (the registry's
     `request_check` of each stage that takes the prompt): a mistyped voice is one line and
     exit status 2 at once, not after the weights load."""
+    # here, not at the top: the checks read the model's prompt code, which loads torch
+    from omniflow.build.checks import request_check
+
     for stage in graph.stages.values():
-        check = load_request_check(stage.arch)
+        check = request_check(stage.arch)
         if stage.upstream is None and check is not None:
             try:
                 check(graph.model, voice, s.language)
@@ -186,7 +188,7 @@ def _generate(
 ) -> tuple[np.ndarray, str | None, float, int]:
     """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
     from omniflow.build.pipeline import build_pipeline
-    from omniflow.engine.orchestrator import AudioEvent
+    from omniflow.core.events import AudioEvent
 
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()

@@ -10,13 +10,14 @@ import torch
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import ModelConfig, SchedulerConfig
+from omniflow.config.schema import SchedulerConfig
 from omniflow.core.speech import SpeechRequest
 from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.factory import TalkerBundle, build_talker
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.models.qwen3_tts.talker import Talker
+from omniflow.models.shapes import ModelConfig
 from omniflow.sampling.draw import SamplingBatch, draw_fixed_policy
 from omniflow.sched.ar import ARScheduler
 from omniflow.worker.ar_runner import ARModelRunner

@@ -12,9 +12,11 @@ import time
 
 import torch
 
-from omniflow.build.context import BuildContext, StageParts, load_builder
+from omniflow.build.context import BuildContext
+from omniflow.build.registry import builder
 from omniflow.config.graph import StageGraph
 from omniflow.engine.orchestrator import Orchestrator
+from omniflow.engine.parts import StageParts
 from omniflow.engine.stage_engine import StageEngine
 from omniflow.platforms.base import prepare_device
 
@@ -36,7 +38,7 @@ def build_pipeline(graph: StageGraph, prebuilt: object | None = None) -> Orchest
     parts: dict[str, StageParts] = {}
     for name, stage in graph.stages.items():  # topological order
         start = time.perf_counter()
-        built = load_builder(stage.arch)(stage, ctx)
+        built = builder(stage.arch)(stage, ctx)
         # A GPU build takes about a minute (weights, graph captures, kernel compiles); the
         # capture logs and this line say where it went.
         log.info("stage %s built in %.1f s", name, time.perf_counter() - start)

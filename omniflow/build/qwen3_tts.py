@@ -27,12 +27,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omniflow.build.context import BuildContext, StageParts
+from omniflow.build.context import BuildContext
 from omniflow.config.graph import ResolvedStage
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request
 from omniflow.core.speech import SpeechRequest
 from omniflow.engine.connector import ChunkConnector, ChunkIntake
+from omniflow.engine.parts import StageParts
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder

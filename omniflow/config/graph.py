@@ -11,15 +11,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from omniflow.config.schema import (
-    Frozen,
-    ModelConfig,
-    SchedulerConfig,
-    StageConfig,
-    StepLimits,
-    UpstreamConfig,
-)
+from omniflow.config.schema import SchedulerConfig, StageConfig, StepLimits, UpstreamConfig
 from omniflow.core.capabilities import Payload
+from omniflow.core.frozen import Frozen
+from omniflow.models.shapes import ModelConfig
 
 
 def receives_chunks(stage: StageConfig) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omniflow.build.registry import ARCHS
 from omniflow.config.decode_rules import (
     check_audio_chunks,
     check_prompt_graphs,
@@ -22,14 +21,10 @@ from omniflow.config.decode_rules import (
 )
 from omniflow.config.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
 from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
-from omniflow.config.schema import (
-    ModelConfig,
-    OmniflowSpec,
-    SchedulerConfig,
-    StageConfig,
-)
-from omniflow.core.capabilities import ModelCapabilities
+from omniflow.config.schema import OmniflowSpec, SchedulerConfig, StageConfig
+from omniflow.core.capabilities import ARCH_CAPABILITIES, ModelCapabilities
 from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.models.shapes import ModelConfig
 
 
 def build_graph(spec: OmniflowSpec) -> StageGraph:
@@ -175,11 +170,11 @@ def _stage_caps(spec: OmniflowSpec, errors: list[ConfigError]) -> dict[str, Mode
     caps: dict[str, ModelCapabilities] = {}
     for name, stage in spec.pipeline.stages.items():
         key = f"pipeline.stages.{name}.arch"
-        entry = ARCHS.get(stage.arch)
-        if entry is None:
-            errors.append(ConfigError(key, f"unknown arch {stage.arch!r}; known: {sorted(ARCHS)}"))
+        cap = ARCH_CAPABILITIES.get(stage.arch)
+        if cap is None:
+            known = sorted(ARCH_CAPABILITIES)
+            errors.append(ConfigError(key, f"unknown arch {stage.arch!r}; known: {known}"))
             continue
-        cap = entry.capabilities
         if cap.family != spec.model.family:
             errors.append(
                 ConfigError(

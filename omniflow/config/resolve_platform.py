@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 
 from omniflow.config.graph import ResolvedPlatform, ResolvedStage
-from omniflow.config.schema import ModelConfig, PlatformConfig
+from omniflow.config.schema import PlatformConfig
 from omniflow.errors import ConfigError
+from omniflow.models.shapes import ModelConfig
 from omniflow.platforms.base import PLATFORMS, module_available, resolve_platform_name
 
 log = logging.getLogger(__name__)

@@ -1,16 +1,22 @@
 """The public surface of a running pipeline: what serve, synth and bench may read.
 
-`Orchestrator.info()` answers a `PipelineInfo` (static facts: the served model, its voices and
-languages, limits, capabilities) and `Orchestrator.stats()` a `PipelineStats` (live gauges per
-stage). Nothing outside `stages/` reaches into engines, schedulers or runners; a stage living
-in another process later answers the same two values.
+`Pipeline` is the protocol serve, synth and bench type against (the orchestrator implements
+it; tests serve a small fake with the same behaviour). `info()` answers a `PipelineInfo`
+(static facts: the served model, its voices and languages, limits, capabilities) and
+`stats()` a `PipelineStats` (live gauges per stage). Nothing outside `engine/` reaches into
+engines, schedulers or runners; a stage living in another process answers the same values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from omniflow.core.events import Sink
+from omniflow.core.speech import SpeechRequest
+from omniflow.core.voice import ReferenceEncoder
 
 
 class PipelineUnavailable(RuntimeError):
@@ -137,3 +143,36 @@ class NoTimer:
 
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]:
         return nullcontext()
+
+
+class Pipeline(Protocol):
+    """What `Orchestrator` offers the server (see omniflow/core/pipeline.py)."""
+
+    def info(self) -> PipelineInfo: ...
+
+    def stats(self) -> PipelineStats: ...
+
+    def reference_encoder(self) -> ReferenceEncoder | None:
+        """A Base model's voice-clone encoders; None: the model does not clone voices."""
+        ...
+
+    def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
+
+    def submit(
+        self, speech: SpeechRequest, sink: Sink, max_buffered_s: float | None = None
+    ) -> None:
+        """ValueError: bad input; PipelineUnavailable: a stage has stopped. With
+        `max_buffered_s` the request pauses while that much of its audio is unconsumed."""
+        ...
+
+    def consumed(self, request_id: str, samples: int) -> None:
+        """The response took `samples` of the request's audio (backpressure credit)."""
+        ...
+
+    def abort(self, request_id: str, error: str | None = None) -> None:
+        """End the request: its sink's terminal event is an abort, or an error with `error`."""
+        ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from omniflow.config.schema import CodecShape
 from omniflow.engine.messages import Pause, Resume
+from omniflow.models.shapes import CodecShape
 
 
 @dataclass(frozen=True)

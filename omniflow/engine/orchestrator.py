@@ -21,14 +21,11 @@ import dataclasses
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from omniflow.build.context import ReferenceEncoder, SpeechFrontend, StageParts
 from omniflow.config.graph import StageGraph
+from omniflow.core.events import AudioEvent, Sink
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import (
     PhaseTimer,
@@ -38,6 +35,7 @@ from omniflow.core.pipeline import (
 )
 from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
+from omniflow.core.voice import ReferenceEncoder
 from omniflow.engine.flow import (
     Bound,
     FlowMessage,
@@ -47,29 +45,10 @@ from omniflow.engine.flow import (
     samples_per_frame,
 )
 from omniflow.engine.messages import Abort, Add, Hold, ReceiveFrames
+from omniflow.engine.parts import SpeechFrontend, StageParts
 from omniflow.engine.stage_engine import StageEngine
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AudioEvent:
-    """PCM for one request (float32 in [-1, 1], mono), or its end."""
-
-    request_id: str
-    pcm: np.ndarray | None = None
-    frames: int = 0
-    """Frames generated so far by the source stage (for progress)."""
-    finished: bool = False
-    finish_reason: FinishReason | None = None
-    error: str | None = None
-    made_at: float = field(default_factory=time.perf_counter)
-    """When the event was made (`time.perf_counter`, on the thread that made it): the server
-    splits a request's first-audio latency at this point (`omniflow_first_audio_made_seconds`
-    and `omniflow_first_audio_delivery_seconds`)."""
-
-
-Sink = Callable[[AudioEvent], None]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.events import AudioEvent
 from omniflow.serve.encoders import pcm16, sse_event, wav_header
 from omniflow.serve.sending import StreamBroken
 

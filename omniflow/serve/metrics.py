@@ -17,8 +17,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from omniflow.core.pipeline import PipelineStats, PrefillCounters, StageStats, WindowCounters
-from omniflow.serve.pipeline import Pipeline
+from omniflow.core.pipeline import (
+    Pipeline,
+    PipelineStats,
+    PrefillCounters,
+    StageStats,
+    WindowCounters,
+)
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 FIRST_AUDIO_PART_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 10)

@@ -26,18 +26,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from omniflow.build.context import EncodedVoice, ReferenceEncoder
-from omniflow.config.schema import ServerConfig
-from omniflow.core.pipeline import PipelineInfo, PipelineUnavailable
+from omniflow.config.server import ServerConfig
+from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import Pipeline, PipelineInfo, PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.voice import EncodedVoice, ReferenceEncoder
 from omniflow.serve import endpoints
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import speech_openapi
-from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.streaming import (

@@ -31,7 +31,8 @@ from fastapi import FastAPI
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
+from omniflow.core.pipeline import Pipeline
 from omniflow.logs import UVICORN_LOG_CONFIG
 from omniflow.serve.intake import (
     ACCEPT_BATCH,
@@ -42,7 +43,6 @@ from omniflow.serve.intake import (
     paced_protocol,
 )
 from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
-from omniflow.serve.pipeline import Pipeline
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S

@@ -29,12 +29,12 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import Pipeline, Sink
 from omniflow.serve.bodies import raw_stream, sse
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.errors import ApiError, unavailable
 from omniflow.serve.metrics import Metrics
-from omniflow.serve.pipeline import Pipeline, Sink
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
 from omniflow.serve.sending import PacedStream
 

@@ -7,7 +7,7 @@ field and never reaches a stage; admission then refuses work the pipeline cannot
 
 from __future__ import annotations
 
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.serve.compat import check_task_fields
 from omniflow.serve.errors import ApiError, clip, unavailable

@@ -23,9 +23,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from omniflow.build.context import EncodedVoice
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo
+from omniflow.core.voice import EncodedVoice
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import SpeechBody, VoiceBody
 from omniflow.serve.text import check_printable, check_speakable

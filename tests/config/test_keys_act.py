@@ -14,7 +14,7 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
 from omniflow.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2] / "omniflow"

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from omniflow.build.registry import ARCHS
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph, resolve_ref_context
+from omniflow.core.capabilities import ARCH_CAPABILITIES
 from omniflow.errors import ConfigError, ConfigErrors
 
 FUSED = ["pipeline=qwen3_tts_fused", "platform=cpu"]
@@ -204,7 +204,7 @@ def test_ref_context_frames_where_reference_is_accepted_zero_is_a_real_value():
 def test_ref_context_frames_refused_on_an_arch_without_reference_even_on_base():
     spec = compose([*FUSED, "model=qwen3_tts_tiny_base"])
     stage = spec.pipeline.stages["talker"].model_copy(update={"ref_context_frames": 4})
-    cap = replace(ARCHS["qwen3_tts_talker"].capabilities, accepts_reference=False)
+    cap = replace(ARCH_CAPABILITIES["qwen3_tts_talker"], accepts_reference=False)
     errors: list[ConfigError] = []
     assert resolve_ref_context("k", stage, True, cap, spec.model, errors) is None
     assert [e.key for e in errors] == ["k.ref_context_frames"]

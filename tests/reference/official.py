@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from omniflow.config.schema import ModelConfig
 from omniflow.models.qwen3_tts.tokenizer import ByteTokenizer
+from omniflow.models.shapes import ModelConfig
 from tests.reference.cases import (
     CASES,
     CLONE_CASES,

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import ModelConfig, SchedulerConfig
+from omniflow.config.schema import SchedulerConfig
 from omniflow.core.speech import SpeechRequest
 from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.interface import PositionSpan
@@ -42,6 +42,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
     SpeakerEncoderWeights,
     load_speaker_encoder,
 )
+from omniflow.models.shapes import ModelConfig
 from omniflow.sched.ar import ARScheduler
 from omniflow.worker.ar_runner import ARModelRunner
 from tests.reference.cases import CloneCase, PromptCase

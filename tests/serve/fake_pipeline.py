@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
     PipelineInfo,
     PipelineStats,
@@ -24,7 +25,6 @@ from omniflow.core.pipeline import (
     WindowCounters,
 )
 from omniflow.core.speech import SpeechRequest
-from omniflow.engine.orchestrator import AudioEvent
 
 SAMPLES_PER_FRAME = 1920
 INFO = PipelineInfo(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from omniflow.config.compose import compose
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.events import AudioEvent
 from omniflow.serve.bodies import raw_stream
 from omniflow.serve.run import ServerThread
 from omniflow.serve.sending import PacedStream

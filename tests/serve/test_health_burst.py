@@ -1,7 +1,7 @@
 """`/health` keeps answering during a burst of 1,000 speech requests (docs/reliability.md).
 
 The server is the embedded default in this process; the burst and the health probe run in
-two other processes (`omniflow.bench.burst`), so that their CPU work is not the server's and
+two other processes (`benchmarks/burst.py`), so that their CPU work is not the server's and
 the probe does not wait for the burst's GIL. The burst is 1,000 connections at once; this
 test admits 32 at a time (the rest get a 429, which costs the server as much to parse), so
 it finishes in seconds.
@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,13 +34,16 @@ from tests.serve.conftest import LiveServer
 
 pytestmark = pytest.mark.serial
 
+REPO = Path(__file__).resolve().parents[2]
+
 ARGS = ["--frames", "1", "--idle", "0"]
 
 
 def test_health_answers_during_a_burst_of_a_thousand_requests():
     with LiveServer("server.max_concurrent_requests=32") as server:
         run = subprocess.run(
-            [sys.executable, "-m", "omniflow.bench.burst", "--url", server.url, *ARGS],
+            [sys.executable, "-m", "benchmarks.burst", "--url", server.url, *ARGS],
+            cwd=REPO,  # where `benchmarks` is importable
             capture_output=True,
             text=True,
             timeout=300,

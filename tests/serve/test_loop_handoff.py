@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.events import AudioEvent
 from omniflow.serve.streaming import LoopHandoff, event_channel
 
 

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 
 from omniflow.config.compose import compose
-from omniflow.engine.orchestrator import AudioEvent
+from omniflow.core.events import AudioEvent
 from omniflow.serve.run import ServerThread
 from omniflow.serve.streaming import merge_waiting
 from tests.serve.fake_pipeline import FakePipeline

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from omniflow.config.schema import TransformerShape
 from omniflow.models.layers.linear import linear, run_gated_linear, run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import apply_rotary
+from omniflow.models.shapes import TransformerShape
 
 Tensor = torch.Tensor
 Attend = Callable[[int, Tensor, Tensor, Tensor], Tensor]

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from omniflow.config.schema import CodecShape, ModelConfig
 from omniflow.models.qwen3_tts.loader import CheckpointError
+from omniflow.models.shapes import CodecShape, ModelConfig
 
 REQUIRED = object()
 """Marks a key the official config classes give no default (the official code fails without)."""

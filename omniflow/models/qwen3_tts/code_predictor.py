@@ -18,13 +18,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from omniflow.config.schema import CodePredictorShape
 from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.linear import run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.modules import CodePredictorModule
+from omniflow.models.shapes import CodePredictorShape
 
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits [B, V], codebook index g in 1..15) -> codes [B]."""

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from omniflow.config.schema import CodecShape
 from omniflow.models.layers.rotary import apply_rotary
 from omniflow.models.qwen3_tts.loader import CheckpointError, load_state, weight_files
+from omniflow.models.shapes import CodecShape
 
 
 @dataclass(frozen=True)

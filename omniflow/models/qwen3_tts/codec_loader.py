@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omniflow.config.schema import CodecShape
 from omniflow.models.qwen3_tts.checkpoint_config import check_codec_config
 from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
 from omniflow.models.qwen3_tts.loader import CheckpointError, load_state, weight_files
+from omniflow.models.shapes import CodecShape
 
 
 def codec_dir(model_dir: Path) -> Path:

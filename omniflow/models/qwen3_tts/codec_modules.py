@@ -20,13 +20,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from omniflow.config.schema import CodecShape
 from omniflow.models.qwen3_tts.codec_transformer import (
     CodecAttention,
     CosSin,
     PreTransformer,
     State,
 )
+from omniflow.models.shapes import CodecShape
 
 
 class CausalConv(nn.Module):

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from omniflow.config.schema import CodecShape
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import Rotary, apply_rotary
+from omniflow.models.shapes import CodecShape
 
 State = dict[str, torch.Tensor]
 """Per-module carried tensors of a batch of requests, keyed by module path."""

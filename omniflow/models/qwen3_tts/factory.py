@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from omniflow.config.schema import ModelConfig
 from omniflow.models.qwen3_tts.checkpoint_config import check_talker_config
 from omniflow.models.qwen3_tts.loader import (
     load_state,
@@ -22,6 +21,7 @@ from omniflow.models.qwen3_tts.reference import ReferenceEncoders, build_referen
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.models.qwen3_tts.tokenizer import BPETokenizer, ByteTokenizer, TextTokenizer
 from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.shapes import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm import tqdm
 
-from omniflow.config.schema import CodePredictorShape, TalkerShape, TransformerShape
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
 from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.shapes import CodePredictorShape, TalkerShape, TransformerShape
 
 PREFIX = "talker."
 

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from omniflow.config.schema import CodePredictorShape, TalkerShape
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import Qwen3DecoderLayer
+from omniflow.models.shapes import CodePredictorShape, TalkerShape
 
 
 class ResizeMLP(nn.Module):

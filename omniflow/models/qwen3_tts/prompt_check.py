@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omniflow.config.schema import ModelConfig
 from omniflow.errors import ConfigError
 from omniflow.models.qwen3_tts.loader import read_config, vocab_from_config
 from omniflow.models.qwen3_tts.prompt import PromptError, codec_prefix
 from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.shapes import ModelConfig
 
 
 def model_vocab(model: ModelConfig) -> CodecVocab:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from omniflow.config.schema import ModelConfig
 from omniflow.models.qwen3_tts.codec_encoder import (
     CodecEncoderShape,
     CodecEncoderWeights,
@@ -26,6 +25,7 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
     SpeakerEncoderWeights,
     load_speaker_encoder,
 )
+from omniflow.models.shapes import ModelConfig
 
 
 @dataclass(frozen=True)

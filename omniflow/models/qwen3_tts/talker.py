@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from omniflow.config.schema import ModelConfig
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
 from omniflow.models.layers.linear import run_linear
 from omniflow.models.layers.qwen3 import fuse_projections, run_layers_norm
@@ -20,6 +19,7 @@ from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
 from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.shapes import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,59 @@
+"""The layering the architecture promises, checked in a fresh interpreter: the HTTP app's
+modules and the config layer import nothing of the engine's internals or the models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from omniflow.build.registry import BUILDERS
+from omniflow.core.capabilities import ARCH_CAPABILITIES
+
+INTERNALS = ("omniflow.models", "omniflow.kernels", "omniflow.sched", "omniflow.worker")
+
+
+def loaded_after(*modules: str) -> set[str]:
+    """The modules a fresh interpreter holds after importing `modules`."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {list(modules)!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return set(json.loads(out.stdout))
+
+
+def under(loaded: set[str], packages: tuple[str, ...]) -> list[str]:
+    inside = tuple(p + "." for p in packages)
+    return sorted(m for m in loaded if m in packages or m.startswith(inside))
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "omniflow.serve.routes",
+        "omniflow.serve.streaming",
+        "omniflow.serve.validation",
+        "omniflow.serve.encoders",
+    ],
+)
+def test_http_app_modules_import_no_engine_internals(module):
+    loaded = loaded_after(module)
+    assert under(loaded, INTERNALS + ("omniflow.build", "omniflow.engine")) == []
+
+
+def test_config_layer_imports_no_model_code():
+    loaded = loaded_after("omniflow.config.resolve", "omniflow.config.compose")
+    # the preset's schema (`models/shapes.py`, pydantic only) is the one models/ module it reads
+    assert under(loaded, INTERNALS + ("omniflow.build", "omniflow.engine")) == [
+        "omniflow.models",
+        "omniflow.models.shapes",
+    ]
+    assert "torch" not in loaded_after("omniflow.config.resolve")
+
+
+def test_every_arch_has_capabilities_and_a_builder():
+    assert set(BUILDERS) == set(ARCH_CAPABILITIES)
