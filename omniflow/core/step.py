@@ -8,8 +8,8 @@ afterwards only diffs travel (`CachedRequestData`: new block ids, the computed c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 from omniflow.core.request import SamplingParams
 
@@ -84,17 +84,10 @@ class RequestStepOutput:
     frames: tuple[Any, ...] = ()
     """Model outputs aligned with tokens (a codec frame per talker token, None for EOS)."""
     audio: Any = None
-    """PCM produced this step (stream-decode stages)."""
+    """PCM a generation stage (code2wav) made this step. An AR stage's audio is not here: its
+    runner hands it back by its own call (`take_audio`, `core/audio.py`)."""
     error: str | None = None
     """Set when the model failed for this request: it ends with exactly one error."""
-
-
-class LateAudio(Protocol):
-    """Audio of a step still being made when the runner answered (`worker/step_audio.py`)."""
-
-    def attach(self, outputs: Mapping[str, RequestStepOutput]) -> dict[str, RequestStepOutput]:
-        """The outputs with their audio, once it is made (waits for it)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -107,13 +100,3 @@ class StepResult:
     """Forward steps the runner executed for a window plan (0 without a window)."""
     window_refusal: str | None = None
     """Why the runner ran a window plan as a single step (run-time gate), if it did."""
-    late_audio: LateAudio | None = None
-    """The outputs' audio, still being decoded: `settled()` puts it in. The runner answers
-    without waiting for it, so under async scheduling the next step is queued meanwhile."""
-
-    def settled(self) -> StepResult:
-        """This result with its late audio in the outputs (waiting for it); itself if none."""
-        if self.late_audio is None:
-            return self
-        outputs = self.late_audio.attach(self.outputs)
-        return replace(self, outputs=outputs, late_audio=None)

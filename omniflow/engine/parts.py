@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import ReferenceEncoder
 from omniflow.engine.connector import ChunkIntake
-from omniflow.engine.stage_engine import Runner, Scheduler
+from omniflow.engine.contracts import Runner, Scheduler
 
 
 class SpeechFrontend(Protocol):

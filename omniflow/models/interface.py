@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
+from omniflow.core.audio import PendingAudio
 from omniflow.device.readback import PendingCodes
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
 
@@ -150,14 +150,6 @@ class SampledStep:
 
     request_ids: tuple[str, ...]
     sample: FrameSample
-
-
-class PendingAudio(Protocol):
-    """PCM being decoded (`ARModel.queue_audio`)."""
-
-    def result(self) -> dict[str, np.ndarray]:
-        """PCM per request (float32 samples), once the decoding is done."""
-        ...
 
 
 class RowSampler(Protocol):

@@ -116,19 +116,6 @@ class ARScheduler:
         out, self._held = self._held, []
         return out
 
-    def stats(self) -> dict[str, int]:
-        gauges = {
-            "running": len(self.running),
-            "waiting": len(self.waiting),
-            "kv_blocks_used": self.kv.num_used_blocks,
-            "kv_blocks": self.kv.pool.num_blocks,
-            "preemptions": self.num_preemptions,
-            "paused": len(self._paused),
-        }
-        if self.window_k:  # a stage without windows says nothing about them
-            gauges.update(self.window_stats.as_dict())
-        return gauges
-
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
         w = self.window_stats
@@ -379,12 +366,9 @@ class ARScheduler:
     # ------------------------------------------------------------------ results
 
     def update(self, plan: StepPlan, result: StepResult) -> list[StageOutput]:
-        """Apply a step's results: append tokens, finish requests, release resources. A
-        result whose audio is still being decoded is settled first (waiting for it). The
-        engine hands its results over without their late audio and waits for that itself,
-        after queueing the next step (`StageEngine._with_late_audio`); callers driving a
-        runner directly get it settled here."""
-        result = result.settled()
+        """Apply a step's tokens: append them, finish requests, release resources. The
+        step's audio is not here: the engine takes it from the runner by its own call, so
+        the scheduler never waits on the device."""
         expected = self._expected.pop(plan.step_id, {})
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
@@ -434,7 +418,6 @@ class ARScheduler:
                     rid,
                     tokens=tuple(tokens),
                     frames=tuple(frames),
-                    audio=out.audio,
                     finished=state is not None,
                     finish_reason=state.reason if state is not None else None,
                 )

@@ -145,17 +145,6 @@ class GenerationScheduler:
         out, self._outputs = self._outputs, []
         return out
 
-    def stats(self) -> dict[str, int]:
-        started = sum(1 for r in self.requests.values() if r.started)
-        queued = sum(len(r.chunks) for r in self.requests.values())
-        paused = sum(1 for r in self.requests.values() if r.paused)
-        return {
-            "requests": len(self.requests),
-            "decoding": started,
-            "chunks_queued": queued,
-            "paused": paused,
-        }
-
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
         started = sum(1 for r in self.requests.values() if r.started)

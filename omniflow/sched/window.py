@@ -29,16 +29,6 @@ class WindowStats:
     """Planned windows whose first step admits new requests (`window_admits`)."""
     refusals: Counter[str] = field(default_factory=Counter)
 
-    def as_dict(self) -> dict[str, int]:
-        flat = {
-            "planned_windows": self.planned_windows,
-            "executed_windows": self.executed_windows,
-            "executed_steps": self.executed_steps,
-            "admitting_windows": self.admitting_windows,
-        }
-        flat.update({f"refused_{k}": v for k, v in sorted(self.refusals.items())})
-        return flat
-
 
 @dataclass(frozen=True)
 class Candidate:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.core.audio import PendingAudio
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.device.upload import upload_ints
@@ -25,7 +25,6 @@ from omniflow.models.interface import (
     ARModel,
     FrameSample,
     KVLayout,
-    PendingAudio,
     QueuedFrames,
     SampledStep,
 )
@@ -70,6 +69,8 @@ class ARModelRunner:
         kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(2 * spec.num_layers)]
         self.kv_caches = list(zip(kv[::2], kv[1::2], strict=True))
         self.requests: dict[str, RunnerRequest] = {}
+        self._pending_audio: dict[int, StepAudio] = {}
+        """Each step's audio until the engine takes it (`take_audio`)."""
         self.decode_batch = DecodeBatch(model, scheduler, device, batched_decode)
         model.attach_kv(
             KVLayout(
@@ -159,13 +160,23 @@ class ARModelRunner:
                 if plan.window:
                     return self._run_window(plan)
                 outputs, audio = self._run(order, plan.step_id)
-                return StepResult(plan.step_id, outputs, late_audio=audio)
+                self._keep_audio(plan.step_id, audio)
+                return StepResult(plan.step_id, outputs)
         except (RuntimeError, ValueError) as exc:  # a model failure ends each request once
             log.exception("%s step %d failed", self.model.name, plan.step_id)
             message = f"{self.model.name} step failed: {exc}"
             return StepResult(
                 plan.step_id, {rid: RequestStepOutput(error=message) for rid, _ in order}
             )
+
+    def take_audio(self, step_id: int) -> PendingAudio | None:
+        """The audio of step `step_id`, still being decoded (None: it made none); handed out
+        once. Called from the engine thread while the next step may be executing."""
+        return self._pending_audio.pop(step_id, None)
+
+    def _keep_audio(self, step_id: int, audio: StepAudio | None) -> None:
+        if audio is not None:
+            self._pending_audio[step_id] = audio
 
     # ---------------------------------------------------------- windows (docs/architecture.md)
 
@@ -183,15 +194,15 @@ class ARModelRunner:
             single, audio = self._run(order, plan.step_id) if order else ({}, None)
             for rid, message in errors.items():
                 single[rid] = RequestStepOutput(error=message)
-            return StepResult(
-                plan.step_id, single, window_steps=1, window_refusal=reason, late_audio=audio
-            )
+            self._keep_audio(plan.step_id, audio)
+            return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
         firsts = {rid: first_step_tokens(plan, rid) for rid in plan.window}
         if all(n == 1 and self.requests[rid].in_decode for rid, n in firsts.items()):
             outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
         else:
             outputs, audio, steps = self._admitting_window(dict(plan.window), firsts, plan.step_id)
-        return StepResult(plan.step_id, outputs, window_steps=steps, late_audio=audio)
+        self._keep_audio(plan.step_id, audio)
+        return StepResult(plan.step_id, outputs, window_steps=steps)
 
     def _admitting_window(
         self, ks: dict[str, int], firsts: dict[str, int], step_id: int
@@ -411,12 +422,10 @@ class ARModelRunner:
 
 
 def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
-    """One output for several decode steps of a request (tokens, frames, PCM in order)."""
+    """One output for several decode steps of a request (tokens and frames in order)."""
     if len(outs) == 1:
         return outs[0]
-    audio = [o.audio for o in outs if o.audio is not None]
     return RequestStepOutput(
         tokens=tuple(t for o in outs for t in o.tokens),
         frames=tuple(f for o in outs for f in o.frames),
-        audio=np.concatenate(audio) if audio else None,
     )

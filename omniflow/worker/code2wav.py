@@ -36,6 +36,10 @@ class Code2WavRunner:
         """(in use, total) decoder slots."""
         return (self.decoder.num_in_use, self.decoder.num_slots)
 
+    def take_audio(self, step_id: int) -> None:
+        """Nothing pending: this stage's audio is its output (`RequestStepOutput.audio`)."""
+        return None
+
     def prefills(self) -> None:
         """A generation stage runs no prefill."""
         return None

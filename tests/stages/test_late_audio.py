@@ -1,7 +1,7 @@
-"""A step's audio is waited for when the scheduler takes the step's result, not inside the
-runner (`worker/step_audio.py`): under async scheduling the next step's execute starts before
-the previous step's audio is waited for; the PCM is the same either way, and a decode that
-fails at that point ends the step's requests with one error each, nothing else."""
+"""A step's audio is the runner's second output, waited for by the engine after it applied the
+step's tokens (`Runner.take_audio`, `worker/step_audio.py`): under async scheduling the next
+step's execute starts before the previous step's audio is waited for; the PCM is the same
+either way, and a decode that fails ends the step's requests with one error each."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from omniflow.core.step import RequestStepOutput
 from omniflow.worker.step_audio import StepAudio
 from tests.factories import speech, talker_engine
 
@@ -94,17 +93,16 @@ def test_async_scheduling_runs_the_next_step_before_waiting_for_the_audio(window
         np.testing.assert_array_equal(pcm[rid], want[rid])
 
 
-def test_the_runner_answers_with_the_audio_still_pending_and_settling_adds_it():
+def test_the_runner_answers_with_tokens_and_hands_the_pending_audio_out_once():
     engine, proc = talker_engine(stream_decode=True, window_k=2)
     for r in requests(1, 3):
         engine.add_request(proc.make_request(r))
     plan = engine.scheduler.schedule()
     result = engine.runner.execute(plan)  # the prefill step: the first frame
-    assert result.late_audio is not None and result.outputs["r0"].audio is None
-    settled = result.settled()
-    assert settled.late_audio is None and settled.outputs["r0"].audio.shape == (FRAME,)
-    assert settled.outputs["r0"].tokens == result.outputs["r0"].tokens
-    assert settled.settled() is settled
+    assert result.outputs["r0"].tokens and result.outputs["r0"].audio is None
+    audio = engine.runner.take_audio(plan.step_id)
+    assert audio is not None and audio.result()["r0"].shape == (FRAME,)
+    assert engine.runner.take_audio(plan.step_id) is None
 
 
 class Failing:
@@ -112,14 +110,12 @@ class Failing:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
-def test_a_decode_failing_when_settled_ends_each_request_of_the_step_once():
-    outputs = {"a": RequestStepOutput(tokens=(1,)), "b": RequestStepOutput(tokens=(2,))}
-    settled = StepAudio([Failing()], "talker", 7).attach(outputs)
-    assert set(settled) == {"a", "b"}
-    for out in settled.values():
-        assert (
-            out.error == "talker step failed: CUDA error: an illegal memory access was encountered"
-        )
+def test_a_decode_failing_names_the_model_when_the_step_audio_is_waited_for():
+    with pytest.raises(RuntimeError) as err:
+        StepAudio([Failing()], "talker", 7).result()
+    assert str(err.value) == (
+        "talker step failed: CUDA error: an illegal memory access was encountered"
+    )
 
 
 @pytest.mark.parametrize(("async_scheduling", "window_k"), [(False, 0), (True, 0), (True, 4)])
@@ -152,11 +148,11 @@ def test_through_the_engine_a_failed_decode_ends_only_its_requests(async_schedul
     assert engine.scheduler.unfinished_ids() == []
 
 
-def test_a_talker_without_a_decoder_answers_with_no_late_audio():
+def test_a_talker_without_a_decoder_hands_out_no_audio():
     """The two-stage pipeline's talker makes no audio: nothing to wait for, no audio_wait."""
     engine, proc = talker_engine(stream_decode=False, window_k=2)
     for r in requests(1, 3):
         engine.add_request(proc.make_request(r))
     plan = engine.scheduler.schedule()
     result = engine.runner.execute(plan)
-    assert result.outputs["r0"].tokens and result.late_audio is None
+    assert result.outputs["r0"].tokens and engine.runner.take_audio(plan.step_id) is None

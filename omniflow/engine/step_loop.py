@@ -1,0 +1,220 @@
+"""One stage's step loop: schedule -> execute -> update, in turn or pipelined.
+
+`StepLoop` owns one scheduler and one runner (AR or generation: both meet at
+`StepPlan`/`StepResult`) and, on a stage that receives chunks, the chunk intake. `step()`
+runs one round and returns the outputs; tests and offline callers drive it directly, and
+`StageEngine` (`engine/stage_engine.py`) runs it on a thread.
+
+Async scheduling: step n+1 is planned while step n executes on the runner's worker thread;
+`update(n)` happens after `schedule(n+1)`. Sync: strictly in turn. Both give the same tokens
+for a seeded request (the runner feeds the token it sampled itself). A step's audio is the
+runner's second output (`Runner.take_audio`): the loop applies the tokens first, then, under
+async scheduling, submits the next step (planning it again when a window's fence held it
+back) before it waits for that audio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from omniflow.core.audio import PendingAudio
+from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
+from omniflow.core.request import FinishReason
+from omniflow.core.step import StepPlan, StepResult
+from omniflow.engine.connector import ChunkIntake
+from omniflow.engine.contracts import Runner, Scheduler
+from omniflow.engine.messages import Abort, Add, EngineMessage, Hold, Pause, ReceiveFrames, Resume
+
+log = logging.getLogger(__name__)
+
+
+class StepLoop:
+    """One stage: scheduler + runner, stepped by the caller."""
+
+    def __init__(
+        self,
+        name: str,
+        scheduler: Scheduler,
+        runner: Runner,
+        async_scheduling: bool = False,
+        intake: ChunkIntake | None = None,
+    ) -> None:
+        self.name = name
+        self.scheduler = scheduler
+        self.runner = runner
+        self.intake = intake
+        """Chunk-receiving stages only: cuts upstream frames into whole chunks."""
+        self.async_scheduling = async_scheduling
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-runner")
+        self._inflight: tuple[StepPlan, Future[StepResult]] | None = None
+        self._progressed = False
+        self.num_steps = 0
+        self._unsent: list[StageOutput] = []
+        """A step's outputs between its update and their audio: requests the update ended are
+        gone from the scheduler, so if the step dies there they are ended from here."""
+        self.timer: PhaseTimer = NoTimer()
+        """Times the wait for a step's audio (`audio_wait`); `set_timer` also gives it to the
+        runner for the step's own phases."""
+
+    @property
+    def alive(self) -> bool:
+        """A loop stepped by its caller never dies on its own (`StageEngine` can)."""
+        return True
+
+    def add_request(self, request: Any) -> list[StageOutput]:
+        """Admit now; a refusal is one error output."""
+        try:
+            self.scheduler.add_request(request)
+        except ValueError as exc:
+            rid = request.request_id
+            return [StageOutput(rid, finished=True, finish_reason="error", error=str(exc))]
+        return []
+
+    def abort_request(
+        self, request_id: str, reason: FinishReason = "abort", error: str | None = None
+    ) -> list[StageOutput]:
+        """End a request now; one terminal output if it was still here."""
+        if self.intake is not None:
+            self.intake.close(request_id)
+        if self.scheduler.finish(request_id, reason, error):
+            return [StageOutput(request_id, finished=True, finish_reason=reason, error=error)]
+        return []
+
+    def apply(self, message: EngineMessage) -> list[StageOutput]:
+        """Apply one message now (on the engine thread, or inline when not threaded)."""
+        match message:
+            case Add(request=request, initial_chunk_frames=first):
+                outputs = self.add_request(request)
+                if self.intake is not None and not outputs:
+                    self.intake.open(request.request_id, first)
+                return outputs
+            case Abort(request_id=rid, reason=reason, error=error):
+                return self.abort_request(rid, reason, error)
+            case ReceiveFrames(request_id=rid, frames=frames, finished=finished):
+                if self.intake is None:
+                    raise TypeError(f"stage {self.name} receives no frames (no upstream)")
+                self.intake.receive(rid, frames, finished)
+                return []
+            case Hold(request_id=rid):
+                if self.intake is not None:
+                    self.intake.hold(rid)
+                return []
+            case Pause(request_id=rid):
+                self.scheduler.pause(rid)
+                return []
+            case Resume(request_id=rid):
+                self.scheduler.resume(rid)
+                return []
+        return []  # Wake: nothing to apply, the loop just looks again
+
+    def stats(self) -> StageStats:
+        """Live gauges (read from another thread: plain counters, a consistent-enough view)."""
+        g = self.scheduler.gauges()
+        slots = self.runner.decoder_slots()
+        return StageStats(
+            name=self.name,
+            alive=self.alive,
+            running=g.running,
+            waiting=g.waiting,
+            kv_blocks_used=g.kv_blocks_used,
+            kv_blocks_total=g.kv_blocks_total,
+            decoder_slots_used=None if slots is None else slots[0],
+            decoder_slots_total=None if slots is None else slots[1],
+            windows=g.windows,
+            prefills=self.runner.prefills(),
+            preemptions=g.preemptions,
+            paused=g.paused,
+        )
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_unfinished or self._inflight is not None
+
+    def set_timer(self, timer: PhaseTimer) -> None:
+        """Time this stage's step phases (benchmarks): the runner's and the audio wait."""
+        self.timer = timer
+        self.runner.set_timer(timer, self.name)
+
+    def step(self) -> list[StageOutput]:
+        """One round: sync -> schedule, execute, update; async -> schedule n+1, update n."""
+        self.num_steps += 1
+        plan = self.scheduler.schedule()
+        early = self.scheduler.drain_outputs()
+        runs = not plan.is_empty or bool(plan.finished_ids)
+        self._progressed = not plan.is_empty or self._inflight is not None or bool(early)
+        if not self.async_scheduling:
+            if not runs:
+                return early
+            result = self.runner.execute(plan)
+            audio = self.runner.take_audio(plan.step_id)
+            done = self.scheduler.update(plan, result)
+            self._unsent = done
+            outputs = early + self._with_audio(done, audio)
+            self._unsent = []
+            return outputs
+        submitted: Future[StepResult] | None = None
+        if runs:
+            submitted = self._executor.submit(self.runner.execute, plan)
+        # Terminal outputs produced while planning (a refused chunk, a receive deadline) come
+        # with the in-flight step's results, never instead of them.
+        outputs: list[StageOutput] = early
+        if self._inflight is not None:
+            prev_plan, prev = self._inflight
+            result = prev.result()
+            audio = self.runner.take_audio(prev_plan.step_id)
+            # The tokens first: the update lifts a window's fence. When the fence held this
+            # round's plan back, plan and submit the next step before waiting for the audio.
+            done = self.scheduler.update(prev_plan, result)
+            self._unsent = done  # ended by the update: the death path must still end them
+            if submitted is None and audio is not None:
+                plan = self.scheduler.schedule()
+                # notices only (an AR scheduler ends requests in update and finish alone), so
+                # they may go before the update's outputs
+                outputs = outputs + self.scheduler.drain_outputs()
+                if not plan.is_empty or plan.finished_ids:
+                    submitted = self._executor.submit(self.runner.execute, plan)
+            outputs = outputs + self._with_audio(done, audio)
+            self._unsent = []
+        self._inflight = (plan, submitted) if submitted is not None else None
+        return outputs
+
+    def _with_audio(
+        self, outputs: list[StageOutput], audio: PendingAudio | None
+    ) -> list[StageOutput]:
+        """The step's outputs with its audio, waited for now. A failed decode ends each of
+        the step's requests with one error (a request still running is finished here: its
+        tokens were applied)."""
+        if audio is None:
+            return outputs
+        with self.timer.phase(self.name, "audio_wait"):
+            try:
+                pcm = audio.result()
+            except (RuntimeError, ValueError) as exc:
+                log.exception("stage %s: a step's audio failed", self.name)
+                return [self._audio_failed(o, str(exc)) for o in outputs]
+        return [
+            dataclasses.replace(o, audio=pcm[o.request_id]) if o.request_id in pcm else o
+            for o in outputs
+        ]
+
+    def _audio_failed(self, output: StageOutput, error: str) -> StageOutput:
+        if not output.finished:
+            self.scheduler.finish(output.request_id, "error", error)
+        return StageOutput(output.request_id, finished=True, finish_reason="error", error=error)
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> list[StageOutput]:
+        """Step until nothing is left (offline use and tests)."""
+        outputs: list[StageOutput] = []
+        for _ in range(max_steps):
+            if not self.has_work:
+                return outputs
+            outputs.extend(self.step())
+        raise RuntimeError(f"{self.name}: not idle after {max_steps} steps")
+
+    def close(self) -> None:
+        """Stop the runner's worker thread (after the last step)."""
+        self._executor.shutdown(wait=True)
