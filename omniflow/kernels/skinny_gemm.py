@@ -7,8 +7,8 @@ weights of 4-12 MB, i.e. 1-1.5 TB/s of the ~4.8 TB/s the memory can deliver: cuB
 tiles made for large M, which leave most of the 132 SMs idle. Here the N rows of the weight are
 cut into slabs of `block_n` rows, one program per slab (and per K split), so that the grid has
 a couple of programs per SM; each program streams its slab along K in `block_k`-wide,
-unit-stride loads and accumulates in fp32. `omniflow.bench.gemv_bench` measures it against
-cuBLAS at the model's shapes and prints a tuned config table.
+unit-stride loads and accumulates in fp32. `benchmarks/gemv_bench.py` (outside the package)
+measures it against cuBLAS at the model's shapes and prints a tuned config table.
 
 Semantics: out[m, n] = sum_k x[m, k] * weight[n, k] for x [..., K] (leading dims flattened
 into M <= MAX_M rows) and weight [N, K], both of one dtype (bf16, fp16 or fp32). Products and
@@ -68,7 +68,7 @@ TUNED_ONE_ROW: dict[tuple[int, int], SkinnyConfig] = {
     (2048, 6144): SkinnyConfig(block_n=16, block_k=512, num_warps=8, split_k=2),  # 10.01 vs 11.05
     (3072, 2048): SkinnyConfig(block_n=8, block_k=512, num_warps=4),  # 5.94 vs 6.64
 }
-"""Where the kernel beats cuBLAS, measured on one H200 (`python -m omniflow.bench.gemv_bench
+"""Where the kernel beats cuBLAS, measured on one H200 (`python -m benchmarks.gemv_bench
 --m 1 8`, commit f5a76f1, 2026-12-01; bf16 weights read from HBM, graph-replayed). Only one
 row: at 8 rows every shape was 1.5-3x slower than cuBLAS, so the model layers use the kernel
 for single-row calls of these shapes only (`omniflow.models.layers.linear`)."""
@@ -140,14 +140,12 @@ def _skinny_kernel(
     EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr,
     GATED: tl.constexpr,
-    USE_GDC: tl.constexpr,
 ):
     """One program: rows [pid_n * BLOCK_N, +BLOCK_N) of the weight over the K range of split
     pid_s; writes out[pid_s, :M, those rows] (rounded to out's dtype: the result, or fp32
     partials when split). GATED (one row only): the input is silu(x) * u, computed as it is
     loaded and rounded as `silu_mul` rounds it."""
     tl.static_assert(not GATED or BLOCK_M == 1, "the gated input is for one row only")
-    tl.static_assert(not USE_GDC or BLOCK_M == 1, "dependent launch is for one row only")
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -177,20 +175,7 @@ def _skinny_kernel(
     elif BLOCK_M == 1:
         # One row: accumulate the elementwise products, reduce once at the end.
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        k_rest = k_start
-        if USE_GDC:
-            # Programmatic dependent launch: this program may start while the previous
-            # kernel runs. Weights are never written while a graph runs, so the first tile
-            # is read now; the row (the previous kernel's output) only after the wait.
-            k = k_start + cols
-            kmask = k < k_end
-            w = tl.load(w_rows + k[None, :], mask=mask_n[:, None] & kmask[None, :], other=0.0)
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
-            x = _row_input(x_ptr, u_ptr, k, kmask, GATED, True)
-            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
-            k_rest = k_start + BLOCK_K
-        for k0 in range(k_rest, k_end, BLOCK_K):
+        for k0 in range(k_start, k_end, BLOCK_K):
             k = k0 + cols
             if EVEN_K:
                 w = tl.load(w_rows + k[None, :], mask=mask_n[:, None], other=0.0)
@@ -262,19 +247,14 @@ def skinny_linear(
     *,
     out: torch.Tensor | None = None,
     up: torch.Tensor | None = None,
-    pdl: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight)` (no bias) for x [..., K] with at most MAX_M rows, weight [N, K].
 
     `out`, if given, is a contiguous [..., N] tensor of x's dtype that receives the result
     (every element is written). `up`, if given (one row only, x's shape and dtype): the input
     is `silu(x) * up` instead of x, exactly as `kernels.silu_mul` computes it, so SwiGLU's
-    gating and the down projection are one launch. `pdl` (one row, CUDA, Hopper or newer):
-    launch with programmatic dependent launch, so the kernel starts while the previous one
-    runs and reads its first weight tile before waiting for it, so the kernel before it must
-    not write the weight (an experiment measured by `omniflow.bench.pdl_chain`; the model
-    layers do not use it yet). Raises ValueError for
-    shapes, dtypes, devices or configs it cannot run (M > MAX_M included: use F.linear)."""
+    gating and the down projection are one launch. Raises ValueError for shapes, dtypes,
+    devices or configs it cannot run (M > MAX_M included: use F.linear)."""
     if weight.dim() != 2 or x.dim() < 1:
         raise ValueError(f"skinny_linear: weight must be [N, K], got {tuple(weight.shape)}")
     n, k = weight.shape[0], x.shape[-1]
@@ -293,12 +273,6 @@ def skinny_linear(
                 f"{x.dtype}, one row"
             )
         ups = up.reshape(1, k).contiguous()
-    if pdl and m != 1:
-        raise ValueError(f"skinny_linear: pdl is for one row, got M={m}")
-    if pdl and not (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9):
-        raise ValueError(
-            f"skinny_linear: pdl needs a CUDA GPU of compute capability 9+, got {x.device}"
-        )
     if out is None:
         out = torch.empty(*lead, n, device=x.device, dtype=x.dtype)
     elif out.shape != (*lead, n) or out.dtype != x.dtype or not out.is_contiguous():
@@ -317,8 +291,6 @@ def skinny_linear(
         dest = torch.empty(cfg.split_k, m, n, device=x.device, dtype=torch.float32)
         stride_os = dest.stride(0)
     grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
-    # launch_pdl only when asked: the Triton interpreter (the CPU tests) knows no such option.
-    launch = {"launch_pdl": True} if pdl else {}
     _skinny_kernel[grid](
         rows,
         ups,
@@ -338,9 +310,7 @@ def skinny_linear(
         EVEN_K=even_k,
         USE_DOT=bm > FMA_MAX_M,
         GATED=up is not None,
-        USE_GDC=pdl,
         num_warps=cfg.num_warps,
-        **launch,
     )
     if cfg.split_k > 1:
         total = m * n
