@@ -1,4 +1,4 @@
-"""HTTP load generator for `/v1/audio/speech` (docs/benchmarks.md), fixed-length mode.
+"""HTTP load generator for `/v1/audio/speech` (docs/performance.md), fixed-length mode.
 
     python -m omniflow.bench.client --url http://127.0.0.1:8000 --concurrency 1 \
         --num-prompts 8 --warmup 1
@@ -193,7 +193,7 @@ def lane_client(tls: ssl.SSLContext) -> httpx.AsyncClient:
     One client shared by all lanes spent most of the load generator's CPU in httpcore's pool
     bookkeeping, which scans every connection for every request and every stream it closes: at
     concurrency 128 the load generator sat at one full core and kept only ~20 requests in
-    flight (docs/benchmarks.md, "The load generator was the c128 bottleneck"). A pool of one
+    flight (docs/performance.md, "The load generator was the c128 bottleneck"). A pool of one
     has nothing to scan. (Shared, httpx's default of 100 connections also made concurrency
     128 two waves.)"""
     one_connection = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -245,7 +245,7 @@ def summarize(outcome: Outcome) -> dict:
         "ttfp_s": stats([s.ttfp for s in samples]),
         # Each completed request's first audio in prompt order (the order sent at c1): a
         # round's trend shows what its medians hide, e.g. a warm-up that did not reach
-        # everything (c1's first round was ~1.5 ms slower than the next two, docs/benchmarks.md).
+        # everything (c1's first round was ~1.5 ms slower than the next two, docs/performance.md).
         "ttfp_ms_each": [round(1e3 * s.ttfp, 3) for s in samples],
         "e2el_s": stats([s.e2el for s in samples]),
         "rtf": stats([s.rtf for s in samples]),

@@ -1,10 +1,10 @@
 """One benchmark job: serve the configured pipeline on loopback, load it over HTTP with the
-shipped prompts in fixed-length mode, and write one result JSON (docs/benchmarks.md).
+shipped prompts in fixed-length mode, and write one result JSON (docs/performance.md).
 
 The load generator (`omniflow.bench.client`) runs as its own process, as a real client does.
 In the server's process it would share the interpreter lock with the engine thread and the
 server's event loop: at 128 streams its own per-chunk work slowed every decode step (the
-sweeps up to `sweeps/h200_2026-12-01_kernels/` were measured that way, see docs/benchmarks.md).
+sweeps up to `sweeps/h200_2026-12-01_kernels/` were measured that way, see docs/performance.md).
 
 Requests that fail are data, not the end of the job: each round records how many failed and
 why, its latency and throughput cover the completed requests, and a warning names the first

@@ -3,7 +3,7 @@
 Hydra runs a sweep's jobs one after another in one process. Building a pipeline is most of
 a GPU job: on the H200 a served 1.7B job took ~31 s (c1) to ~81 s (c128) from launch to
 ready (weights, Triton compiles, CUDA graphs) for 5-30 s of measurement
-(docs/benchmarks.md). Jobs whose stage graphs are equal (they differ only in `bench.*` keys,
+(docs/performance.md). Jobs whose stage graphs are equal (they differ only in `bench.*` keys,
 e.g. a sweep over concurrency) can share one: the cache keeps the last job's pipeline,
 started, and hands it to the next job when its graph is the same; a different graph stops it
 and builds anew. A long-lived server serves many requests on one pipeline too, so a reused

@@ -3,7 +3,7 @@ reused pipeline's counters include the earlier jobs'): the AR stage's windows an
 
 Why prefills are in the result: a mixed step's prefill takes the prompt graphs (one or more
 replays) or runs eagerly, and at 128 rows on the H200 the step times alone cannot say which
-(docs/benchmarks.md); these counts do.
+(docs/performance.md); these counts do.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How many of a served stage's steps were decode steps and how many mixed, and how long
 each kind took: the question the c128 runs raised (a served 128-row step took 63-107 ms on
-the H200 where the engine alone takes 15.8 ms; docs/benchmarks.md, "Steady state at c128").
+the H200 where the engine alone takes 15.8 ms; docs/performance.md, "Steady state at c128").
 
 A `PhaseTimer` that times only the whole-step phases (`decode_step`: every scheduled request
 decodes, a window counted once; `mixed_step`: anything with a prefill; `admitting_window`: a
@@ -11,7 +11,7 @@ so the wall time of a step is its real duration (its audio wait apart), and timi
 perturbs nothing. The other phases (forward, prefill_layout, prefill_embed, prefill,
 sample, readback, audio) are timed only with `bench.phase_timing=device`, which
 synchronises the device around every phase (as
-`bench.talker_baseline` does): exact phases, slower steps.
+`benchmarks.talker_baseline` does): exact phases, slower steps.
 """
 
 from __future__ import annotations

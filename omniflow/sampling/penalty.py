@@ -3,7 +3,7 @@
 The penalty applies to every id a request has sampled so far. Rebuilding that set on the
 host each step (a sort of the whole history per row, then an upload) costs O(history) per
 row per step: at 128 rows with 500 tokens each it was ~7 ms of host time per step on this
-project's CPU machine, growing with every frame (docs/benchmarks.md). Here each request owns
+project's CPU machine, growing with every frame (docs/performance.md). Here each request owns
 one row of a [slots, V] bool mask on the device; a step marks the ids it sampled with one
 scatter (`record`), and a sampling call gathers its rows' masks (`rows`). Nothing grows with
 the history, and nothing is read back.

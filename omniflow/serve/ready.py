@@ -9,7 +9,7 @@ from __future__ import annotations
 READY = "omniflow ready: accepting connections"
 """Logged once the socket listens. uvicorn's "Application startup complete" comes before
 that (its lifespan runs first), so a client that connects on it can be refused; supervisors,
-tests and `bench.soak` wait for this line instead."""
+tests and `benchmarks.soak` wait for this line instead."""
 
 
 def url_of(host: str, port: int) -> str:

@@ -118,7 +118,7 @@ def test_failed_requests_are_counted_with_their_errors_and_the_run_completes():
 
 def test_each_lane_keeps_one_connection_and_every_prompt_is_sent_once():
     """`concurrency` lanes, each with its own one-connection client kept alive across its
-    requests, taking prompts from one shared queue (docs/benchmarks.md: a pool shared by 128
+    requests, taking prompts from one shared queue (docs/performance.md: a pool shared by 128
     requests cost the load generator a whole core)."""
     fake = FakeSpeech()
     prompts = [Prompt("ok", FRAMES)] * 12

@@ -108,7 +108,7 @@ def test_high_concurrency_still_composes_with_the_fused_pipeline():
 
 def test_the_fused_pipeline_schedules_asynchronously_by_default():
     """Planning step n+1 while step n runs, with the step's audio waited for after it
-    (measured on the H200: docs/benchmarks.md); the two-stage talker stays sync."""
+    (measured on the H200: docs/performance.md); the two-stage talker stays sync."""
     fused = build_graph(compose(["pipeline=qwen3_tts_fused", "platform=cpu"]))
     assert fused.stages["talker"].scheduler.async_scheduling
     two = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))

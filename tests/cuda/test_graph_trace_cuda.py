@@ -1,11 +1,11 @@
-"""GPU: `bench.graph_trace` builds the graphs it traces (pytest -m cuda)."""
+"""GPU: `benchmarks.graph_trace` builds the graphs it traces (pytest -m cuda)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from omniflow.bench.graph_trace import (
+from benchmarks.graph_trace import (
     build_codec_graph,
     build_graphs,
     build_prompt_graph,

@@ -1,7 +1,7 @@
 """GPU: an eager prefill forward (embedding and all layers, padded attention) never reads the
 device back. Each read stalls the host until the queued work is done, and the layers after it
 launch into an idle GPU: a per-layer read made a 1.7B one-prompt prefill take 70 ms instead
-of 36 (docs/benchmarks.md, "Prefill without host reads")."""
+of 36 (docs/performance.md, "Prefill without host reads")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Paged decode attention on CUDA: the Triton kernel vs the torch batched path (gather + SDPA).
 
-    python -m omniflow.bench.attention_bench --batch 1 8 32 128 --context 128 512 2048
+    python -m benchmarks.attention_bench --batch 1 8 32 128 --context 128 512 2048
 
 1.7B talker shapes (16 query heads, 8 KV heads, head dim 128, block 16, bf16); random
 contexts of the given length in shuffled blocks. Median microseconds per call (CUDA events

@@ -1,4 +1,4 @@
-"""`bench.kernel_categories`: kernel names land in the category that does that work, and the
+"""`benchmarks.kernel_categories`: kernel names land in the category that does that work, and the
 table divides launches and time by the steps."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from torch.autograd import DeviceType
 
-from omniflow.bench.kernel_categories import KernelRow, categorize, category_table, kernel_rows
+from benchmarks.kernel_categories import KernelRow, categorize, category_table, kernel_rows
 
 
 @pytest.mark.parametrize(

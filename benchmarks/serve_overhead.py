@@ -2,11 +2,11 @@
 steps mimic a GPU step (GIL-free device time, then a little host Python), served by the real
 app to the real load generator.
 
-    python -m omniflow.bench.serve_overhead --concurrency 128 --window 1 8 --frames 50
+    python -m benchmarks.serve_overhead --concurrency 128 --window 1 8 --frames 50
 
 Why: on the H200 a 128-row decode step takes 33 ms in the engine alone
-(`bench.talker_baseline`; an earlier 15.8 ms was a 32-row step) and a one-prompt mixed step
-46 ms, but a served c128 mixed step ~104 ms (docs/benchmarks.md, "128 rows for real"). The
+(`benchmarks.talker_baseline`; an earlier 15.8 ms was a 32-row step) and a one-prompt mixed step
+46 ms, but a served c128 mixed step ~104 ms (docs/performance.md, "128 rows for real"). The
 engine thread shares the interpreter
 lock with the server's event loop, which handles one audio event per request per step (per
 window with `window_k`). Here the model is replaced by `SyntheticPipeline`: each step sleeps
@@ -17,10 +17,10 @@ into `--syncs` parts (each part's wait hands the lock back, as each device sync 
 does); every `--window` steps it
 emits one event per live request with that many frames of PCM. The same load is first run with
 a trivial in-process consumer (no HTTP: the step time the engine would have), then served to
-`bench.client` in its own process (no warm-up). Reported per case: median and mean step time
-with and without HTTP, their ratio (`stretch`), events per second, the server process's CPU per
-event (the synthetic engine's host work included), the mean rows per step (whether the load
-kept `concurrency` streams going), and the load generator's failures.
+`omniflow.bench.client` in its own process (no warm-up). Reported per case: median and mean
+step time with and without HTTP, their ratio (`stretch`), events per second, the server
+process's CPU per event (the synthetic engine's host work included), the mean rows per step
+(whether the load kept `concurrency` streams going), and the load generator's failures.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import numpy as np
 
 from omniflow.bench.client import FRAME_RATE, summarize
 from omniflow.bench.job import load_in_child
-from omniflow.config.schema import ServerConfig
+from omniflow.config.server import ServerConfig
+from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import PipelineInfo, PipelineStats, StageStats
 from omniflow.core.speech import SpeechRequest
-from omniflow.engine.orchestrator import AudioEvent
 from omniflow.serve.run import ServerThread
 
 SAMPLES_PER_FRAME = 1920

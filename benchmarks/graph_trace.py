@@ -7,14 +7,14 @@ streaming codec decoder (`--graph codec`, rows `--batch`, `--frames` new frames 
 for a single step and a request's first audio, `window_k` for a window's pass; in the
 preset's `codec_dtype`, or `--codec-dtype`).
 
-    OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m omniflow.bench.graph_trace \
+    OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m benchmarks.graph_trace \
         --model qwen3_tts_1_7b --batch 1 --out trace.json
-    python -m omniflow.bench.graph_trace --graph prompt --tokens 128 --out prompt.json
-    python -m omniflow.bench.graph_trace --graph codec --batch 128 --frames 8 --out codec.json
-    python -m omniflow.bench.graph_trace --graph decode --batch 128 --context 100
+    python -m benchmarks.graph_trace --graph prompt --tokens 128 --out prompt.json
+    python -m benchmarks.graph_trace --graph codec --batch 128 --frames 8 --out codec.json
+    python -m benchmarks.graph_trace --graph decode --batch 128 --context 100
 
 Why: at batch 1 the code predictor's frame graph (~630 kernels) takes about twice its
-kernels' summed time (docs/benchmarks.md). Whether the rest is idle time between kernels
+kernels' summed time (docs/performance.md). Whether the rest is idle time between kernels
 (which programmatic dependent launch or fewer launches would recover) or slow kernels is
 read off the trace: per replay, the graph's wall time (CUDA events, no profiler), the sum
 of kernel durations, and the gaps (one kernel's start minus the previous one's end) under
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from omniflow.bench.gemv_bench import provenance, replay_median_us
+from benchmarks.gemv_bench import provenance, replay_median_us
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K

@@ -2,7 +2,7 @@
 summary of a profiler trace: how long the GPU was busy against the wall time, and how much
 host time each phase took.
 
-Why: `bench.talker_baseline` synchronises the device around every phase, so its phases are
+Why: `benchmarks.talker_baseline` synchronises the device around every phase, so its phases are
 exact but the step is serialised (host, then device, then host). Served, the host queues a
 step's work while the GPU runs the previous one; whether the GPU then waits for the host is
 read off a timeline: `RangeTimer` marks each phase as a `torch.profiler.record_function`

@@ -1,4 +1,4 @@
-"""`omniflow.bench.serve_overhead`: the synthetic pipeline served to the real load generator
+"""`benchmarks.serve_overhead`: the synthetic pipeline served to the real load generator
 (child process) on loopback. It must deliver every request's exact audio (the client counts a
 wrong length as a failure) and time the same steps with and without HTTP."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from omniflow.bench.serve_overhead import (
+from benchmarks.serve_overhead import (
     SyntheticPipeline,
     offline,
     run_case,
@@ -31,7 +31,7 @@ def test_host_work_is_a_fixed_amount_of_work_per_step(monkeypatch):
     calibrated iterations, in `syncs` parts, so a thread that loses the interpreter lock to the
     event loop finishes its step later and the bench can show a stretch (a deadline-based spin
     took the same wall time either way). Counted, not timed: timing it was flaky on 2 cores."""
-    from omniflow.bench import serve_overhead
+    from benchmarks import serve_overhead
 
     calls: list[int] = []
     monkeypatch.setattr(serve_overhead, "python_work", lambda n: calls.append(n) or 0)

@@ -1,7 +1,7 @@
 """Engine-level per-step breakdown: ms per decode step for the forward, the frame sampling
 (code predictor included), the audio decode and the whole engine step.
 
-    python -m omniflow.bench.talker_baseline --model qwen3_tts_1_7b --platform cuda \
+    python -m benchmarks.talker_baseline --model qwen3_tts_1_7b --platform cuda \
         --pipeline qwen3_tts_fused --batch 1 32 --frames 100 --out result.json
 
 Builds the pipeline with the normal builder (`build_pipeline`), installs a timing hook
@@ -25,7 +25,7 @@ per-frame figures.
 each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a
 busy server, where most steps are mixed, measured without HTTP.
 
-    python -m omniflow.bench.talker_baseline --model qwen3_tts_1_7b --platform cuda \
+    python -m benchmarks.talker_baseline --model qwen3_tts_1_7b --platform cuda \
         --batch 128 --requests 512 --frames 50 pipeline.stages.talker.scheduler.max_num_seqs=128
 
 A batch larger than the stage's `scheduler.max_num_seqs` is refused: the scheduler would run
@@ -33,7 +33,7 @@ only that many rows per step, and the figures would be for a smaller batch than 
 
 `--profile PREFIX` writes PREFIX.b<batch>.txt per batch size: the GPU kernels summed by
 category (matmul, attention, norm/rotary, sampling, convolution, elementwise, copy), with
-launches and milliseconds per engine step (`bench.kernel_categories`), then torch's kernel
+launches and milliseconds per engine step (`benchmarks.kernel_categories`), then torch's kernel
 and host-op tables. (The profiler slows the steps; read it for where the time goes, not for
 the step time.)
 """
@@ -52,17 +52,17 @@ from typing import Any
 
 import torch
 
+from benchmarks.kernel_categories import category_table, kernel_rows
+from benchmarks.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import ar_stage, commit
-from omniflow.bench.kernel_categories import category_table, kernel_rows
 from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
-from omniflow.bench.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.core.events import AudioEvent
 from omniflow.core.speech import SpeechRequest
-from omniflow.engine.orchestrator import AudioEvent
 
 
 class BatchTooLarge(ValueError):
@@ -100,7 +100,7 @@ def kernel_profiler(device: str) -> torch.profiler.profile:
 
 
 def write_kernel_table(prof: torch.profiler.profile, path: str, steps: int) -> None:
-    """The kernels by category per step (`bench.kernel_categories`), then the ops and kernels
+    """The kernels by category per step (`benchmarks.kernel_categories`), then the ops and kernels
     by device time (then host time), with call counts: which kernels a step launches, how
     many, and what they cost."""
     avg = prof.key_averages()
@@ -237,7 +237,7 @@ def main() -> None:
         "--timeline",
         default=None,
         help="path prefix: profile without device syncs, write PREFIX.b<batch>.json.gz (a "
-        "chrome trace with the phases as ranges) and add its summary (bench.timeline); "
+        "chrome trace with the phases as ranges) and add its summary (benchmarks.timeline); "
         "phases_ms is then empty (nothing is synchronised to time them)",
     )
     ap.add_argument(

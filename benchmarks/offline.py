@@ -1,6 +1,6 @@
 """Offline pipeline benchmark: the orchestrator without HTTP, fixed-length requests.
 
-    python -m omniflow.bench.offline --model qwen3_tts_1_7b --platform cuda \
+    python -m benchmarks.offline --model qwen3_tts_1_7b --platform cuda \
         --pipelines qwen3_tts_fused qwen3_tts --concurrency 1 8 --frames 100 --out r.json
 
 Per configuration: one warm-up request, then `concurrency` requests submitted together;
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.core.events import AudioEvent
 from omniflow.core.speech import SpeechRequest
-from omniflow.engine.orchestrator import AudioEvent, Orchestrator
+from omniflow.engine.orchestrator import Orchestrator
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`/health` latency during a burst of speech requests (docs/reliability.md).
 
-    python -m omniflow.bench.burst --url http://127.0.0.1:8000 --requests 1000
+    python -m benchmarks.burst --url http://127.0.0.1:8000 --requests 1000
 
 Fires `--requests` speech requests at once, each on its own connection (a burst of clients,
 not a pipelined one), while a second process asks `/health` every `--probe-every` seconds on a
@@ -9,7 +9,7 @@ kept-alive connection, and prints one JSON object: how the speech requests were 
 flight (median, p99, max, how many took over 100 ms). The burst writes its requests straight
 to asyncio streams: an HTTP client library costs a few milliseconds of CPU per new
 connection, which on a small machine would spread the 1,000 arrivals over seconds. Run it in
-its own process (the tests and `omniflow.bench.soak` do), so that its CPU is not the
+its own process (the tests and `benchmarks.soak` do), so that its CPU is not the
 server's.
 """
 

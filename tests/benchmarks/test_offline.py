@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniflow.bench.offline import measure
+from benchmarks.offline import measure
 
 
 @pytest.mark.parametrize("pipeline", ["qwen3_tts_fused", "qwen3_tts"])

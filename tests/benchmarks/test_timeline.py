@@ -8,8 +8,8 @@ import json
 
 import torch
 
-from omniflow.bench.graph_trace import replay_stats, split_replays
-from omniflow.bench.timeline import RangeTimer, load_trace, summarize, union_ms
+from benchmarks.graph_trace import replay_stats, split_replays
+from benchmarks.timeline import RangeTimer, load_trace, summarize, union_ms
 
 
 def kernel(ts: float, dur: float, name: str = "k") -> dict:

@@ -1,11 +1,11 @@
-"""`bench.talker_baseline`: the batch it reports is the batch that ran, and `--requests`
+"""`benchmarks.talker_baseline`: the batch it reports is the batch that ran, and `--requests`
 keeps that many in flight (the steady state, where most steps are mixed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from omniflow.bench.talker_baseline import BatchTooLarge, run_batch
+from benchmarks.talker_baseline import BatchTooLarge, run_batch
 
 
 def test_a_batch_above_max_num_seqs_is_refused_naming_the_key():
@@ -41,7 +41,7 @@ def test_requests_keep_the_batch_in_flight_until_all_have_ended():
 
 def test_requests_below_the_smallest_batch_or_negative_are_refused(monkeypatch, capsys):
     """A value that would quietly become the batch is a usage error, not a smaller run."""
-    from omniflow.bench import talker_baseline
+    from benchmarks import talker_baseline
 
     for bad in ("-1", "3"):
         argv = ["talker_baseline", "--model", "qwen3_tts_tiny", "--platform", "cpu"]
@@ -56,7 +56,7 @@ def test_requests_below_the_smallest_batch_or_negative_are_refused(monkeypatch, 
 def test_the_p90_lies_between_the_median_and_the_maximum():
     """With two steps the rounded-down index gave the minimum as the p90 (a 128-row mixed
     step's p90 below its median in a committed result)."""
-    from omniflow.bench.talker_baseline import summary
+    from benchmarks.talker_baseline import summary
 
     two = summary([100.0, 200.0])
     assert two["median"] <= two["p90"] <= 200.0 and two["p90"] == 190.0

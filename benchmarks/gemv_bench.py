@@ -1,6 +1,6 @@
 """cuBLAS (`F.linear`) vs the Triton skinny GEMM at the Qwen3-TTS 1.7B decode shapes, on CUDA.
 
-    OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m omniflow.bench.gemv_bench --out r.json
+    OMNIFLOW_COMMIT=$(git rev-parse --short HEAD) python -m benchmarks.gemv_bench --out r.json
 
 For every linear of a decode step (code predictor and talker, bf16 weights [N, K]) and M in
 1..32 activation rows, it times cuBLAS and each candidate `SkinnyConfig` (block_n x block_k x

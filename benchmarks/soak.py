@@ -1,7 +1,7 @@
 """Soak: steady load plus clients that stop reading, watched through /metrics until idle.
 
-    python -m omniflow.bench.soak --minutes 5 --concurrency 32 --stalled 20 --out soak/
-    python -m omniflow.bench.soak --url http://127.0.0.1:8000 ...   # a server already running
+    python -m benchmarks.soak --minutes 5 --concurrency 32 --stalled 20 --out soak/
+    python -m benchmarks.soak --url http://127.0.0.1:8000 ...   # a server already running
 
 Not run in CI (docs/reliability.md has its figures). Unless `--url` is given it starts
 `python -m omniflow serve server.port=0` with `--serve` overrides (default: none, the
@@ -14,7 +14,7 @@ seconds it reads /metrics: resident memory, KV blocks and decoder slots in use, 
 running, waiting and paused, buffered audio. After each round it waits for the gauges to
 return to idle, and reads resident memory again `--settle` seconds later (the server gives
 its free heap back once idle); after the last it fires `--burst` requests at once while
-probing /health (`omniflow.bench.burst`), and writes `soak.json` (settings, per round the
+probing /health (`benchmarks.burst`), and writes `soak.json` (settings, per round the
 samples, totals, peaks and the idle check, then the burst) under `--out`.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from omniflow.bench.burst import burst
+from benchmarks.burst import burst
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.job import commit
 from omniflow.serve.ready import READY
@@ -230,7 +230,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
     result = {
-        "command": "python -m omniflow.bench.soak " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.soak " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": commit(),
         "settings": vars(args),

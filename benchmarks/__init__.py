@@ -1,0 +1,1 @@
+"""Profilers and one-off drivers, outside the `omniflow` package: benchmarks/README.md."""
