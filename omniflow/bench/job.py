@@ -3,8 +3,7 @@ shipped prompts in fixed-length mode, and write one result JSON (docs/performanc
 
 The load generator (`omniflow.bench.client`) runs as its own process, as a real client does.
 In the server's process it would share the interpreter lock with the engine thread and the
-server's event loop: at 128 streams its own per-chunk work slowed every decode step (the
-sweeps up to `sweeps/h200_2026-12-01_kernels/` were measured that way, see docs/performance.md).
+server's event loop, and its own per-chunk work would slow every decode step it measures.
 
 Requests that fail are data, not the end of the job: each round records how many failed and
 why, its latency and throughput cover the completed requests, and a warning names the first

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omniflow.config.schema import TransformerShape
 from omniflow.kernels import frame_attention as fa
 from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import PreNormAttend, Qwen3Attention
 from omniflow.models.layers.rotary import Rotary, apply_rotary
+from omniflow.models.shapes import TransformerShape
 from tests.kernels.interpret import expect_refusal, register, run_checks, run_group_in_child
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from omniflow.config.schema import TransformerShape
 from omniflow.models.layers.qwen3 import Qwen3DecoderLayer, fuse_projections
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.modules import init_dummy
+from omniflow.models.shapes import TransformerShape
 
 SHAPE = TransformerShape(
     num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48
@@ -63,10 +63,10 @@ def test_packed_layers_compute_the_same_and_keep_names_and_storage():
 
 
 def test_fused_stack_pairs_each_residual_add_with_the_norm_that_reads_it():
-    """The CUDA layer loop (`fused_layers_norm`) with a torch add+norm equals
+    """The CUDA layer loop (`run_layers_norm` with `add_norm`) with a torch add+norm equals
     `final_norm(run_layers(...))` exactly: the wiring of residuals to norms is right."""
     from omniflow.models.layers.norm import RMSNorm
-    from omniflow.models.layers.qwen3 import fused_layers_norm, run_layers
+    from omniflow.models.layers.qwen3 import run_layers, run_layers_norm
 
     def add_norm(x, delta, weight, eps):
         total = x + delta
@@ -89,5 +89,5 @@ def test_fused_stack_pairs_each_residual_add_with_the_norm_that_reads_it():
 
     with torch.no_grad():
         want = final(run_layers(stack, x, cos, sin, attend))
-        got = fused_layers_norm(stack, final, x, cos, sin, attend, add_norm)
+        got = run_layers_norm(stack, final, x, cos, sin, attend, add_norm)
     assert torch.equal(got, want)
