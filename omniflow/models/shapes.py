@@ -133,8 +133,8 @@ class ModelConfig(Frozen):
     codec_dtype: Dtype = Field(
         "float32",
         description="The streaming codec decoder's dtype (float32: exact PCM; bfloat16: a "
-        "faster decoder at large batches on a GPU, PCM within bf16 rounding; "
-        "docs/benchmarks.md).",
+        "faster decoder at large batches on a GPU, PCM within bf16 rounding; measured: see "
+        "docs/performance.md).",
     )
     tokenizer: Literal["auto", "byte", "bpe"] = Field(
         "auto", description="auto: the checkpoint's BPE with a path, else byte-level."
