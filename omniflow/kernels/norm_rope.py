@@ -131,24 +131,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rows = _rows(x)
     dtype = torch.promote_types(weight.dtype, x.dtype)
     out = torch.empty(rows.shape, device=x.device, dtype=dtype)
-    n = rows.shape[1]
-    # ADD=False: the delta and sum arguments are never read (x stands in for them).
-    _rms_norm_kernel[(rows.shape[0],)](
-        rows,
-        rows,
-        weight,
-        rows,
-        out,
-        rows.stride(0),
-        0,
-        0,
-        out.stride(0),
-        n,
-        eps,
-        BLOCK=triton.next_power_of_2(n),
-        ADD=False,
-    )
-    return out.view(*x.shape[:-1], n)
+    # No add: the delta and sum arguments are never read (x stands in for them).
+    _launch_rms_norm(rows, None, weight, rows, out, eps)
+    return out.view(*x.shape[:-1], rows.shape[1])
 
 
 def add_rms_norm(
@@ -162,23 +147,36 @@ def add_rms_norm(
     xr, dr = _rows(x), _rows(delta)
     total = torch.empty(xr.shape, device=x.device, dtype=x.dtype)
     out = torch.empty(xr.shape, device=x.device, dtype=torch.promote_types(weight.dtype, x.dtype))
-    n = xr.shape[1]
-    _rms_norm_kernel[(xr.shape[0],)](
-        xr,
-        dr,
+    _launch_rms_norm(xr, dr, weight, total, out, eps)
+    return total.view(x.shape), out.view(*x.shape[:-1], xr.shape[1])
+
+
+def _launch_rms_norm(
+    rows: torch.Tensor,
+    delta: torch.Tensor | None,
+    weight: torch.Tensor,
+    total: torch.Tensor,
+    out: torch.Tensor,
+    eps: float,
+) -> None:
+    """One `_rms_norm_kernel` launch over rows [N, D], a program per row; with `delta`, the
+    residual add first (its sum stored in `total`), else `total` is never written."""
+    n = rows.shape[1]
+    _rms_norm_kernel[(rows.shape[0],)](
+        rows,
+        rows if delta is None else delta,
         weight,
         total,
         out,
-        xr.stride(0),
-        dr.stride(0),
-        total.stride(0),
+        rows.stride(0),
+        0 if delta is None else delta.stride(0),
+        0 if delta is None else total.stride(0),
         out.stride(0),
         n,
         eps,
         BLOCK=triton.next_power_of_2(n),
-        ADD=True,
+        ADD=delta is not None,
     )
-    return total.view(x.shape), out.view(*x.shape[:-1], n)
 
 
 def rms_norm_rope(

@@ -201,26 +201,17 @@ def paged_decode_attention(
     block_size: int,
     scale: float | None = None,
     out: torch.Tensor | None = None,
+    num_partitions: int | None = None,
 ) -> torch.Tensor:
     """q: [B, Hq, D] -> [B, Hq, D] in q's dtype. k_cache/v_cache: [slots, Hkv, D];
     block_tables: [B, max_blocks] int32; context_lens: [B] int32 (0: padding row, writes 0).
-    scale defaults to D ** -0.5 (what SDPA, and so the model, uses). Graph-safe."""
-    parts = _num_partitions(q.shape[0], k_cache.shape[1], block_tables.shape[1], block_size)
-    return _launch(q, k_cache, v_cache, block_tables, context_lens, block_size, scale, out, parts)
-
-
-def _launch(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    block_size: int,
-    scale: float | None,
-    out: torch.Tensor | None,
-    num_partitions: int,
-) -> torch.Tensor:
-    """`paged_decode_attention` with the partition count given (tests force both paths)."""
+    scale defaults to D ** -0.5 (what SDPA, and so the model, uses). Graph-safe.
+    `num_partitions`: split-K's partition count, by default from the shapes
+    (`_num_partitions`); the tests force both paths with it."""
+    if num_partitions is None:
+        num_partitions = _num_partitions(
+            q.shape[0], k_cache.shape[1], block_tables.shape[1], block_size
+        )
     batch, hq, d = q.shape
     hkv = k_cache.shape[1]
     max_blocks = block_tables.shape[1]

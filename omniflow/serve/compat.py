@@ -42,21 +42,29 @@ def check_task_fields(body: SpeechBody, registered: bool = False) -> None:
         return
     if not body.ref_audio:
         raise ApiError(400, "task_type 'Base' (voice clone) needs ref_audio", "ref_audio")
-    if body.x_vector_only_mode:
-        if body.ref_text is not None:
+    check_ref_text(
+        body.x_vector_only_mode,
+        body.ref_text,
+        "in-context voice clone needs ref_text (the reference's transcript); or set "
+        "x_vector_only_mode to clone from the speaker embedding alone",
+    )
+
+
+def check_ref_text(x_vector_only: bool | None, ref_text: str | None, missing: str) -> None:
+    """A transcript for an in-context clone, none with x_vector_only_mode (the
+    embedding-only layout has no transcript): else a 400 naming ref_text, `missing` its
+    message where the transcript is absent or blank. A speech request's reference and a
+    voice registration follow the same rule (voices.py)."""
+    if x_vector_only:
+        if ref_text is not None:
             raise ApiError(
                 400,
                 "ref_text is not used with x_vector_only_mode (the speaker embedding alone); "
                 "leave one of them out",
                 "ref_text",
             )
-    elif not (body.ref_text and body.ref_text.strip()):
-        raise ApiError(
-            400,
-            "in-context voice clone needs ref_text (the reference's transcript); or set "
-            "x_vector_only_mode to clone from the speaker embedding alone",
-            "ref_text",
-        )
+    elif not (ref_text and ref_text.strip()):
+        raise ApiError(400, missing, "ref_text")
 
 
 def _check_registered_voice(body: SpeechBody, registered: bool) -> None:

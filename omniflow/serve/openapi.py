@@ -10,17 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An OpenAPI request body for a route that parses its own (`routes.parse_body`)."""
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": model.model_json_schema()}},
+    }
 
 
 def speech_openapi() -> dict[str, Any]:
     """The speech route's request body (SpeechBody's JSON schema) and its responses."""
     audio = {media: {} for media in dict.fromkeys(MEDIA_TYPES.values())}
     return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": SpeechBody.model_json_schema()}},
-        },
+        "requestBody": json_body(SpeechBody),
         "responses": {
             "200": {
                 "description": "Audio in `response_format`, whole or streamed; with "

@@ -36,7 +36,7 @@ from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.metrics import Metrics
-from omniflow.serve.openapi import speech_openapi
+from omniflow.serve.openapi import json_body, speech_openapi
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.streaming import (
@@ -257,32 +257,18 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     add_get(app, "/v1/models", endpoints.models)
     add_get(app, "/v1/models/{model_id}", endpoints.model)
     add_get(app, "/v1/audio/voices", endpoints.voices)
-    app.add_api_route(
+    add_post(
+        app,
         "/v1/audio/voices",
         endpoints.create_voice,
-        methods=["POST"],
-        summary="Register a voice (Base models)",
-        openapi_extra={"requestBody": json_body(VoiceBody)},
+        "Register a voice (Base models)",
+        {"requestBody": json_body(VoiceBody)},
     )
     add_get(app, "/v1/audio/voices/{voice_id}", endpoints.voice)
     app.add_api_route("/v1/audio/voices/{voice_id}", endpoints.delete_voice, methods=["DELETE"])
     add_get(app, "/metrics", endpoints.metrics)
-    app.add_api_route(
-        "/v1/audio/speech",
-        endpoints.speech,
-        methods=["POST"],
-        summary="Generate speech",
-        openapi_extra=speech_openapi(),
-    )
+    add_post(app, "/v1/audio/speech", endpoints.speech, "Generate speech", speech_openapi())
     return app
-
-
-def json_body(model: type[BaseModel]) -> dict[str, Any]:
-    """An OpenAPI request body for a route that parses its own (`parse_body`)."""
-    return {
-        "required": True,
-        "content": {"application/json": {"schema": model.model_json_schema()}},
-    }
 
 
 def as_mp3_stream(response: Response, sample_rate: int) -> Response:
@@ -302,3 +288,11 @@ def add_get(app: FastAPI, path: str, endpoint: Callable[..., Any]) -> None:
     where a second operation with the same id would only add a duplicate-id warning."""
     app.add_api_route(path, endpoint, methods=["GET"])
     app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+
+
+def add_post(
+    app: FastAPI, path: str, endpoint: Callable[..., Any], summary: str, openapi: dict[str, Any]
+) -> None:
+    """A POST route whose endpoint parses its own body (`parse_body`): `openapi` states the
+    request body (and any responses) for the schema, which FastAPI cannot infer."""
+    app.add_api_route(path, endpoint, methods=["POST"], summary=summary, openapi_extra=openapi)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo
 from omniflow.core.voice import EncodedVoice
+from omniflow.serve.compat import check_ref_text
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import SpeechBody, VoiceBody
 from omniflow.serve.text import check_printable, check_speakable
@@ -191,23 +192,15 @@ class VoiceService:
 
     def _check_ref_text(self, body: VoiceBody) -> None:
         """The speech request's rules (compat.py): a transcript for an in-context clone,
-        none with x_vector_only_mode."""
-        if body.x_vector_only_mode:
-            if body.ref_text is not None:
-                raise ApiError(
-                    400,
-                    "ref_text is not used with x_vector_only_mode (the speaker embedding "
-                    "alone); leave one of them out",
-                    "ref_text",
-                )
+        none with x_vector_only_mode; a transcript within the input limit and speakable."""
+        check_ref_text(
+            body.x_vector_only_mode,
+            body.ref_text,
+            "an in-context voice needs ref_text (the reference's transcript); or set "
+            "x_vector_only_mode to keep the speaker embedding alone",
+        )
+        if body.ref_text is None:  # x_vector_only_mode: no transcript to check
             return
-        if not (body.ref_text and body.ref_text.strip()):
-            raise ApiError(
-                400,
-                "an in-context voice needs ref_text (the reference's transcript); or set "
-                "x_vector_only_mode to keep the speaker embedding alone",
-                "ref_text",
-            )
         if len(body.ref_text) > self.server.max_input_chars:
             raise ApiError(
                 400,

@@ -112,7 +112,7 @@ def check_against_reference(batch: int, block_size: int, group: int, parts: int)
     q, kc, vc, tables, ctx = case
     assert (pd._plan(tables.shape[1], block_size, parts)[1] > 1) == (parts > 1)
     ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, block_size)
-    got = pd._launch(q, kc, vc, tables, ctx, block_size, None, None, parts)
+    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, block_size, num_partitions=parts)
     assert got.dtype == q.dtype and got.shape == q.shape
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
     assert (got[ctx == 0] == 0).all()
@@ -134,7 +134,7 @@ def check_half_precision(parts: int) -> None:
     lens, bs = [37, 1, 0], 4
     q, kc, vc, tables, ctx = make_case(lens, bs, 4, 2, 16, dtype=torch.float16)
     ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, bs)
-    got = pd._launch(q, kc, vc, tables, ctx, bs, None, None, parts)
+    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, bs, num_partitions=parts)
     assert got.dtype == torch.float16
     torch.testing.assert_close(got, ref, atol=2e-3, rtol=0)
 
@@ -218,7 +218,9 @@ def test_cuda_bf16_real_shapes(batch):
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(again, got, atol=0, rtol=0)
     parts = pd._num_partitions(batch, HKV, tables.shape[1], BS)
-    other = pd._launch(q, kc, vc, tables, ctx, BS, None, None, 1 if parts > 1 else 8)
+    other = pd.paged_decode_attention(
+        q, kc, vc, tables, ctx, BS, num_partitions=1 if parts > 1 else 8
+    )
     torch.testing.assert_close(other, ref, atol=2e-2, rtol=2e-2)
 
 

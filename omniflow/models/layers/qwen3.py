@@ -42,6 +42,37 @@ class PreNormAttend:
 
 AnyAttend = Attend | PreNormAttend
 
+KVCaches = list[tuple[Tensor, Tensor]]
+"""One (K, V) pair per layer, in the stack's own layout (the talker's paged block pool, the
+code predictor's dense per-frame cache)."""
+
+NormRopeKernel = Callable[
+    [Tensor, Tensor, Tensor, Tensor, Tensor, float, Tensor, Tensor, Tensor, Tensor], Tensor
+]
+"""(q, k, v as projected; q and k norm weights, their eps; cos, sin; the layer's k_cache,
+v_cache) -> out [..., Hq, D]: a fused kernel that applies the norms and rotary and writes the
+cache itself (`kernels.frame_attention`, `kernels.norm_rope_write`)."""
+
+
+def fused_norm_rope(caches: KVCaches, kernel: NormRopeKernel) -> PreNormAttend:
+    """A `PreNormAttend` that hands `kernel` the layer's norm weights and eps, the rotary
+    tables and the layer's K/V caches, so one launch does norms, rotary and cache write."""
+
+    def fn(
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        q_norm: RMSNorm,
+        k_norm: RMSNorm,
+        cos: Tensor,
+        sin: Tensor,
+    ) -> Tensor:
+        k_cache, v_cache = caches[layer]
+        return kernel(q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, k_cache, v_cache)
+
+    return PreNormAttend(fn)
+
 
 class Qwen3Attention(nn.Module):
     def __init__(self, shape: TransformerShape, layer_idx: int) -> None:
@@ -162,6 +193,12 @@ def run_layers(
     return x
 
 
+AddNorm = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
+]
+"""(x, delta, norm weight, eps) -> (x + delta, RMSNorm(x + delta))."""
+
+
 def run_layers_norm(
     layers: nn.ModuleList,
     final_norm: RMSNorm,
@@ -169,34 +206,18 @@ def run_layers_norm(
     cos: torch.Tensor,
     sin: torch.Tensor,
     attend: AnyAttend,
+    add_norm: AddNorm | None = None,
 ) -> torch.Tensor:
     """`final_norm(run_layers(...))`. On CUDA every residual add is fused with the norm that
     reads it (`add_rms_norm`: the post-attention norm, the next layer's input norm, the final
-    norm), which saves two launches per layer; the values are the same roundings."""
-    if not x.is_cuda:
-        return final_norm(run_layers(layers, x, cos, sin, attend))
-    from omniflow.kernels.norm_rope import add_rms_norm  # Triton: CUDA machines only
+    norm), which saves two launches per layer; the values are the same roundings. A given
+    `add_norm` takes the fused kernel's place (on any device: the tests pass a torch one)."""
+    if add_norm is None:
+        if not x.is_cuda:
+            return final_norm(run_layers(layers, x, cos, sin, attend))
+        from omniflow.kernels.norm_rope import add_rms_norm  # Triton: CUDA machines only
 
-    return fused_layers_norm(layers, final_norm, x, cos, sin, attend, add_rms_norm)
-
-
-AddNorm = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
-]
-"""(x, delta, norm weight, eps) -> (x + delta, RMSNorm(x + delta))."""
-
-
-def fused_layers_norm(
-    layers: nn.ModuleList,
-    final_norm: RMSNorm,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    attend: AnyAttend,
-    add_norm: AddNorm,
-) -> torch.Tensor:
-    """The layer stack with each residual add handed to `add_norm` together with the norm
-    that reads the sum (the CUDA path passes the fused kernel)."""
+        add_norm = add_rms_norm
     h = layers[0].input_layernorm(x)
     for i, layer in enumerate(layers):
         post = layer.post_attention_layernorm

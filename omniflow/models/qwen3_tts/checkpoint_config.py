@@ -32,33 +32,37 @@ from omniflow.models.shapes import CodecShape, ModelConfig
 REQUIRED = object()
 """Marks a key the official config classes give no default (the official code fails without)."""
 
+
+def _head_dim(section: dict) -> int:
+    """The official default head width where a section states none."""
+    return section.get("hidden_size", 1024) // section.get("num_attention_heads", 16)
+
+
+def _stack(intermediate: int, layers: int, kv_heads: int, head_dim: Any) -> dict:
+    """A Qwen3 decoder stack's keys, in the official config classes' order, with their
+    defaults (the talker's and the code predictor's differ only in these four)."""
+    return {
+        "hidden_size": ("hidden_size", 1024),
+        "intermediate_size": ("intermediate_size", intermediate),
+        "num_hidden_layers": ("num_layers", layers),
+        "num_attention_heads": ("num_heads", 16),
+        "num_key_value_heads": ("num_kv_heads", kv_heads),
+        "head_dim": ("head_dim", head_dim),
+        "rms_norm_eps": ("rms_norm_eps", 1e-6),
+        "rope_theta": ("rope_theta", 10000),
+    }
+
+
 # config key -> (preset field, official default); the default may be a callable of the section
 _TALKER = {
     "vocab_size": ("vocab_size", 3072),
-    "hidden_size": ("hidden_size", 1024),
-    "intermediate_size": ("intermediate_size", 2048),
-    "num_hidden_layers": ("num_layers", 20),
-    "num_attention_heads": ("num_heads", 16),
-    "num_key_value_heads": ("num_kv_heads", 2),
-    "head_dim": (
-        "head_dim",
-        lambda s: s.get("hidden_size", 1024) // s.get("num_attention_heads", 16),
-    ),
-    "rms_norm_eps": ("rms_norm_eps", 1e-6),
-    "rope_theta": ("rope_theta", 10000),
+    **_stack(intermediate=2048, layers=20, kv_heads=2, head_dim=_head_dim),
     "text_hidden_size": ("text_hidden_size", 2048),
     "text_vocab_size": ("text_vocab_size", REQUIRED),
 }
 _PREDICTOR = {
     "vocab_size": ("codebook_size", 2048),
-    "hidden_size": ("hidden_size", 1024),
-    "intermediate_size": ("intermediate_size", 3072),
-    "num_hidden_layers": ("num_layers", 5),
-    "num_attention_heads": ("num_heads", 16),
-    "num_key_value_heads": ("num_kv_heads", 8),
-    "head_dim": ("head_dim", 128),
-    "rms_norm_eps": ("rms_norm_eps", 1e-6),
-    "rope_theta": ("rope_theta", 10000),
+    **_stack(intermediate=3072, layers=5, kv_heads=8, head_dim=128),
     "num_code_groups": ("num_code_groups", 32),
 }
 _CODEC = {
@@ -73,10 +77,7 @@ _CODEC = {
     "decoder_dim": ("decoder_dim", 1536),
     "rope_theta": ("rope_theta", 10000),
     "rms_norm_eps": ("rms_norm_eps", 1e-5),
-    "head_dim": (
-        "head_dim",
-        lambda s: s.get("hidden_size", 1024) // s.get("num_attention_heads", 16),
-    ),
+    "head_dim": ("head_dim", _head_dim),
 }
 # facts omniflow's modules implement: config key -> (the one accepted value, official default)
 _FIXED = {

@@ -13,6 +13,7 @@ callable must keep that promise too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -20,17 +21,13 @@ from torch import nn
 
 from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.linear import run_linear
-from omniflow.models.layers.norm import RMSNorm
-from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
+from omniflow.models.layers.qwen3 import AnyAttend, KVCaches, fused_norm_rope, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.modules import CodePredictorModule
 from omniflow.models.shapes import CodePredictorShape
 
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits [B, V], codebook index g in 1..15) -> codes [B]."""
-
-KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
-"""One (K, V) pair per layer, each [B, num_code_groups, Hkv, D]."""
 
 _CosSin = tuple[torch.Tensor, torch.Tensor]
 
@@ -57,8 +54,9 @@ class CodePredictor:
         return self._tables[key]
 
     def new_caches(self, batch: int, device: torch.device, dtype: torch.dtype) -> KVCaches:
-        """Dense per-frame caches for `batch` rows. Positions are always written before they
-        are read, so the zero fill is for tidiness, not correctness."""
+        """Dense per-frame caches for `batch` rows: one (K, V) pair per layer, each
+        [B, num_code_groups, Hkv, D]. Positions are always written before they are read, so
+        the zero fill is for tidiness, not correctness."""
         s = self.shape
         size = (batch, s.num_code_groups, s.num_kv_heads, s.head_dim)
         return [
@@ -119,22 +117,7 @@ def _attend(caches: KVCaches, start: int, length: int, cuda: bool) -> AnyAttend:
         # Imported here: Triton is needed on CUDA machines only.
         from omniflow.kernels.frame_attention import frame_pass
 
-        def fused(
-            layer: int,
-            q: torch.Tensor,
-            k: torch.Tensor,
-            v: torch.Tensor,
-            q_norm: RMSNorm,
-            k_norm: RMSNorm,
-            cos: torch.Tensor,
-            sin: torch.Tensor,
-        ) -> torch.Tensor:
-            kc, vc = caches[layer]
-            return frame_pass(
-                q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, start
-            )
-
-        return PreNormAttend(fused)
+        return fused_norm_rope(caches, functools.partial(frame_pass, start=start))
 
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = caches[layer]

@@ -33,13 +33,16 @@ from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
-from omniflow.models.layers.norm import RMSNorm
-from omniflow.models.layers.qwen3 import AnyAttend, PreNormAttend, run_layers_norm
+from omniflow.models.layers.qwen3 import (
+    AnyAttend,
+    KVCaches,
+    PreNormAttend,
+    fused_norm_rope,
+    run_layers_norm,
+)
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.inputs import embed_decode
 from omniflow.models.qwen3_tts.talker import Talker
-
-KVCaches = list[tuple[torch.Tensor, torch.Tensor]]
 
 DecodeAttentionFn = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor
@@ -121,30 +124,49 @@ def write_then_attend(
     step reads its K back from the cache; a whole-prompt prefill (`prompt_graph.py`) keeps
     its normalised K (`keep_k`) to attend over its own tokens."""
 
-    def fused(
-        layer: int,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_norm: RMSNorm,
-        k_norm: RMSNorm,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-    ) -> torch.Tensor:
+    def write(q, k, v, q_weight, k_weight, eps, cos, sin, kc, vc) -> torch.Tensor:  # NormRopeKernel
         # Imported here: Triton is needed on CUDA machines only.
         from omniflow.kernels.norm_rope_write import norm_rope_write
 
-        kc, vc = kv_caches[layer]
         kn = torch.empty(k.shape, device=k.device, dtype=k.dtype) if keep_k else None
-        qn = norm_rope_write(
-            q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc, slot_mapping, kn
-        )
+        qn = norm_rope_write(q, k, v, q_weight, k_weight, eps, cos, sin, kc, vc, slot_mapping, kn)
         return attend(qn, kn, v, kc, vc)
 
-    return PreNormAttend(fused)
+    return fused_norm_rope(kv_caches, write)
 
 
-class TalkerDecodeGraphs(BucketGraphs):
+class TalkerGraphs(BucketGraphs):
+    """Bucketed graphs of a step over the talker's layers and the runner's KV caches (a
+    graph records their addresses, so they must live as long as this object): the decode
+    step's and the whole-prompt prefill's. Both check the caches' layout, run on their
+    device and dtype, and read RoPE from one table built up front."""
+
+    def __init__(
+        self,
+        talker: Talker,
+        kv_caches: KVCaches,
+        max_rows: int,
+        max_positions: int,
+        dummy_slot: int,
+        capture: bool,
+        buckets: Sequence[int],
+        warmup_iters: int,
+    ) -> None:
+        k_cache = check_kv_layout(talker, kv_caches, dummy_slot)
+        self.talker = talker
+        self.kv_caches = kv_caches
+        self.dummy_slot = dummy_slot
+        super().__init__(k_cache.device, max_rows, buckets, capture, warmup_iters)
+        self.dtype = k_cache.dtype
+        self.fused = self.device.type == "cuda"
+        """q/k norms, rotary and the K/V write in one Triton launch per layer
+        (`norm_rope_write`): on CUDA. The CPU tests set it under Triton's interpreter to
+        check that step against the plain one."""
+        # Built now, eagerly: building reads the largest position back to the host.
+        self.rope = RopeTable(talker.rotary, max_positions, self.device, self.dtype)
+
+
+class TalkerDecodeGraphs(TalkerGraphs):
     """Bucketed CUDA graphs of `decode_hidden`, captured lazily on a bucket's first use (or
     all at once with `capture_all`) into one memory pool shared by the buckets.
 
@@ -171,22 +193,14 @@ class TalkerDecodeGraphs(BucketGraphs):
         attention: DecodeAttentionFn | None = None,
         warmup_iters: int = 2,
     ) -> None:
-        k_cache = check_kv_layout(talker, kv_caches, dummy_slot)
-        self.talker = talker
-        self.kv_caches = kv_caches
+        super().__init__(
+            talker, kv_caches, max_batch, max_positions, dummy_slot, capture, buckets, warmup_iters
+        )
         self.block_size = block_size
         self.max_batch = max_batch
         self.max_blocks = max_blocks
-        self.dummy_slot = dummy_slot
-        super().__init__(k_cache.device, max_batch, buckets, capture, warmup_iters)
         dev = self.device
-        self.dtype = k_cache.dtype
         self.attention = attention if attention is not None else decode_attention_for(dev)
-        self.fused = dev.type == "cuda"
-        """q/k norms, rotary and K/V write in one Triton launch per layer: on CUDA. The CPU
-        tests set it under Triton's interpreter to check that step against the plain one."""
-        # Built now, eagerly: building reads the largest position back to the host.
-        self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
         n, i64, i32 = max_batch, torch.int64, torch.int32
         self.tokens = torch.zeros(n, device=dev, dtype=i64)
         self.frames = torch.zeros(n, talker.num_groups, device=dev, dtype=i64)

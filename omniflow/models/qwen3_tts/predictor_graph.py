@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
-from omniflow.models.qwen3_tts.code_predictor import CodePredictor, KVCaches
+from omniflow.models.layers.qwen3 import KVCaches
+from omniflow.models.qwen3_tts.code_predictor import CodePredictor
 
 FrameSampleFn = Callable[
     [torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor

@@ -116,11 +116,7 @@ class TalkerProcessor:
             speech.voice,
             speech.language,
             instruct,
-            non_streaming=(
-                DEFAULT_NON_STREAMING
-                if speech.non_streaming_mode is None
-                else speech.non_streaming_mode
-            ),
+            non_streaming=_layout(speech, DEFAULT_NON_STREAMING),
         )
 
     def _clone_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
@@ -164,9 +160,11 @@ class TalkerProcessor:
             emb,
             ref_ids,
             frames,
-            non_streaming=(
-                DEFAULT_CLONE_NON_STREAMING
-                if speech.non_streaming_mode is None
-                else speech.non_streaming_mode
-            ),
+            non_streaming=_layout(speech, DEFAULT_CLONE_NON_STREAMING),
         )
+
+
+def _layout(speech: SpeechRequest, default: bool) -> bool:
+    """The request's `non_streaming_mode`, or where it leaves it out the task's default (the
+    official generate function's)."""
+    return default if speech.non_streaming_mode is None else speech.non_streaming_mode

@@ -31,11 +31,9 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from omniflow.device.bucket_graphs import BucketGraphs
 from omniflow.models.layers.attention import AttentionMetadata, PagedAttentionMetadata, write_kv
-from omniflow.models.layers.qwen3 import AnyAttend, run_layers_norm
-from omniflow.models.layers.rope_table import RopeTable
-from omniflow.models.qwen3_tts.decode_graph import KVCaches, check_kv_layout, write_then_attend
+from omniflow.models.layers.qwen3 import AnyAttend, KVCaches, run_layers_norm
+from omniflow.models.qwen3_tts.decode_graph import TalkerGraphs, write_then_attend
 from omniflow.models.qwen3_tts.talker import Talker
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -69,7 +67,7 @@ def pack_requests(query_starts: Sequence[int], max_tokens: int) -> list[tuple[in
     return groups
 
 
-class PromptGraphs(BucketGraphs):
+class PromptGraphs(TalkerGraphs):
     """Bucketed CUDA graphs of a whole-context prefill over the talker's layers (final norm
     included), captured lazily or all at once with `capture_all`. The KV caches are the
     runner's; a graph records their addresses. Without CUDA, or with `capture=False`, the same
@@ -90,20 +88,11 @@ class PromptGraphs(BucketGraphs):
         buckets: Sequence[int] = TOKEN_BUCKETS,
         warmup_iters: int = 2,
     ) -> None:
-        k_cache = check_kv_layout(talker, kv_caches, dummy_slot)
-        self.talker = talker
-        self.kv_caches = kv_caches
+        super().__init__(
+            talker, kv_caches, max_tokens, max_positions, dummy_slot, capture, buckets, warmup_iters
+        )
         self.max_tokens = max_tokens
-        self.dummy_slot = dummy_slot
-        super().__init__(k_cache.device, max_tokens, buckets, capture, warmup_iters)
         dev, n = self.device, max_tokens
-        self.dtype = k_cache.dtype
-        self.fused = self.device.type == "cuda"
-        """q/k norms, rotary and the K/V write in one Triton launch per layer
-        (`norm_rope_write`): on CUDA. The CPU tests set it under Triton's interpreter to
-        check that step against the plain one."""
-        # Built now, eagerly: building reads the largest position back to the host.
-        self.rope = RopeTable(talker.rotary, max_positions, dev, self.dtype)
         hidden = talker.shape.hidden_size
         self.embeds = torch.zeros(n, hidden, device=dev, dtype=self.dtype)
         self.positions = torch.zeros(n, device=dev, dtype=torch.int64)

@@ -14,7 +14,7 @@ import torch
 
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
 from omniflow.models.layers.linear import run_linear
-from omniflow.models.layers.qwen3 import fuse_projections, run_layers_norm
+from omniflow.models.layers.qwen3 import KVCaches, fuse_projections, run_layers_norm
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
@@ -81,7 +81,7 @@ class Talker:
         embeds: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_caches: KVCaches,
     ) -> torch.Tensor:
         """Run the decoder over the flattened batch; returns final-norm hidden states [T, H].
         The metadata's type picks the attention (mixed steps, or one token per request)."""
