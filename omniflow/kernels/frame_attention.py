@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from omniflow.kernels.checks import require_like, require_unit_stride
 from omniflow.kernels.norm_rope import norm_rope_row
 
 NUM_WARPS = 1
@@ -130,21 +131,12 @@ def frame_attention(
         raise ValueError(f"frame_attention: cache {tuple(k_cache.shape)} for {tuple(k.shape)}")
     if cos.shape != (1, d) or sin.shape != (1, d):
         raise ValueError(f"frame_attention: cos/sin {tuple(cos.shape)}, one row of {d} needed")
-    for name, t in (("q", q), ("k", k), ("v", v), ("cache", k_cache), ("cos", cos), ("sin", sin)):
-        if t.stride(-1) != 1:
-            raise ValueError(f"frame_attention: {name} needs unit stride on its last axis")
+    tensors = (("q", q), ("k", k), ("v", v), ("cache", k_cache), ("cos", cos), ("sin", sin))
+    require_unit_stride("frame_attention", tensors)
     if out is None:
         out = torch.empty((bsz, 1, hq, d), device=q.device, dtype=q.dtype)
-    elif (
-        out.shape != q.shape
-        or out.dtype != q.dtype
-        or out.device != q.device
-        or out.stride(-1) != 1
-    ):
-        raise ValueError(
-            f"frame_attention: out {tuple(out.shape)} {out.dtype} on {out.device}, last stride "
-            f"{out.stride(-1)}, for q {tuple(q.shape)} {q.dtype} on {q.device}"
-        )
+    else:
+        require_like("frame_attention", "out", out, "q", q)
     _frame_attention_kernel[(bsz, hkv)](
         q,
         k,

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from omniflow.kernels.checks import require_like, require_unit_stride
 from omniflow.kernels.norm_rope import norm_rope_row
 
 
@@ -106,19 +107,10 @@ def norm_rope_write(
         raise ValueError(f"norm_rope_write: cos {tuple(cos.shape)}, slots for {tokens} tokens")
     if k_cache.shape[1:] != (hkv, d) or v_cache.stride() != k_cache.stride():
         raise ValueError(f"norm_rope_write: cache {tuple(k_cache.shape)} for k {tuple(k.shape)}")
-    for name, x in (("q", q), ("k", k), ("v", v), ("cos", cos), ("sin", sin), ("cache", k_cache)):
-        if x.stride(-1) != 1:
-            raise ValueError(f"norm_rope_write: {name} needs unit stride on its last axis")
-    if k_out is not None and (
-        k_out.shape != k.shape
-        or k_out.dtype != k.dtype
-        or k_out.device != k.device
-        or k_out.stride(-1) != 1
-    ):
-        raise ValueError(
-            f"norm_rope_write: k_out {tuple(k_out.shape)} {k_out.dtype} on {k_out.device}, "
-            f"last stride {k_out.stride(-1)}, for k {tuple(k.shape)} {k.dtype} on {k.device}"
-        )
+    tensors = (("q", q), ("k", k), ("v", v), ("cos", cos), ("sin", sin), ("cache", k_cache))
+    require_unit_stride("norm_rope_write", tensors)
+    if k_out is not None:
+        require_like("norm_rope_write", "k_out", k_out, "k", k)
     out = torch.empty((tokens, hq, d), device=q.device, dtype=q.dtype)
     ko = out if k_out is None else k_out  # never written without STORE_K
     _norm_rope_write_kernel[(tokens, hkv)](
