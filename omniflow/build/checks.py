@@ -1,5 +1,6 @@
-"""The request check of each stage component that takes the request's prompt, importable
-without torch: a command refuses a mistyped voice or language before it loads anything."""
+"""The request check of each stage component that takes the request's prompt, from the
+model config alone: a command refuses a mistyped voice or language before it builds
+anything (synth imports this only after its config checks, as it loads torch)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Models: the registry of stage components and their declared capabilities."""
+"""Model code: the shapes each preset declares, the interface a runner drives, and each
+family's modules and loaders."""
