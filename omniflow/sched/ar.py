@@ -28,9 +28,13 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
-from omniflow.core.step import CachedRequestData, NewRequestData, StepPlan, StepResult
+from omniflow.core.step import StepPlan, StepResult
+from omniflow.sched.ar_admission import admissible_waiting, hold_for_window
+from omniflow.sched.ar_plan import assemble_plan
+from omniflow.sched.ar_tokens import take_tokens
 from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
+from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.window import Candidate, WindowStats, plan_window
 
 
@@ -46,8 +50,7 @@ class ARScheduler:
         """A window may open on a step that admits new requests (`sched/window.py`)."""
         self.window_stats = WindowStats()
         self._outstanding: dict[str, int] = {}
-        """Requests with a window in flight (the fence): held out of scheduling until
-        update() reconciles what the runner really produced."""
+        """Requests with a window in flight (the fence), held until update() reconciles it."""
         self.kv = KVCacheManager(config.num_kv_blocks, config.block_size)
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -56,10 +59,7 @@ class ARScheduler:
         self._arrivals = itertools.count()
         self._expected: dict[int, dict[str, int]] = {}
         """step id -> tokens each request will sample in it (placeholders to reconcile)."""
-        self._drop_in_runner: set[str] = set()
-        """Requests whose runner-side state must go with the next plan."""
-        self._known_to_runner: set[str] = set()
-        self._preempted_in_runner: set[str] = set()
+        self._roster = RunnerRoster()
         self.num_preemptions = 0
         self._held: list[StageOutput] = []
         """Preemption and pause notices for downstream stages (drained with the plan)."""
@@ -105,7 +105,7 @@ class ARScheduler:
     @property
     def has_unfinished(self) -> bool:
         """Requests to serve, or runner-side state still to release (a step delivers it)."""
-        return bool(self.requests) or bool(self._drop_in_runner)
+        return bool(self.requests) or self._roster.has_drops
 
     def unfinished_ids(self) -> list[str]:
         return list(self.requests)
@@ -119,17 +119,10 @@ class ARScheduler:
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
         w = self.window_stats
-        windows = (
-            WindowCounters(
-                w.planned_windows,
-                w.executed_windows,
-                w.executed_steps,
-                dict(w.refusals),
-                w.admitting_windows,
-            )
-            if self.window_k
-            else None
-        )
+        windows = None
+        if self.window_k:
+            counts = (w.planned_windows, w.executed_windows, w.executed_steps)
+            windows = WindowCounters(*counts, dict(w.refusals), w.admitting_windows)
         return SchedulerGauges(
             running=len(self.running),
             waiting=len(self.waiting),
@@ -150,8 +143,6 @@ class ARScheduler:
         """Plan one step."""
         budget = self.config.max_num_batched_tokens
         scheduled: dict[str, int] = {}
-        new_reqs: list[NewRequestData] = []
-        cached: list[CachedRequestData] = []
         new_blocks: dict[str, list[int]] = {}
         preempted_now = False
         computed_before: dict[str, int] = {}
@@ -186,7 +177,7 @@ class ARScheduler:
         # The room a waiting context would have next step: what the running requests leave
         # now, less one token for each request admitted below (it decodes next step).
         room = budget
-        hold = self._hold_for_window()
+        hold = hold_for_window(self.running, self._paused, self._outstanding, self.window_admits)
         for req in list(self.waiting):
             if (
                 hold
@@ -203,7 +194,7 @@ class ARScheduler:
             if n == 0 or n < req.num_tokens - req.num_computed_tokens <= room:
                 # A context that will fit whole next step waits for it: a split one continues
                 # on a cached prefix, which no prompt graph serves, and takes its whole step's
-                # prefill to the eager path (17 of 84 prefills at c128).
+                # prefill to the eager path.
                 break
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             if blocks is None:
@@ -220,12 +211,16 @@ class ARScheduler:
         window, extra = plan_window(
             self.window_k,
             [
-                Candidate(
-                    self.requests[rid], n, computed_before[rid], rid not in self._known_to_runner
-                )
+                Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
-            waiting=self._admissible_waiting(),
+            waiting=admissible_waiting(
+                self.waiting,
+                self._paused,
+                len(self.running),
+                self.config.max_num_seqs,
+                self.window_admits,
+            ),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,
@@ -237,67 +232,12 @@ class ARScheduler:
             new_blocks[rid] = new_blocks[rid] + extra[rid]
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
-        expected: dict[str, int] = {}
-        for rid, n in scheduled.items():
-            req = self.requests[rid]
-            if rid in self._known_to_runner:
-                cached.append(
-                    CachedRequestData(
-                        rid,
-                        tuple(new_blocks[rid]),
-                        req.num_computed_tokens,
-                        num_blocks=len(self.kv.block_ids(rid)),
-                    )
-                )
-            else:
-                new_reqs.append(self._new_request_data(req))
-                self._known_to_runner.add(rid)
-            req.num_computed_tokens += n
-            if rid in window:
-                req.num_placeholders += window[rid]
-                expected[rid] = window[rid]
-            elif req.num_computed_tokens == req.num_tokens:
-                req.num_placeholders += 1
-                expected[rid] = 1
+        plan, expected = assemble_plan(
+            step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster
+        )
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
-        dropped = frozenset(self._drop_in_runner)
-        preempted = frozenset(self._preempted_in_runner & dropped)
-        self._drop_in_runner.clear()
-        self._preempted_in_runner.clear()
-        return StepPlan(
-            step_id=step_id,
-            num_scheduled_tokens=scheduled,
-            new_requests=tuple(new_reqs),
-            cached_requests=tuple(cached),
-            finished_ids=dropped,
-            preempted_ids=preempted,
-            total_num_tokens=sum(scheduled.values()),
-            window=window,
-        )
-
-    def _admissible_waiting(self) -> int:
-        """Waiting requests that keep a window from opening (`sched/window.py`: a window
-        would delay their admission by its k steps). Paused ones never count. With
-        `window_admits`, none counts while every seat (`max_num_seqs`) is taken: then no
-        waiting request could enter before a running one ends, and refusing the window
-        would only run every running request at single steps; they are admitted at the
-        window's end instead, as arrivals are."""
-        if self.window_admits and len(self.running) >= self.config.max_num_seqs:
-            return 0
-        return sum(1 for r in self.waiting if r.request_id not in self._paused)
-
-    def _hold_for_window(self) -> bool:
-        """With `window_admits`: while every running request (paused ones aside) has a window
-        in flight, waiting ones are not admitted alone; the plan after that window's update
-        admits them into a window beside the running rows. Why: under async scheduling the
-        next step is planned while a window runs, so an arrival would always find the
-        running rows fenced and be prefilled in a step of its own, with its own sampling,
-        decoder pass and engine round, and never join them in a window."""
-        if not self.window_admits:
-            return False
-        running = [r for r in self.running if r.request_id not in self._paused]
-        return bool(running) and all(r.request_id in self._outstanding for r in running)
+        return plan
 
     def _preemption_victim(self, req: Request) -> Request:
         """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
@@ -308,12 +248,9 @@ class ARScheduler:
         return self.running[-1]
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
-        """Tokens of `req` to compute now: its uncomputed tokens, clipped to the budget.
-
-        A step that reaches the end of the known tokens samples a new one; that is only
-        planned while the request may still grow (length limits), so async scheduling never
-        runs past max_new_tokens.
-        """
+        """Tokens of `req` to compute now, clipped to the budget. A step that reaches the end
+        of its known tokens samples one, so it is planned only while the request may grow:
+        async scheduling never runs past max_new_tokens."""
         if req.request_id in self._outstanding:
             return 0  # the fence: at most one window in flight per request
         if req.request_id in self._paused:
@@ -332,36 +269,15 @@ class ARScheduler:
             and req.num_tokens < self.config.max_model_len
         )
 
-    def _new_request_data(self, req: Request) -> NewRequestData:
-        return NewRequestData(
-            request_id=req.request_id,
-            payload=req.payload,
-            prompt_len=req.prompt_len,
-            sampling=req.sampling,
-            seed=req.seed,
-            output_tokens=tuple(req.output_tokens),
-            output_frames=tuple(req.output_frames),
-            block_ids=self.kv.block_ids(req.request_id),
-            num_computed_tokens=req.num_computed_tokens,
-        )
-
     def _preempt(self, req: Request) -> None:
         """Free the request's KV; it recomputes from prompt + outputs when resumed."""
         self.kv.free(req.request_id)
         req.state = RequestState.PREEMPTED
         req.num_computed_tokens = 0
-        if req.request_id in self._known_to_runner:
-            self._preempted_in_runner.add(req.request_id)
-        self._forget_in_runner(req.request_id)
+        self._roster.preempt(req.request_id)
         self.waiting.appendleft(req)
         self.num_preemptions += 1
         self._held.append(StageOutput(req.request_id, held=True))
-
-    def _forget_in_runner(self, request_id: str) -> None:
-        """The next plan tells the runner to drop the request (a preempted one included: its
-        parked model state must go when it finishes without resuming)."""
-        self._known_to_runner.discard(request_id)
-        self._drop_in_runner.add(request_id)
 
     # ------------------------------------------------------------------ results
 
@@ -400,28 +316,10 @@ class ARScheduler:
                 continue
             if not out.tokens:
                 continue
-            tokens: list[int] = []
-            frames: list[object] = []
-            state: RequestState | None = None
-            for tok, frame in zip(out.tokens, out.frames, strict=True):
-                req.output_tokens.append(tok)
-                req.output_frames.append(frame)
-                tokens.append(tok)
-                frames.append(frame)
-                state = self._stop_state(req, tok)
-                if state is not None:
-                    break
+            output, state = take_tokens(req, out, self.config.max_model_len)
             if state is not None:
                 self._finish(req, state)
-            outputs.append(
-                StageOutput(
-                    rid,
-                    tokens=tuple(tokens),
-                    frames=tuple(frames),
-                    finished=state is not None,
-                    finish_reason=state.reason if state is not None else None,
-                )
-            )
+            outputs.append(output)
         return outputs
 
     def _reconcile_window(self, req: Request, k: int, tokens: tuple[int, ...]) -> None:
@@ -432,20 +330,6 @@ class ARScheduler:
             req.num_computed_tokens -= short
             self.kv.trim(req.request_id, req.num_computed_tokens)
 
-    def _stop_state(self, req: Request, token: int) -> RequestState | None:
-        s = req.sampling
-        if (
-            token in s.stop_token_ids
-            and not s.ignore_eos
-            and len(req.output_tokens) > s.min_new_tokens
-        ):
-            return RequestState.FINISHED_STOPPED
-        if len(req.output_tokens) >= s.max_new_tokens:
-            return RequestState.FINISHED_LENGTH
-        if req.prompt_len + len(req.output_tokens) >= self.config.max_model_len:
-            return RequestState.FINISHED_LENGTH
-        return None
-
     def _finish(self, req: Request, state: RequestState) -> None:
         req.state = state
         if req in self.running:
@@ -455,6 +339,5 @@ class ARScheduler:
         self.kv.free(req.request_id)
         self._outstanding.pop(req.request_id, None)
         self._paused.discard(req.request_id)
-        self._preempted_in_runner.discard(req.request_id)
-        self._forget_in_runner(req.request_id)
+        self._roster.finish(req.request_id)
         self.requests.pop(req.request_id, None)

@@ -18,27 +18,18 @@ import torch
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.audio import PendingAudio
-from omniflow.core.pipeline import NoTimer, PhaseTimer, PrefillCounters
+from omniflow.core.pipeline import PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.device.upload import upload_ints
-from omniflow.models.interface import (
-    ARModel,
-    FrameSample,
-    KVLayout,
-    QueuedFrames,
-    SampledStep,
-)
-from omniflow.sampling.draw import SamplingBatch
-from omniflow.sampling.sampler import BatchSampler, SamplingStaging
+from omniflow.models.interface import ARModel, FrameSample, KVLayout, SampledStep
+from omniflow.sampling.sampler import SamplingStaging
+from omniflow.worker.ar_decode import decode_steps
 from omniflow.worker.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.worker.step_audio import StepAudio
+from omniflow.worker.step_ops import StepOps, concat, sampled_step
 from omniflow.worker.window_gate import first_step_tokens, refused_step, window_refusal
 
 log = logging.getLogger(__name__)
-
-_Queued = tuple[SamplingBatch, QueuedFrames]
-"""A step's sampling batch (recorded in the penalty history once the step is kept) and its
-queued frames."""
 
 
 class ARModelRunner:
@@ -56,7 +47,7 @@ class ARModelRunner:
         self.model = model
         self.audio_chunk_frames = audio_chunk_frames
         """Inside a window, queue the audio of every this many steps as soon as they are read
-        back (0: the whole window's at its end); see `_decode`."""
+        back (0: the whole window's at its end); see `worker/ar_decode.py`."""
         self.device = device
         self.dtype = dtype
         self.batched_decode = batched_decode
@@ -82,16 +73,14 @@ class ARModelRunner:
             )
         )
         self.sampling = SamplingStaging(scheduler.max_num_seqs, model.token_policy, device)
+        self.ops = StepOps(model, self.decode_batch, self.sampling)
         self._refusals_logged: set[str] = set()
-        self.timer: PhaseTimer = NoTimer()
-        """Benchmarks time the step's phases through this hook (no cost by default)."""
-        self.stage_name = model.name
         self._prefill_steps = 0
         self._prefill_tokens = 0
 
     def set_timer(self, timer: PhaseTimer, stage: str) -> None:
         """Time this runner's phases under the stage's name."""
-        self.timer, self.stage_name = timer, stage
+        self.ops.timer, self.ops.stage_name = timer, stage
 
     @property
     def parked_ids(self) -> frozenset[str]:
@@ -156,7 +145,7 @@ class ARModelRunner:
         )
         kind = "decode_step" if decode else "admitting_window" if plan.window else "mixed_step"
         try:
-            with self.timer.phase(self.stage_name, kind):
+            with self.ops.phase(kind):
                 if plan.window:
                     return self._run_window(plan)
                 outputs, audio = self._run(order, plan.step_id)
@@ -207,29 +196,26 @@ class ARModelRunner:
     def _admitting_window(
         self, ks: dict[str, int], firsts: dict[str, int], step_id: int
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
-        """A window opened on a step that admits new requests (`window_admits`): its first
-        step is the mixed step (the new prompts prefilled whole beside one decode token of
-        the running rows, every row sampled), and the rows that go on decode the rest of the
-        window together on the decode path. One decoder pass covers the whole window, as in
-        any window: without it the mixed step would be a step of its own, with its own
-        decoder pass and scheduling turn-around, and the running rows would make one frame
-        in it instead of a window's k (docs/engine.md, "Windows that admit")."""
+        """A window whose first step is a mixed one (new prompts prefilled beside one decode
+        token of the running rows); the rest decode on the decode path, and one decoder pass
+        covers it all, so the running rows make a window's k frames, not one (docs/engine.md,
+        "Windows that admit")."""
         sampled = self._mixed_sample(list(firsts.items()))
         if sampled is None:  # gate 3 passed it: every row reaches the end of its known tokens
             raise RuntimeError("an admitting window's first step sampled no row")
         reqs, sample = sampled
-        outputs = self._record(reqs, sample)
-        first = self._step(reqs, sample)
+        outputs = self.ops.record(reqs, sample)
+        first = sampled_step(reqs, sample)
         rest = {
             r.request_id: ks[r.request_id] - 1
             for r, token in zip(reqs, sample.tokens, strict=True)
             if ks[r.request_id] > 1 and token not in r.sampling.stop_token_ids
         }
         if not rest:
-            return outputs, self._audio([first], [], step_id), 1
+            return outputs, self.ops.audio([first], [], step_id), 1
         more, audio, steps = self._decode(rest, step_id, done=[first])
         for rid, out in more.items():
-            outputs[rid] = _concat([outputs[rid], out])
+            outputs[rid] = concat([outputs[rid], out])
         return outputs, audio, steps + 1
 
     # ------------------------------------------------------------------ steps
@@ -237,13 +223,11 @@ class ARModelRunner:
     def _run(
         self, order: list[tuple[str, int]], step_id: int
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None]:
-        """One step. A mixed step runs its decoding rows (one token at the end of their
-        known tokens) on the decode path, where a CUDA graph replays them, and only the
-        rest on the prefill path: while requests keep arriving, most steps are mixed, and
-        the running requests would otherwise decode eagerly beside every new prompt. The
-        two paths agree bit for bit on the CPU (tests/stages/test_runner_paths.py); all
-        rows are then sampled in one call. The audio comes back still being decoded
-        (`worker/step_audio.py`)."""
+        """One step; its audio comes back still being decoded. A mixed step's decoding rows
+        run on the decode path (a CUDA graph replays them) and only the rest on the prefill
+        path: while requests keep arriving most steps are mixed, and the running rows would
+        otherwise decode eagerly beside every new prompt. The paths agree bit for bit on the
+        CPU (tests/stages/test_runner_paths.py)."""
         if all(n == 1 and self.requests[rid].in_decode for rid, n in order):
             outputs, audio, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
             return outputs, audio
@@ -251,8 +235,8 @@ class ARModelRunner:
         if sampled is None:
             return {}, None
         reqs, sample = sampled
-        outputs = self._record(reqs, sample)
-        return outputs, self._audio([self._step(reqs, sample)], [], step_id)
+        outputs = self.ops.record(reqs, sample)
+        return outputs, self.ops.audio([sampled_step(reqs, sample)], [], step_id)
 
     def _mixed_sample(
         self, order: list[tuple[str, int]]
@@ -266,12 +250,10 @@ class ARModelRunner:
         hidden: list[torch.Tensor] = []
         if decoding:
             self.decode_batch.load(decoding, 1)
-            x, meta = self.decode_batch.inputs()
-            with self.timer.phase(self.stage_name, "forward"):
-                hidden.append(self.model.decode_hidden(x, meta))
+            hidden.append(self.ops.forward())
             for r in decoding:
                 r.num_computed += 1
-        with self.timer.phase(self.stage_name, "prefill_layout"):
+        with self.ops.phase("prefill_layout"):
             batch = build_prefill(
                 self.model, prefill, self.block_size, self.device, self.batched_decode
             )
@@ -279,9 +261,9 @@ class ARModelRunner:
         rows = None
         if batch.sample_rows:
             rows = upload_ints([row for _, row in batch.sample_rows], self.device)
-        with self.timer.phase(self.stage_name, "prefill_embed"):  # eager, before the graph
+        with self.ops.phase("prefill_embed"):  # eager, before the graph
             embeds = self.model.embed_prefill(batch.inputs)
-        with self.timer.phase(self.stage_name, "prefill"):
+        with self.ops.phase("prefill"):
             out = self.model.forward(embeds, batch.positions, batch.meta, self.kv_caches)
         self._prefill_steps += 1
         self._prefill_tokens += sum(n for _, n in prefill)
@@ -292,140 +274,11 @@ class ARModelRunner:
         sampled = decoding + [r for r, _ in batch.sample_rows]
         if not sampled:
             return None
-        return sampled, self._sample(torch.cat(hidden), sampled)
+        return sampled, self.ops.sample(torch.cat(hidden), sampled)
 
     def _decode(
         self, ks: dict[str, int], step_id: int, done: list[SampledStep] | None = None
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
-        """Decode path: request r computes up to ks[r] tokens, one per step, each step feeding
-        the token and frame it sampled into the next on the device. A request leaves at its
-        k or at a stop token; the layout is built once and only shrinks. Returns the outputs
-        (several steps concatenated), their audio still being decoded (`StepAudio`), and
-        the number of steps run.
-
-        Overlap: the GPU runs a whole step ahead of the host's bookkeeping. Before the host reads
-        step n's codes back, step n+1 is queued whole for every row still short of its k
-        (which the host knows): its forward and its sampling, keyed by the counters the rows
-        will have (`SamplingStaging.prepare(pending=1)`), so the host's reading, recording and
-        next preparation run while the GPU computes, and the GPU does not wait for the host
-        between steps (a batch-1 frame's host work is ~1.5 ms beside ~4 ms of GPU work). A
-        step's draw joins the penalty history only once the step is kept (at the top of its
-        iteration). If a row stopped at step n, step n+1 was computed needlessly for it: it
-        is discarded (never recorded; its read-back is never read) and computed again for the
-        rows that go on, so every kept row's codes come from the same batch as without the
-        overlap, bit for bit.
-
-        With `audio_chunk_frames` C, the audio of steps 1..C, C+1..2C, ... is queued
-        (`ARModel.queue_audio`) as soon as the last of them is read back, while the GPU
-        computes the next step, and handed back with the rest at the window's end: a model that
-        decodes on a stream of its own does so beside the window's later steps.
-
-        `done`: steps of the same window already sampled (an admitting window's mixed first
-        step), whose audio goes with this window's."""
+        """The decode path (`worker/ar_decode.py`) over the rows of `ks`."""
         reqs = [self.requests[rid] for rid in ks]
-        self.decode_batch.load(reqs, max(ks.values()))
-        parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
-        sampled: list[SampledStep] = list(done or [])
-        chunks: list[PendingAudio] = []  # audio queued before the window's end
-        steps = 0
-        current: _Queued | None = self._queue_step(reqs, pending=0)
-        while current is not None:
-            steps += 1
-            for r in reqs:
-                r.num_computed += 1
-            batch, queued = current
-            self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-            going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
-            ahead: _Queued | None = None
-            if going:
-                self.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
-                ahead = self._queue_step([reqs[i] for i in going], pending=1)
-            sample = self._read_sample(queued)
-            outs = self._record(reqs, sample)
-            sampled.append(self._step(reqs, sample))
-            row_of = {i: j for j, i in enumerate(going)}  # a request's row in the layout
-            keep = []
-            for i, r in enumerate(reqs):
-                out = outs[r.request_id]
-                parts[r.request_id].append(out)
-                if i in row_of and out.tokens[0] not in r.sampling.stop_token_ids:
-                    keep.append(i)  # the sampler bans stop ids until they may end a request
-            if len(keep) < len(going):
-                self.decode_batch.select([row_of[i] for i in keep])
-                kept = [reqs[i] for i in keep]
-                # The kept rows' step again, as without the overlap; their tokens are read.
-                ahead = self._queue_step(kept, pending=0) if kept else None
-            reqs = [reqs[i] for i in keep]
-            current = ahead
-            if current is not None and len(sampled) == self.audio_chunk_frames:
-                with self.timer.phase(self.stage_name, "audio"):
-                    chunks.append(self.model.queue_audio(sampled))
-                sampled = []
-        outputs = {rid: _concat(outs) for rid, outs in parts.items()}
-        return outputs, self._audio(sampled, chunks, step_id), steps
-
-    def _queue_step(self, reqs: list[RunnerRequest], pending: int) -> _Queued:
-        """The decode batch's next forward and its sampling, queued (not recorded)."""
-        return self._queue_sample(self._forward(), reqs, pending)
-
-    def _forward(self) -> torch.Tensor:
-        """The decode batch's next hidden states (its K/V written), queued."""
-        x, meta = self.decode_batch.inputs()
-        with self.timer.phase(self.stage_name, "forward"):
-            return self.model.decode_hidden(x, meta)
-
-    def _sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
-        batch, queued = self._queue_sample(hidden, reqs, pending=0)
-        self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-        return self._read_sample(queued)
-
-    def _queue_sample(
-        self, hidden: torch.Tensor, reqs: list[RunnerRequest], pending: int
-    ) -> _Queued:
-        """The rows' frame sampling queued on the device, for their token after `pending`
-        ones not yet read back; the caller records it in the penalty history once kept."""
-        with self.timer.phase(self.stage_name, "sample"):
-            batch = self.sampling.prepare(reqs, pending)
-            return batch, self.model.queue_frames(hidden, BatchSampler(batch))
-
-    def _read_sample(self, queued: QueuedFrames) -> FrameSample:
-        with self.timer.phase(self.stage_name, "readback"):
-            return self.model.read_frames(queued)
-
-    def _record(
-        self, reqs: list[RunnerRequest], sample: FrameSample
-    ) -> dict[str, RequestStepOutput]:
-        """Append each row's token and input frame to its request; one output per row, in
-        row order, without audio (`StepAudio` brings it, `worker/step_audio.py`)."""
-        outputs: dict[str, RequestStepOutput] = {}
-        for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
-            r.tokens.append(token)
-            r.frames.append(self.model.input_frame(token, output))
-            outputs[r.request_id] = RequestStepOutput(tokens=(token,), frames=(output,))
-        return outputs
-
-    @staticmethod
-    def _step(reqs: list[RunnerRequest], sample: FrameSample) -> SampledStep:
-        return SampledStep(tuple(r.request_id for r in reqs), sample)
-
-    def _audio(
-        self, steps: list[SampledStep], queued: list[PendingAudio], step_id: int
-    ) -> StepAudio | None:
-        """The PCM of the frames sampled, still being decoded: the audio `queued` earlier (a
-        window's first chunks, in order), then that of `steps` (the model's post-frame hook),
-        queued now in one pass for the step or the rest of the window. None without any."""
-        if self.model.decoder_slots() is None:  # no stream decode: this stage makes no audio
-            return None
-        with self.timer.phase(self.stage_name, "audio"):
-            pending = [*queued, self.model.queue_audio(steps)] if steps else queued
-        return StepAudio(pending, self.model.name, step_id) if pending else None
-
-
-def _concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
-    """One output for several decode steps of a request (tokens and frames in order)."""
-    if len(outs) == 1:
-        return outs[0]
-    return RequestStepOutput(
-        tokens=tuple(t for o in outs for t in o.tokens),
-        frames=tuple(f for o in outs for f in o.frames),
-    )
+        return decode_steps(self.ops, reqs, ks, step_id, self.audio_chunk_frames, done)

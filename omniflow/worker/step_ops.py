@@ -1,0 +1,102 @@
+"""The device work an AR runner step is made of, shared by its mixed steps and its decode path
+(`worker/ar_decode.py`): the decode batch's forward, the frame sampling queued and read back,
+what was sampled appended to the requests, and the step's audio queued."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+import torch
+
+from omniflow.core.audio import PendingAudio
+from omniflow.core.pipeline import NoTimer, PhaseTimer
+from omniflow.core.step import RequestStepOutput
+from omniflow.models.interface import ARModel, FrameSample, QueuedFrames, SampledStep
+from omniflow.sampling.draw import SamplingBatch
+from omniflow.sampling.sampler import BatchSampler, SamplingStaging
+from omniflow.worker.inputs import DecodeBatch, RunnerRequest
+from omniflow.worker.step_audio import StepAudio
+
+Queued = tuple[SamplingBatch, QueuedFrames]
+"""A step's sampling batch (recorded in the penalty history once the step is kept) and its
+queued frames."""
+
+
+class StepOps:
+    """One AR stage's forward, sampling, recording and audio calls, each timed as its phase."""
+
+    def __init__(self, model: ARModel, decode_batch: DecodeBatch, sampling: SamplingStaging):
+        self.model = model
+        self.decode_batch = decode_batch
+        self.sampling = sampling
+        self.timer: PhaseTimer = NoTimer()
+        """Benchmarks time the step's phases through this hook (no cost by default)."""
+        self.stage_name = model.name
+
+    def phase(self, name: str) -> AbstractContextManager[object]:
+        return self.timer.phase(self.stage_name, name)
+
+    def queue_step(self, reqs: list[RunnerRequest], pending: int) -> Queued:
+        """The decode batch's next forward and its sampling, queued (not recorded)."""
+        return self.queue_sample(self.forward(), reqs, pending)
+
+    def forward(self) -> torch.Tensor:
+        """The decode batch's next hidden states (its K/V written), queued."""
+        x, meta = self.decode_batch.inputs()
+        with self.phase("forward"):
+            return self.model.decode_hidden(x, meta)
+
+    def sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
+        """The rows' frames sampled, recorded in the penalty history, and read back."""
+        batch, queued = self.queue_sample(hidden, reqs, pending=0)
+        self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
+        return self.read(queued)
+
+    def queue_sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest], pending: int) -> Queued:
+        """The rows' frame sampling queued on the device, for their token after `pending`
+        ones not yet read back; the caller records it in the penalty history once kept."""
+        with self.phase("sample"):
+            batch = self.sampling.prepare(reqs, pending)
+            return batch, self.model.queue_frames(hidden, BatchSampler(batch))
+
+    def read(self, queued: QueuedFrames) -> FrameSample:
+        with self.phase("readback"):
+            return self.model.read_frames(queued)
+
+    def record(
+        self, reqs: list[RunnerRequest], sample: FrameSample
+    ) -> dict[str, RequestStepOutput]:
+        """Append each row's token and input frame to its request; one output per row, in
+        row order, without audio (`StepAudio` brings it)."""
+        outputs: dict[str, RequestStepOutput] = {}
+        for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
+            r.tokens.append(token)
+            r.frames.append(self.model.input_frame(token, output))
+            outputs[r.request_id] = RequestStepOutput(tokens=(token,), frames=(output,))
+        return outputs
+
+    def audio(
+        self, steps: list[SampledStep], queued: list[PendingAudio], step_id: int
+    ) -> StepAudio | None:
+        """The PCM of the frames sampled, still being decoded: the audio `queued` earlier (a
+        window's first chunks, in order), then that of `steps`, queued now in one pass for
+        the step or the rest of the window. None without any."""
+        if self.model.decoder_slots() is None:  # no stream decode: this stage makes no audio
+            return None
+        with self.phase("audio"):
+            pending = [*queued, self.model.queue_audio(steps)] if steps else queued
+        return StepAudio(pending, self.model.name, step_id) if pending else None
+
+
+def sampled_step(reqs: list[RunnerRequest], sample: FrameSample) -> SampledStep:
+    return SampledStep(tuple(r.request_id for r in reqs), sample)
+
+
+def concat(outs: list[RequestStepOutput]) -> RequestStepOutput:
+    """One output for several decode steps of a request (tokens and frames in order)."""
+    if len(outs) == 1:
+        return outs[0]
+    return RequestStepOutput(
+        tokens=tuple(t for o in outs for t in o.tokens),
+        frames=tuple(f for o in outs for f in o.frames),
+    )
