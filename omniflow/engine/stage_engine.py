@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from omniflow.core.output import StageOutput
-from omniflow.engine.connector import ChunkIntake
 from omniflow.engine.contracts import Runner, Scheduler
 from omniflow.engine.messages import Abort, Add, EngineMessage
 from omniflow.engine.step_loop import StepLoop
@@ -48,17 +47,11 @@ def gauge_line(g: SchedulerGauges) -> str:
 class StageEngine(StepLoop):
     """A step loop on its own thread, fed by messages."""
 
-    def __init__(
-        self,
-        name: str,
-        scheduler: Scheduler,
-        runner: Runner,
-        async_scheduling: bool = False,
-        on_output: OutputSink | None = None,
-        intake: ChunkIntake | None = None,
-    ) -> None:
-        super().__init__(name, scheduler, runner, async_scheduling, intake)
-        self.on_output = on_output
+    def __init__(self, name: str, scheduler: Scheduler, runner: Runner, **options: Any) -> None:
+        """`options` as `StepLoop` takes them; `on_output` is set by whoever consumes the
+        outputs (the orchestrator) before `start`."""
+        super().__init__(name, scheduler, runner, **options)
+        self.on_output: OutputSink | None = None
         self._inbox: queue.Queue[EngineMessage | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()

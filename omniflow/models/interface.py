@@ -23,6 +23,7 @@ import torch
 from omniflow.core.audio import PendingAudio
 from omniflow.device.readback import PendingCodes
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
+from omniflow.models.layers.qwen3 import KVCaches
 
 Frame = tuple[int, ...]
 """One output step's codes (G codebooks); element 0 is the token that drives the AR loop."""
@@ -212,7 +213,7 @@ class ARModel(Protocol):
         embeds: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_caches: KVCaches,
     ) -> torch.Tensor:
         """Hidden states [T, H] after the paged decoder (this step's K/V written)."""
         ...

@@ -28,6 +28,7 @@ from omniflow.models.interface import (
     TokenPolicy,
 )
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
+from omniflow.models.layers.qwen3 import KVCaches
 from omniflow.models.qwen3_tts import inputs
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
@@ -115,7 +116,7 @@ class TalkerARModel:
         embeds: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_caches: KVCaches,
     ) -> torch.Tensor:
         if self.prompt_graphs is not None and kv_caches is self.prompt_graphs.kv_caches:
             hidden = self.prompt_graphs.run(embeds, positions, meta)
