@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from omniflow.core.arrivals import Arrivals
 from omniflow.core.audio import PendingAudio
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import PhaseTimer, PrefillCounters
@@ -41,6 +42,11 @@ class Scheduler(Protocol):
         """Plan a paused request again."""
         ...
 
+    def seats_free(self) -> bool:
+        """Whether a request added now could be seated at the next step (read from another
+        thread: a hint for cutting a running window short, never a promise)."""
+        ...
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()` and the periodic log line."""
         ...
@@ -55,6 +61,10 @@ class Runner(Protocol):
 
     def take_audio(self, step_id: int) -> PendingAudio | None:
         """The audio step `step_id` queued, still being made (None: none); handed out once."""
+        ...
+
+    def watch_arrivals(self, arrivals: Arrivals) -> None:
+        """End a running window at its next step boundary whenever `arrivals` is set."""
         ...
 
     def decoder_slots(self) -> tuple[int, int] | None:

@@ -82,6 +82,8 @@ class StageEngine(StepLoop):
         with self._send_lock:
             if not self._dead.is_set():
                 self._inbox.put(message)
+                if isinstance(message, Add) and self.scheduler.seats_free():
+                    self.arrivals.notify()  # a running window ends at its next step
                 return
         self._emit(self._refuse(message))
 
@@ -107,7 +109,10 @@ class StageEngine(StepLoop):
                 self.on_output(out)
 
     def _drain(self, timeout: float | None) -> None:
-        """Apply queued commands; wait up to `timeout` for the first (None: forever)."""
+        """Apply queued commands; wait up to `timeout` for the first (None: forever). The
+        arrivals flag is cleared first: what it announced is applied here, and an arrival
+        after this sets it again."""
+        self.arrivals.clear()
         try:
             item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
         except queue.Empty:

@@ -20,6 +20,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from omniflow.core.arrivals import Arrivals
 from omniflow.core.audio import PendingAudio
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
@@ -56,6 +57,10 @@ class StepLoop:
         self._unsent: list[StageOutput] = []
         """A step's outputs between its update and their audio: requests the update ended are
         gone from the scheduler, so if the step dies there they are ended from here."""
+        self.arrivals = Arrivals()
+        """Set when a request arrives that the next step could seat; the runner ends a
+        running window at its next step boundary (`core/arrivals.py`)."""
+        runner.watch_arrivals(self.arrivals)
         self.timer: PhaseTimer = NoTimer()
         """Times the wait for a step's audio (`audio_wait`); `set_timer` also gives it to the
         runner for the step's own phases."""

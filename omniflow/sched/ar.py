@@ -116,6 +116,10 @@ class ARScheduler:
         out, self._held = self._held, []
         return out
 
+    def seats_free(self) -> bool:
+        """A request added now could be seated next step (`max_num_seqs` not reached)."""
+        return len(self.running) < self.config.max_num_seqs
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
         w = self.window_stats

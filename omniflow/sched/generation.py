@@ -145,6 +145,10 @@ class GenerationScheduler:
         out, self._outputs = self._outputs, []
         return out
 
+    def seats_free(self) -> bool:
+        """Never asks a window to end early: a code2wav stage runs none."""
+        return False
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
         started = sum(1 for r in self.requests.values() if r.started)

@@ -4,6 +4,8 @@ the host's bookkeeping (a single decode step is a window of one)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from omniflow.core.audio import PendingAudio
 from omniflow.core.step import RequestStepOutput
 from omniflow.models.interface import SampledStep
@@ -19,6 +21,7 @@ def decode_steps(
     step_id: int,
     audio_chunk_frames: int,
     done: list[SampledStep] | None = None,
+    arrived: Callable[[], bool] = lambda: False,
 ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
     """Request r computes up to ks[r] tokens and leaves at its k or at a stop token; the layout
     is built once and only shrinks. Returns the outputs (steps concatenated), their audio
@@ -33,7 +36,11 @@ def decode_steps(
     codes are bit for bit those without the overlap.
 
     With `audio_chunk_frames` C, the audio of every C steps is queued as soon as they are read
-    back, so a model that decodes on a stream of its own does so beside the later steps."""
+    back, so a model that decodes on a stream of its own does so beside the later steps.
+
+    `arrived()` true at a step boundary ends the window there (no step queued ahead): a
+    request waiting to be seated is prefilled at the next step, not after the whole window.
+    The scheduler rolls the rows' unused steps back as after a stop token."""
     ops.decode_batch.load(reqs, max(ks.values()))
     parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
     sampled: list[SampledStep] = list(done or [])
@@ -46,7 +53,7 @@ def decode_steps(
             r.num_computed += 1
         batch, queued = current
         ops.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-        going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
+        going = [] if arrived() else [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
         ahead: Queued | None = None
         if going:
             ops.decode_batch.advance(queued.next_tokens, queued.next_frames, going)

@@ -17,6 +17,7 @@ import logging
 import torch
 
 from omniflow.config.schema import SchedulerConfig
+from omniflow.core.arrivals import Arrivals
 from omniflow.core.audio import PendingAudio
 from omniflow.core.pipeline import PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
@@ -74,9 +75,16 @@ class ARModelRunner:
         )
         self.sampling = SamplingStaging(scheduler.max_num_seqs, model.token_policy, device)
         self.ops = StepOps(model, self.decode_batch, self.sampling)
+        self.arrivals = Arrivals()
+        """Set by the engine when a request arrives that the next step could seat: a
+        window ends at its next step boundary (`watch_arrivals`)."""
         self._refusals_logged: set[str] = set()
         self._prefill_steps = 0
         self._prefill_tokens = 0
+
+    def watch_arrivals(self, arrivals: Arrivals) -> None:
+        """End windows early when `arrivals` is set (the engine's flag)."""
+        self.arrivals = arrivals
 
     def set_timer(self, timer: PhaseTimer, stage: str) -> None:
         """Time this runner's phases under the stage's name."""
@@ -281,4 +289,6 @@ class ARModelRunner:
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
         """The decode path (`worker/ar_decode.py`) over the rows of `ks`."""
         reqs = [self.requests[rid] for rid in ks]
-        return decode_steps(self.ops, reqs, ks, step_id, self.audio_chunk_frames, done)
+        return decode_steps(
+            self.ops, reqs, ks, step_id, self.audio_chunk_frames, done, self.arrivals.pending
+        )

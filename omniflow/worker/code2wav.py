@@ -9,6 +9,7 @@ import logging
 
 import torch
 
+from omniflow.core.arrivals import Arrivals
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
@@ -27,6 +28,9 @@ class Code2WavRunner:
         self.slots: dict[str, int] = {}
         self.timer: PhaseTimer = NoTimer()
         self.stage_name = "decoder"
+
+    def watch_arrivals(self, arrivals: Arrivals) -> None:
+        """Nothing to cut short: a code2wav step is one chunk per request."""
 
     def set_timer(self, timer: PhaseTimer, stage: str) -> None:
         """Time this runner's decode under the stage's name (benchmarks)."""

@@ -1,0 +1,81 @@
+"""An arrival that the next step could seat ends a running window at its next step boundary
+(`core/arrivals.py`): the window's rows keep exactly their single-step codes, and the
+arrival is prefilled in the next plan instead of after the whole window."""
+
+from __future__ import annotations
+
+from omniflow.engine.messages import Add
+from tests.factories import talker_engine
+from tests.stages.test_talker_engine import collect, fixed
+
+
+def run_with_cuts(cut_plans: set[int], **kw):
+    """The 23-frame seeded request inline, the arrivals flag raised before each plan in
+    `cut_plans` executes (as the engine thread would on an arrival)."""
+    engine, proc = talker_engine(window_k=8, **kw)
+    assert engine.add_request(proc.make_request(fixed("a", 23, seed=4))) == []
+    execute, steps = engine.runner.execute, {}
+
+    def spy(plan):
+        if plan.step_id in cut_plans:
+            engine.arrivals.notify()
+        result = execute(plan)
+        engine.arrivals.clear()
+        if plan.window:
+            steps[plan.step_id] = result.window_steps
+        return result
+
+    engine.runner.execute = spy  # type: ignore[method-assign]
+    frames = collect(engine.run_until_idle())
+    return frames, steps, engine
+
+
+def test_a_window_cut_by_an_arrival_runs_one_step_and_keeps_the_codes():
+    base, base_steps, _ = run_with_cuts(set())
+    assert max(base_steps.values()) == 8  # uncut: whole windows
+    cut, steps, engine = run_with_cuts({1, 2})
+    assert cut == base  # a shorter window is still exact
+    assert steps[1] == 1 and steps[2] == 1  # ended at the first step boundary
+    assert len(cut["a"]) == 23
+    assert engine.scheduler.kv.num_used_blocks == 0
+
+
+def test_async_a_cut_window_keeps_the_codes():
+    base, _, _ = run_with_cuts(set(), async_scheduling=True)
+    cut, steps, _ = run_with_cuts({1, 3}, async_scheduling=True)
+    assert cut == base
+    assert 1 in steps.values()
+
+
+def test_an_arrival_on_the_engine_thread_ends_the_running_window_and_is_seated_next():
+    """The engine raises the flag when a request is sent that a seat could take: the running
+    window stops after its step and the next plan prefills the arrival."""
+    engine, proc = talker_engine(window_k=8)
+    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
+    execute, seen = engine.runner.execute, []
+
+    def spy(plan):
+        if plan.window and not any(p.window for p, _ in seen):
+            engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))  # arrives mid-window
+        result = execute(plan)
+        seen.append((plan, result))
+        return result
+
+    engine.runner.execute = spy  # type: ignore[method-assign]
+    while not seen or not seen[-1][0].window:
+        engine.step()
+    first_window = seen[-1]
+    assert first_window[1].window_steps == 1
+    engine._drain(0)  # what the engine thread does before its next step  # noqa: SLF001
+    engine.step()
+    plan = seen[-1][0]
+    assert "b" in {r.request_id for r in plan.new_requests}
+
+
+def test_no_cut_when_every_seat_is_taken():
+    engine, proc = talker_engine(window_k=8, max_num_seqs=1)
+    assert engine.add_request(proc.make_request(fixed("a", 12, seed=4))) == []
+    engine.step()  # seated
+    assert not engine.scheduler.seats_free()
+    engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))
+    assert not engine.arrivals.pending()
