@@ -33,6 +33,7 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request
 from omniflow.core.speech import SpeechRequest
 from omniflow.engine.connector import ChunkConnector, ChunkIntake
+from omniflow.engine.flow import samples_per_frame
 from omniflow.engine.parts import StageParts
 from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
@@ -44,6 +45,7 @@ from omniflow.platforms.base import PLATFORMS
 from omniflow.sampling.draw import draw_fixed_policy
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.generation import GenerationScheduler, GenRequest
+from omniflow.sched.playback import PlaybackClock
 from omniflow.worker.ar_runner import ARModelRunner
 from omniflow.worker.code2wav import Code2WavRunner
 from omniflow.worker.kv_sizing import sized_scheduler
@@ -130,6 +132,16 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
     return StreamingDecoder(weights.decoder, slots, ctx.device, dtype)
 
 
+def playback_clock(stage: ResolvedStage, ctx: BuildContext) -> PlaybackClock | None:
+    """Each stream's playback clock, sizing windows by slack (None: fixed windows)."""
+    if stage.playback_margin_ms is None or stage.window_k < 2:
+        return None
+    codec = ctx.graph.model.codec
+    return PlaybackClock(
+        samples_per_frame(codec) / codec.sample_rate, stage.playback_margin_ms / 1e3
+    )
+
+
 def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     bundle = _bundle(ctx)
     cfg = stage.scheduler
@@ -176,7 +188,12 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     if priming is not None:
         make_request = primed_requests(make_request, priming)
     return StageParts(
-        scheduler=ARScheduler(cfg, window_k=stage.window_k, window_admits=stage.window_admits),
+        scheduler=ARScheduler(
+            cfg,
+            window_k=stage.window_k,
+            window_admits=stage.window_admits,
+            playback=playback_clock(stage, ctx),
+        ),
         runner=runner,
         make_request=make_request,
         frontend=processor,

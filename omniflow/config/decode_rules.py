@@ -115,6 +115,13 @@ def check_window_admits(key: str, stage: StageConfig, k: int, errors: list[Confi
     )
 
 
+def resolved_playback_margin(stage: StageConfig, k: int) -> int | None:
+    """The margin that sizes this stage's windows (None: no windows, or fixed windows)."""
+    if not isinstance(stage, ARStageConfig) or k < 2:
+        return None
+    return stage.playback_margin_ms
+
+
 def resolved_window_admits(stage: StageConfig) -> bool:
     return isinstance(stage, ARStageConfig) and stage.window_admits
 

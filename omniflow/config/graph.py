@@ -43,6 +43,10 @@ class ResolvedStage(Frozen):
     window_admits: bool = Field(
         description="A window may open on a step that admits new requests (AR only)."
     )
+    playback_margin_ms: int | None = Field(
+        None,
+        description="Windows sized by playback slack with this margin (None: fixed window_k).",
+    )
     stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
     ref_context_frames: int | None = Field(
         description="Decoder priming frames after resolution (None: stage decodes no audio)."

@@ -15,6 +15,7 @@ from omniflow.config.decode_rules import (
     check_window,
     check_window_admits,
     resolved_audio_chunk_frames,
+    resolved_playback_margin,
     resolved_prompt_graph_tokens,
     resolved_window_admits,
     resolved_window_k,
@@ -78,6 +79,9 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
             audio_chunk_frames=resolved_audio_chunk_frames(stage),
             window_admits=resolved_window_admits(stage),
+            playback_margin_ms=resolved_playback_margin(
+                stage, resolved_window_k(stage, cap, platform)
+            ),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),

@@ -109,6 +109,16 @@ class ARStageConfig(StageBase):
         "at the window's end, on that stream, beside the next window's steps); null: one pass "
         "at the window's end on the main stream.",
     )
+    playback_margin_ms: int | None = Field(
+        40,
+        ge=0,
+        le=2000,
+        description="With window_k: windows are sized by each stream's playback slack (its "
+        "next frame is due by its first frame's time + the audio made - this margin): a "
+        "window runs only as many steps, at the measured step time, as the tightest "
+        "scheduled stream can wait for its audio; window_k is the cap. null: every window "
+        "runs window_k steps whenever the gates allow. Without windows it has nothing to size.",
+    )
     window_admits: bool = Field(
         False,
         description="With window_k: a window may open on a step that admits new requests "

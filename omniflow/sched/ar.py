@@ -34,6 +34,7 @@ from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens
 from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
+from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.window import Candidate, WindowStats, plan_window
 
@@ -42,9 +43,17 @@ class ARScheduler:
     """Plans steps for one AR stage and applies their results."""
 
     def __init__(
-        self, config: SchedulerConfig, window_k: int = 0, window_admits: bool = False
+        self,
+        config: SchedulerConfig,
+        window_k: int = 0,
+        window_admits: bool = False,
+        playback: PlaybackClock | None = None,
     ) -> None:
         self.config = config
+        self.playback = playback
+        """Sizes windows by each stream's slack (`sched/playback.py`); None: window_k."""
+        self._planned_at: dict[int, float] = {}
+        self._updated_at = 0.0
         self.window_k = window_k
         self.window_admits = window_admits
         """A window may open on a step that admits new requests (`sched/window.py`)."""
@@ -230,6 +239,7 @@ class ARScheduler:
             kv=self.kv,
             stats=self.window_stats,
             admits=self.window_admits,
+            slack_k=self._slack_k(scheduled),
         )
         for rid, k in window.items():
             scheduled[rid] += k - 1  # its single step's tokens, then k - 1 decode steps
@@ -241,7 +251,28 @@ class ARScheduler:
         )
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
+        if self.playback is not None and not plan.is_empty:
+            self._planned_at[step_id] = self.playback.now()
         return plan
+
+    def _slack_k(self, scheduled: dict[str, int]) -> int | None:
+        """The window length the scheduled streams' slack allows (None: no clock)."""
+        if self.playback is None or self.window_k < 2:
+            return None
+        streams = [(rid, self.requests[rid].num_generated) for rid in scheduled]
+        return self.playback.window_steps(self.window_k, streams, self.playback.now())
+
+    def _observe(self, plan: StepPlan, result: StepResult) -> float:
+        """The step's wall time into the clock's estimate; returns now. A step starts when
+        it was planned or when the one before it ended, whichever is later."""
+        assert self.playback is not None
+        now = self.playback.now()
+        planned = self._planned_at.pop(plan.step_id, None)
+        if planned is not None:
+            steps = result.window_steps or 1
+            self.playback.observe_step(now - max(planned, self._updated_at), steps)
+        self._updated_at = now
+        return now
 
     def _preemption_victim(self, req: Request) -> Request:
         """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
@@ -290,6 +321,7 @@ class ARScheduler:
         step's audio is not here: the engine takes it from the runner by its own call, so
         the scheduler never waits on the device."""
         expected = self._expected.pop(plan.step_id, {})
+        now = self._observe(plan, result) if self.playback is not None else 0.0
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
             if result.window_steps > 1:
@@ -320,6 +352,8 @@ class ARScheduler:
                 continue
             if not out.tokens:
                 continue
+            if self.playback is not None:
+                self.playback.frames_made(rid, req.num_generated, now)
             output, state = take_tokens(req, out, self.config.max_model_len)
             if state is not None:
                 self._finish(req, state)
@@ -345,3 +379,5 @@ class ARScheduler:
         self._paused.discard(req.request_id)
         self._roster.finish(req.request_id)
         self.requests.pop(req.request_id, None)
+        if self.playback is not None:
+            self.playback.forget(req.request_id)

@@ -52,12 +52,14 @@ def plan_window(
     kv: KVCacheManager,
     stats: WindowStats,
     admits: bool = False,
+    slack_k: int | None = None,
 ) -> tuple[dict[str, int], dict[str, list[int]]]:
     """Gate 2: open a window only when it is exact and safe. Returns ({request: k_r, the
     frames it samples}, {request: extra block ids}); ({}, {}) means single step (the refusal
     is counted). A request computes its single-step tokens plus k_r - 1: a decoding one k_r,
     one admitted into the window (`admits`) the rest of its prompt, then k_r - 1 decode
-    steps."""
+    steps. `slack_k`: the most steps the streams' playback slack allows (`sched/playback.py`);
+    a window it would cut below 2 steps is refused as `slack`."""
     if k < 2 or not candidates:
         return {}, {}
     reason = _refusal(candidates, waiting, admits)
@@ -75,6 +77,11 @@ def plan_window(
     if max(sizes.values()) < 2:
         stats.refusals["clamped"] += 1
         return {}, {}
+    if slack_k is not None:
+        if slack_k < 2:
+            stats.refusals["slack"] += 1
+            return {}, {}
+        sizes = {rid: min(n, slack_k) for rid, n in sizes.items()}
     if sum(c.num_tokens + sizes[c.request.request_id] - 1 for c in candidates) > budget:
         stats.refusals["budget"] += 1
         return {}, {}
