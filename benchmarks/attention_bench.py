@@ -15,6 +15,7 @@ import json
 import torch
 import triton.testing
 
+from omniflow.kernels.args import PagedContext
 from omniflow.kernels.paged_decode import paged_decode_attention
 from omniflow.models.layers.attention import DecodeAttentionMetadata
 
@@ -39,11 +40,12 @@ def case(batch: int, context: int) -> dict[str, float | int]:
         (context,) * batch,
         batched=True,
     )
-    ours = paged_decode_attention(q, k, v, tables, lens, BS)
+    ours = paged_decode_attention(q, k, v, PagedContext(tables, lens, BS))
     ref = meta.attend(q, k, v)
     err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
     t_triton = triton.testing.do_bench(
-        lambda: paged_decode_attention(q, k, v, tables, lens, BS), return_mode="median"
+        lambda: paged_decode_attention(q, k, v, PagedContext(tables, lens, BS)),
+        return_mode="median",
     )
     t_torch = triton.testing.do_bench(lambda: meta.attend(q, k, v), return_mode="median")
     return {

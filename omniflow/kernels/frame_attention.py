@@ -24,10 +24,13 @@ finite. Graph-safe: `start` is a Python int fixed per call site, shapes fix the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
+from omniflow.kernels.args import NormRopeArgs
 from omniflow.kernels.checks import require_like, require_unit_stride
 from omniflow.kernels.norm_rope import norm_rope_row
 
@@ -102,24 +105,14 @@ def _frame_attention_kernel(
 
 
 def frame_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_norm_weight: torch.Tensor,
-    k_norm_weight: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    start: int,
-    out: torch.Tensor | None = None,
+    args: NormRopeArgs, start: int, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """One token per row at position `start`: q [B, 1, Hq, D], k, v [B, 1, Hkv, D] as they
     come out of the projection (before the q/k norms and rotary); cos, sin [1, D] (the
     position's table row); caches [B, S, Hkv, D], positions < start already filled. Writes
     the token's normalised, rotated K and its V at `start` and returns the attention output
     [B, 1, Hq, D] (into `out` when given: a view of that shape with unit last stride)."""
+    q, k, v, cos, sin, k_cache = args.q, args.k, args.v, args.cos, args.sin, args.k_cache
     bsz, length, hq, d = q.shape
     hkv = k.shape[2]
     s = k_cache.shape[1]
@@ -127,7 +120,7 @@ def frame_attention(
         raise ValueError(f"frame_attention: one token per row, got q {tuple(q.shape)}")
     if hq % hkv or not 0 <= start < s:
         raise ValueError(f"frame_attention: {hq} q heads, {hkv} kv heads, start {start} of {s}")
-    if k_cache.shape != (bsz, s, hkv, d) or v_cache.stride() != k_cache.stride():
+    if k_cache.shape != (bsz, s, hkv, d) or args.v_cache.stride() != k_cache.stride():
         raise ValueError(f"frame_attention: cache {tuple(k_cache.shape)} for {tuple(k.shape)}")
     if cos.shape != (1, d) or sin.shape != (1, d):
         raise ValueError(f"frame_attention: cos/sin {tuple(cos.shape)}, one row of {d} needed")
@@ -138,15 +131,7 @@ def frame_attention(
     else:
         require_like("frame_attention", "out", out, "q", q)
     _frame_attention_kernel[(bsz, hkv)](
-        q,
-        k,
-        v,
-        q_norm_weight,
-        k_norm_weight,
-        cos,
-        sin,
-        k_cache,
-        v_cache,
+        *args.tensors(),
         out,
         q.stride(0),
         q.stride(2),
@@ -160,7 +145,7 @@ def frame_attention(
         out.stride(0),
         out.stride(2),
         start,
-        eps,
+        args.eps,
         d**-0.5,
         GROUP=hq // hkv,
         HEAD_DIM=d,
@@ -170,19 +155,7 @@ def frame_attention(
     return out
 
 
-def frame_pass(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_norm_weight: torch.Tensor,
-    k_norm_weight: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    start: int,
-) -> torch.Tensor:
+def frame_pass(args: NormRopeArgs, start: int) -> torch.Tensor:
     """A pass of L tokens per row at positions start..start+L-1 (q [B, L, Hq, D], k, v
     [B, L, Hkv, D] as projected; cos, sin [L, D]) as L `frame_attention` launches in order,
     each writing its token's K/V before the next reads it: causal attention over the cache,
@@ -190,6 +163,7 @@ def frame_pass(
     position 0) otherwise takes two norm+rotary launches, two cache copies and a flash
     attention call per layer, that last call alone costing several `frame_attention`
     launches (measured: see docs/performance.md)."""
+    q, k, v, cos, sin = args.q, args.k, args.v, args.cos, args.sin
     length = q.shape[1]
     if k.shape[1] != length or v.shape[1] != length:
         raise ValueError(f"frame_pass: {length} queries, {k.shape[1]} keys, {v.shape[1]} values")
@@ -197,18 +171,9 @@ def frame_pass(
         raise ValueError(f"frame_pass: {length} tokens, cos/sin rows {cos.shape[0]}")
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     for i in range(length):
-        frame_attention(
-            q[:, i : i + 1],
-            k[:, i : i + 1],
-            v[:, i : i + 1],
-            q_norm_weight,
-            k_norm_weight,
-            eps,
-            cos[i : i + 1],
-            sin[i : i + 1],
-            k_cache,
-            v_cache,
-            start + i,
-            out=out[:, i : i + 1],
+        token = slice(i, i + 1)
+        one = replace(
+            args, q=q[:, token], k=k[:, token], v=v[:, token], cos=cos[token], sin=sin[token]
         )
+        frame_attention(one, start + i, out=out[:, token])
     return out

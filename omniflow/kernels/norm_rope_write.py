@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from omniflow.kernels.args import NormRopeArgs
 from omniflow.kernels.checks import require_like, require_unit_stride
 from omniflow.kernels.norm_rope import norm_rope_row
 
@@ -34,9 +35,9 @@ def _norm_rope_write_kernel(
     kw_ptr,
     cos_ptr,
     sin_ptr,
-    slot_ptr,
     kc_ptr,
     vc_ptr,
+    slot_ptr,
     qo_ptr,
     ko_ptr,
     stride_qt,
@@ -81,31 +82,21 @@ def _norm_rope_write_kernel(
 
 
 def norm_rope_write(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_norm_weight: torch.Tensor,
-    k_norm_weight: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_out: torch.Tensor | None = None,
+    args: NormRopeArgs, slot_mapping: torch.Tensor, k_out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """q [T, Hq, D], k, v [T, Hkv, D] as projected; cos, sin [T, D]; caches [slots, Hkv, D];
     slot_mapping [T]. Writes normalised, rotated K and V at the slots and returns the
     normalised, rotated q [T, Hq, D]; with `k_out` ([T, Hkv, D], unit last stride) the
     normalised, rotated K lands there too: a prefill attends to its own tokens' K directly
     (`prompt_graph.py`), where the decode step reads it back from the cache."""
+    q, k, v, cos, sin, k_cache = args.q, args.k, args.v, args.cos, args.sin, args.k_cache
     tokens, hq, d = q.shape
     hkv = k.shape[1]
     if k.shape != (tokens, hkv, d) or v.shape != k.shape or hq % hkv:
         raise ValueError(f"norm_rope_write: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if cos.shape != (tokens, d) or sin.shape != cos.shape or slot_mapping.shape != (tokens,):
         raise ValueError(f"norm_rope_write: cos {tuple(cos.shape)}, slots for {tokens} tokens")
-    if k_cache.shape[1:] != (hkv, d) or v_cache.stride() != k_cache.stride():
+    if k_cache.shape[1:] != (hkv, d) or args.v_cache.stride() != k_cache.stride():
         raise ValueError(f"norm_rope_write: cache {tuple(k_cache.shape)} for k {tuple(k.shape)}")
     tensors = (("q", q), ("k", k), ("v", v), ("cos", cos), ("sin", sin), ("cache", k_cache))
     require_unit_stride("norm_rope_write", tensors)
@@ -114,16 +105,8 @@ def norm_rope_write(
     out = torch.empty((tokens, hq, d), device=q.device, dtype=q.dtype)
     ko = out if k_out is None else k_out  # never written without STORE_K
     _norm_rope_write_kernel[(tokens, hkv)](
-        q,
-        k,
-        v,
-        q_norm_weight,
-        k_norm_weight,
-        cos,
-        sin,
+        *args.tensors(),
         slot_mapping,
-        k_cache,
-        v_cache,
         out,
         ko,
         q.stride(0),
@@ -140,7 +123,7 @@ def norm_rope_write(
         out.stride(1),
         ko.stride(0),
         ko.stride(1),
-        eps,
+        args.eps,
         GROUP=hq // hkv,
         HEAD_DIM=d,
         STORE_K=k_out is not None,

@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from omniflow.kernels.args import PagedContext
+
 BLOCK_N_MIN = 64
 """Tokens per tile (at least one block)."""
 SPLIT_BELOW_PROGRAMS = 64
@@ -196,18 +198,18 @@ def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    block_size: int,
+    context: PagedContext,
     scale: float | None = None,
     out: torch.Tensor | None = None,
     num_partitions: int | None = None,
 ) -> torch.Tensor:
-    """q: [B, Hq, D] -> [B, Hq, D] in q's dtype. k_cache/v_cache: [slots, Hkv, D];
-    block_tables: [B, max_blocks] int32; context_lens: [B] int32 (0: padding row, writes 0).
+    """q: [B, Hq, D] -> [B, Hq, D] in q's dtype. k_cache/v_cache: [slots, Hkv, D]; `context`:
+    block_tables [B, max_blocks] int32, context_lens [B] int32 (0: padding row, writes 0).
     scale defaults to D ** -0.5 (what SDPA, and so the model, uses). Graph-safe.
     `num_partitions`: split-K's partition count, by default from the shapes
     (`_num_partitions`); the tests force both paths with it."""
+    block_tables, context_lens = context.block_tables, context.context_lens
+    block_size = context.block_size
     if num_partitions is None:
         num_partitions = _num_partitions(
             q.shape[0], k_cache.shape[1], block_tables.shape[1], block_size

@@ -7,34 +7,30 @@ and not graph-safe on purpose: it is meant to be obviously right, not fast.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
+
+from omniflow.kernels.args import PagedContext
 
 
 def paged_decode_attention_ref(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    block_size: int,
-    scale: float | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """q: [B, Hq, D]; caches: [slots, Hkv, D] with this step's K/V already written;
-    block_tables: [B, max_blocks]; context_lens: [B] (0: an inert row, its output is 0).
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, context: PagedContext, scale: float | None = None
+) -> Tensor:
+    """q: [B, Hq, D]; caches: [slots, Hkv, D] with this step's K/V already written; `context`:
+    block_tables [B, max_blocks], context_lens [B] (0: an inert row, its output is 0).
     Query head h attends with kv head h // (Hq // Hkv)."""
+    tables, lens, block_size = context.block_tables, context.context_lens, context.block_size
     b, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
     scale = d**-0.5 if scale is None else scale
-    if out is None:
-        out = torch.empty_like(q)
+    out = torch.empty_like(q)
     for row in range(b):
-        n = int(context_lens[row])
+        n = int(lens[row])
         if n == 0:
             out[row] = 0
             continue
         num_blocks = -(-n // block_size)
-        blocks = block_tables[row, :num_blocks].long()
+        blocks = tables[row, :num_blocks].long()
         offsets = torch.arange(block_size, device=blocks.device)
         slots = (blocks[:, None] * block_size + offsets).flatten()[:n]
         k = k_cache[slots].float().repeat_interleave(group, dim=1)  # [n, Hq, D]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from omniflow.kernels import frame_attention as fa
+from omniflow.kernels.args import NormRopeArgs
 from omniflow.models.layers.attention import dense_causal_attention
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.qwen3 import PreNormAttend, Qwen3Attention
@@ -61,7 +62,8 @@ def check(b, hq, hkv, d, s, start, dtype, device="cpu", seed=0, packed=False):
     q, k, v, qn, kn, cos, sin, kc, vc = case(b, hq, hkv, d, s, start, dtype, device, seed, packed)
     kc_ref, vc_ref = kc.clone(), vc.clone()
     want = reference(q, k, v, qn, kn, cos, sin, kc_ref, vc_ref, start)
-    got = fa.frame_attention(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, start)
+    args = NormRopeArgs(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc)
+    got = fa.frame_attention(args, start)
     assert got.shape == want.shape and got.dtype == want.dtype
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, want, atol=tol, rtol=tol)
@@ -103,7 +105,9 @@ def check_pass(b, hq, hkv, d, s, start, length, dtype, seed=0, packed=False):
     kc_ref[:, start : start + length] = kr
     vc_ref[:, start : start + length] = v
     want = dense_causal_attention(qr.float(), kc_ref.float(), vc_ref.float(), start).to(dtype)
-    got = fa.frame_pass(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, start)
+    got = fa.frame_pass(
+        NormRopeArgs(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc), start
+    )
     assert got.shape == want.shape == (b, length, hq, d)
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, want, atol=tol, rtol=tol)
@@ -127,7 +131,7 @@ def check_pass_refusals():
         ((q, k, v, cos[:1], sin[:1]), "rows"),
     ):
         qq, kk, vv, cc, ss = args
-        full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, ss, kc, vc, 0)
+        full = (NormRopeArgs(qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, ss, kc, vc), 0)
         expect_refusal(fa.frame_pass, full, word)
 
 
@@ -140,7 +144,7 @@ def check_refusals():
         ((q, k[:, :, :1], v[:, :, :1], 3), "cache"),
     ):
         qq, kk, vv, start = args
-        full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc, start)
+        full = (NormRopeArgs(qq, kk, vv, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc), start)
         expect_refusal(fa.frame_attention, full, word)
 
 
@@ -231,10 +235,11 @@ def test_cuda_real_shapes_and_graph_replay(batch):
     for start in range(16):
         check(batch, 16, 8, 128, 16, start, torch.bfloat16, "cuda", start, packed=start % 2 == 1)
     q, k, v, qn, kn, cos, sin, kc, vc = case(batch, 16, 8, 128, 16, 6, torch.bfloat16, "cuda")
+    args = NormRopeArgs(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = fa.frame_attention(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, 6)
+        out = fa.frame_attention(args, 6)
     q.copy_(torch.randn_like(q))
     graph.replay()
-    again = fa.frame_attention(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, 6)
+    again = fa.frame_attention(args, 6)
     assert torch.equal(out, again)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from omniflow.kernels import norm_rope_write as nw
+from omniflow.kernels.args import NormRopeArgs
 from omniflow.models.layers.attention import write_kv
 from omniflow.models.layers.rotary import Rotary, apply_rotary
 from tests.kernels.interpret import expect_refusal
@@ -42,7 +43,8 @@ def check(t, hq, hkv, d, slots, dtype, device="cpu", seed=0, k_out=False):
     k_ref = apply_rotary(kn.reference(k), cos, sin)
     write_kv(kc_ref, vc_ref, k_ref, v, sm)
     ko = torch.full(k.shape, float("nan"), device=device, dtype=dtype) if k_out else None
-    got = nw.norm_rope_write(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc, sm, k_out=ko)
+    args = NormRopeArgs(q, k, v, qn.weight, kn.weight, qn.eps, cos, sin, kc, vc)
+    got = nw.norm_rope_write(args, sm, k_out=ko)
     if ko is not None:
         assert torch.equal(ko, kc[sm])  # bitwise the K the cache got, every row written
     tol = 2e-5 if dtype == torch.float32 else 2e-2
@@ -63,11 +65,11 @@ def check_refusals():
         ((q, k[:, :1], v[:, :1], cos, sm), "cache"),
     ):
         qq, kk, vv, cc, ss = args
-        full = (qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, sin, kc, vc, ss)
+        full = (NormRopeArgs(qq, kk, vv, qn.weight, kn.weight, 1e-6, cc, sin, kc, vc), ss)
         expect_refusal(nw.norm_rope_write, full, word)
+    args = NormRopeArgs(q, k, v, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc)
     for bad in (k[:2].clone(), k.clone().double(), k.clone().transpose(0, 1).contiguous().mT):
-        full = (q, k, v, qn.weight, kn.weight, 1e-6, cos, sin, kc, vc, sm, bad)
-        expect_refusal(nw.norm_rope_write, full, "k_out")
+        expect_refusal(nw.norm_rope_write, (args, sm, bad), "k_out")
 
 
 def check_prompt_step():

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from omniflow.kernels import paged_decode as pd
+from omniflow.kernels.args import PagedContext
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.layers.attention import PagedAttentionMetadata, paged_attention
 from tests.kernels.interpret import register, run_checks, run_group_in_child
@@ -81,7 +82,7 @@ LENS = {  # tiles are 64 tokens at these block sizes
 def test_reference_matches_existing_paged_attention():
     for lens, bs, hq, hkv in (([1, 8, 0, 17, 33], 4, 4, 2), ([50, 16, 3], 16, 4, 4)):
         q, kc, vc, tables, ctx = make_case(lens, bs, hq, hkv, 16)
-        ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, bs)
+        ref = paged_decode_attention_ref(q, kc, vc, PagedContext(tables, ctx, bs))
         live = [i for i, n in enumerate(lens) if n > 0]
         slots = []
         for i in live:
@@ -111,8 +112,9 @@ def check_against_reference(batch: int, block_size: int, group: int, parts: int)
     case = make_case(lens, block_size, group * hkv, hkv, d, extra_cols=extra, seed=batch)
     q, kc, vc, tables, ctx = case
     assert (pd._plan(tables.shape[1], block_size, parts)[1] > 1) == (parts > 1)
-    ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, block_size)
-    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, block_size, num_partitions=parts)
+    context = PagedContext(tables, ctx, block_size)
+    ref = paged_decode_attention_ref(q, kc, vc, context)
+    got = pd.paged_decode_attention(q, kc, vc, context, num_partitions=parts)
     assert got.dtype == q.dtype and got.shape == q.shape
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
     assert (got[ctx == 0] == 0).all()
@@ -124,17 +126,19 @@ def check_public_entry() -> None:
     q, kc, vc, tables, ctx = make_case(lens, bs, 4, 2, 16, extra_cols=20)
     assert pd._num_partitions(3, 2, tables.shape[1], bs) > 1
     out = torch.full_like(q, 7.0)
-    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, bs, scale=0.3, out=out)
+    context = PagedContext(tables, ctx, bs)
+    got = pd.paged_decode_attention(q, kc, vc, context, scale=0.3, out=out)
     assert got is out
-    ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, bs, scale=0.3)
+    ref = paged_decode_attention_ref(q, kc, vc, context, scale=0.3)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
 
 
 def check_half_precision(parts: int) -> None:
     lens, bs = [37, 1, 0], 4
     q, kc, vc, tables, ctx = make_case(lens, bs, 4, 2, 16, dtype=torch.float16)
-    ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, bs)
-    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, bs, num_partitions=parts)
+    context = PagedContext(tables, ctx, bs)
+    ref = paged_decode_attention_ref(q, kc, vc, context)
+    got = pd.paged_decode_attention(q, kc, vc, context, num_partitions=parts)
     assert got.dtype == torch.float16
     torch.testing.assert_close(got, ref, atol=2e-3, rtol=0)
 
@@ -208,19 +212,18 @@ def test_cuda_bf16_real_shapes(batch):
     lens = cuda_lens(batch, batch)
     case = make_case(lens, BS, HQ, HKV, D, torch.bfloat16, "cuda", seed=batch)
     q, kc, vc, tables, ctx = case
-    ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, BS)
-    got = pd.paged_decode_attention(q, kc, vc, tables, ctx, BS)  # compiles
+    context = PagedContext(tables, ctx, BS)
+    ref = paged_decode_attention_ref(q, kc, vc, context)
+    got = pd.paged_decode_attention(q, kc, vc, context)  # compiles
     torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2)
     torch.cuda.set_sync_debug_mode("error")  # once compiled, a launch must not sync
     try:
-        again = pd.paged_decode_attention(q, kc, vc, tables, ctx, BS)
+        again = pd.paged_decode_attention(q, kc, vc, context)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(again, got, atol=0, rtol=0)
     parts = pd._num_partitions(batch, HKV, tables.shape[1], BS)
-    other = pd.paged_decode_attention(
-        q, kc, vc, tables, ctx, BS, num_partitions=1 if parts > 1 else 8
-    )
+    other = pd.paged_decode_attention(q, kc, vc, context, num_partitions=1 if parts > 1 else 8)
     torch.testing.assert_close(other, ref, atol=2e-2, rtol=2e-2)
 
 
@@ -236,6 +239,7 @@ def test_cuda_graph_replays_with_new_values(batch):
     tables = torch.zeros(batch, max_blocks, dtype=torch.int32, device=dev)
     ctx = torch.zeros(batch, dtype=torch.int32, device=dev)
     out = torch.empty_like(q)
+    context = PagedContext(tables, ctx, BS)
 
     def fill(seed: int) -> None:
         lens = cuda_lens(batch, seed)
@@ -255,16 +259,16 @@ def test_cuda_graph_replays_with_new_values(batch):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up (compile) outside the capture
-        pd.paged_decode_attention(q, kc, vc, tables, ctx, BS, out=out)
+        pd.paged_decode_attention(q, kc, vc, context, out=out)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        pd.paged_decode_attention(q, kc, vc, tables, ctx, BS, out=out)
+        pd.paged_decode_attention(q, kc, vc, context, out=out)
 
     for seed in (2, 3):
         fill(seed)
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        ref = paged_decode_attention_ref(q, kc, vc, tables, ctx, BS)
+        ref = paged_decode_attention_ref(q, kc, vc, context)
         torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)

@@ -190,13 +190,14 @@ def test_rope_table_equals_rotary_bitwise(dtype):
     assert torch.equal(cos, want_cos[positions]) and torch.equal(sin, want_sin[positions])
 
 
-def full_width_attention(q, k_cache, v_cache, block_tables, context_lens, block_size):
+def full_width_attention(q, k_cache, v_cache, context):
     """A torch stand-in for the Triton kernel that, like it, reads no value on the host: each
     row attends over all of its table's slots, masked to its length (length 0: zeros)."""
+    tables, lens, block_size = context.block_tables, context.context_lens, context.block_size
     b, hq, d = q.shape
     offsets = torch.arange(block_size, device=q.device)
-    slots = (block_tables.long()[:, :, None] * block_size + offsets).flatten(1)
-    mask = torch.arange(slots.shape[1], device=q.device)[None, :] < context_lens[:, None]
+    slots = (tables.long()[:, :, None] * block_size + offsets).flatten(1)
+    mask = torch.arange(slots.shape[1], device=q.device)[None, :] < lens[:, None]
     out = F.scaled_dot_product_attention(
         q[:, :, None, :],
         k_cache[slots].transpose(1, 2),
@@ -204,7 +205,7 @@ def full_width_attention(q, k_cache, v_cache, block_tables, context_lens, block_
         attn_mask=mask[:, None, None, :],
         enable_gqa=True,
     )
-    return torch.where(context_lens[:, None, None] > 0, out[:, :, 0], 0.0)
+    return torch.where(lens[:, None, None] > 0, out[:, :, 0], 0.0)
 
 
 @pytest.mark.parametrize("b", [3, 8])

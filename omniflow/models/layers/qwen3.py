@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from omniflow.kernels.args import NormRopeArgs
 from omniflow.models.layers.linear import linear, run_gated_linear, run_linear
 from omniflow.models.layers.norm import RMSNorm
 from omniflow.models.layers.rotary import apply_rotary
@@ -46,12 +47,11 @@ KVCaches = list[tuple[Tensor, Tensor]]
 """One (K, V) pair per layer, in the stack's own layout (the talker's paged block pool, the
 code predictor's dense per-frame cache)."""
 
-NormRopeKernel = Callable[
-    [Tensor, Tensor, Tensor, Tensor, Tensor, float, Tensor, Tensor, Tensor, Tensor], Tensor
-]
+NormRopeKernel = Callable[[NormRopeArgs], Tensor]
 """(q, k, v as projected; q and k norm weights, their eps; cos, sin; the layer's k_cache,
-v_cache) -> out [..., Hq, D]: a fused kernel that applies the norms and rotary and writes the
-cache itself (`kernels.frame_attention`, `kernels.norm_rope_write`)."""
+v_cache, as one `NormRopeArgs`) -> out [..., Hq, D]: a fused kernel that applies the norms
+and rotary and writes the cache itself (`kernels.frame_attention`,
+`kernels.norm_rope_write`)."""
 
 
 def fused_norm_rope(caches: KVCaches, kernel: NormRopeKernel) -> PreNormAttend:
@@ -68,8 +68,9 @@ def fused_norm_rope(caches: KVCaches, kernel: NormRopeKernel) -> PreNormAttend:
         cos: Tensor,
         sin: Tensor,
     ) -> Tensor:
-        k_cache, v_cache = caches[layer]
-        return kernel(q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, k_cache, v_cache)
+        kc, vc = caches[layer]
+        args = NormRopeArgs(q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, kc, vc)
+        return kernel(args)
 
     return PreNormAttend(fn)
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from omniflow.device.bucket_graphs import BATCH_BUCKETS, BucketGraphs
+from omniflow.kernels.args import NormRopeArgs, PagedContext
 from omniflow.kernels.paged_decode_ref import paged_decode_attention_ref
 from omniflow.models.interface import DecodeInputs
 from omniflow.models.layers.attention import write_kv
@@ -44,12 +45,10 @@ from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.qwen3_tts.inputs import embed_decode
 from omniflow.models.qwen3_tts.talker import Talker
 
-DecodeAttentionFn = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor
-]
-"""(q [B, Hq, D], k_cache, v_cache [slots, Hkv, D] with this step's K/V written,
-block_tables [B, max_blocks] int32, context_lens [B] int32, block_size) -> [B, Hq, D];
-a row of context length 0 gives zeros."""
+DecodeAttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, PagedContext], torch.Tensor]
+"""(q [B, Hq, D], k_cache, v_cache [slots, Hkv, D] with this step's K/V written, the rows'
+`PagedContext`: block tables [B, max_blocks] int32, context lengths [B] int32, block size)
+-> [B, Hq, D]; a row of context length 0 gives zeros."""
 
 
 def decode_attention_for(device: torch.device) -> DecodeAttentionFn:
@@ -93,14 +92,15 @@ def decode_hidden(
     q/k norms, rotary and K/V write in one Triton launch per layer (`write_then_attend`)."""
     embeds = embed_decode(talker, x)
     cos, sin = rope.lookup(x.positions)
+    context = PagedContext(block_tables, context_lens, block_size)
 
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = kv_caches[layer]
         write_kv(kc, vc, k, v, slot_mapping)
-        return attention(q, kc, vc, block_tables, context_lens, block_size)
+        return attention(q, kc, vc, context)
 
     def paged(qn, kn, v, kc, vc) -> torch.Tensor:  # the step's K/V are read from the cache
-        return attention(qn, kc, vc, block_tables, context_lens, block_size)
+        return attention(qn, kc, vc, context)
 
     t = talker.weights.talker
     chosen: AnyAttend = (
@@ -124,13 +124,14 @@ def write_then_attend(
     step reads its K back from the cache; a whole-prompt prefill (`prompt_graph.py`) keeps
     its normalised K (`keep_k`) to attend over its own tokens."""
 
-    def write(q, k, v, q_weight, k_weight, eps, cos, sin, kc, vc) -> torch.Tensor:  # NormRopeKernel
+    def write(args: NormRopeArgs) -> torch.Tensor:  # NormRopeKernel
         # Imported here: Triton is needed on CUDA machines only.
         from omniflow.kernels.norm_rope_write import norm_rope_write
 
+        k = args.k
         kn = torch.empty(k.shape, device=k.device, dtype=k.dtype) if keep_k else None
-        qn = norm_rope_write(q, k, v, q_weight, k_weight, eps, cos, sin, kc, vc, slot_mapping, kn)
-        return attend(qn, kn, v, kc, vc)
+        qn = norm_rope_write(args, slot_mapping, kn)
+        return attend(qn, kn, args.v, args.k_cache, args.v_cache)
 
     return fused_norm_rope(kv_caches, write)
 
@@ -227,18 +228,7 @@ class TalkerDecodeGraphs(TalkerGraphs):
         self._check(b, x, block_tables, context_lens, slot_mapping)
         k = self.bucket_for(b)
         if k is None:
-            return decode_hidden(
-                self.talker,
-                self.rope,
-                x,
-                block_tables,
-                context_lens,
-                slot_mapping,
-                self.kv_caches,
-                self.block_size,
-                self.attention,
-                self.fused,
-            )
+            return self._hidden(x, block_tables, context_lens, slot_mapping)
         self._load(b, k, x, block_tables, context_lens, slot_mapping)
         self._compute(k)
         return self.out[:b].clone()
@@ -336,16 +326,23 @@ class TalkerDecodeGraphs(TalkerGraphs):
 
     def _step(self, k: int) -> None:
         """Bucket k's computation over the static buffers (what its graph records)."""
-        hidden = decode_hidden(
+        tables, lens, slots = self.block_tables[:k], self.context_lens[:k], self.slot_mapping[:k]
+        self.out[:k].copy_(self._hidden(self._inputs(k), tables, lens, slots))
+
+    def _hidden(
+        self, x: DecodeInputs, tables: torch.Tensor, lens: torch.Tensor, slots: torch.Tensor
+    ) -> torch.Tensor:
+        """`decode_hidden` over these rows with this object's talker, caches and attention:
+        a bucket's step over the static buffers, or a batch above the largest bucket."""
+        return decode_hidden(
             self.talker,
             self.rope,
-            self._inputs(k),
-            self.block_tables[:k],
-            self.context_lens[:k],
-            self.slot_mapping[:k],
+            x,
+            tables,
+            lens,
+            slots,
             self.kv_caches,
             self.block_size,
             self.attention,
             self.fused,
         )
-        self.out[:k].copy_(hidden)

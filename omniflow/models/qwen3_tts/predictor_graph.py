@@ -116,16 +116,7 @@ class PredictorGraphs(BucketGraphs):
                 raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({b},)")
         k = self.bucket_for(b)
         if k is None:
-            return frame_codes(
-                self.predictor,
-                self.code0_embedding,
-                hidden,
-                code0,
-                seeds,
-                counters,
-                temperature,
-                self.sample_fn,
-            )
+            return self._codes((hidden, code0, seeds, counters, temperature))
         self._load(b, k, hidden, code0, seeds, counters, temperature)
         self._compute(k)
         return self.out[:b].clone()
@@ -155,15 +146,14 @@ class PredictorGraphs(BucketGraphs):
 
     def _step(self, k: int) -> None:
         """Bucket k's computation over the static buffers (what its graph records)."""
-        codes = frame_codes(
-            self.predictor,
-            self.code0_embedding,
-            self.hidden[:k],
-            self.code0[:k],
-            self.seeds[:k],
-            self.counters[:k],
-            self.temperature[:k],
-            self.sample_fn,
-            [(kc[:k], vc[:k]) for kc, vc in self.caches],
-        )
-        self.out[:k].copy_(codes)
+        rows = (self.hidden, self.code0, self.seeds, self.counters, self.temperature)
+        caches = [(kc[:k], vc[:k]) for kc, vc in self.caches]
+        self.out[:k].copy_(self._codes(tuple(t[:k] for t in rows), caches))
+
+    def _codes(
+        self, rows: tuple[torch.Tensor, ...], caches: KVCaches | None = None
+    ) -> torch.Tensor:
+        """`frame_codes` of rows (hidden, code0, seeds, counters, temperature) with this
+        object's predictor, embedding and sampler: a bucket's step over the static buffers
+        (and their caches), or a batch above the largest bucket (fresh caches)."""
+        return frame_codes(self.predictor, self.code0_embedding, *rows, self.sample_fn, caches)
