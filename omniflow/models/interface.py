@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+from torch import Tensor
 
 from omniflow.core.audio import PendingAudio
 from omniflow.device.readback import PendingCodes
@@ -209,12 +210,8 @@ class ARModel(Protocol):
         ...
 
     def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        kv_caches: KVCaches,
-    ) -> torch.Tensor:
+        self, embeds: Tensor, positions: Tensor, meta: AttentionMetadata, kv_caches: KVCaches
+    ) -> Tensor:
         """Hidden states [T, H] after the paged decoder (this step's K/V written)."""
         ...
 

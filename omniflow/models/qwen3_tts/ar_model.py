@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from omniflow.device.readback import Readback
 from omniflow.models.interface import (
@@ -112,12 +113,8 @@ class TalkerARModel:
         return inputs.embed_decode(self.talker, x)
 
     def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        kv_caches: KVCaches,
-    ) -> torch.Tensor:
+        self, embeds: Tensor, positions: Tensor, meta: AttentionMetadata, kv_caches: KVCaches
+    ) -> Tensor:
         if self.prompt_graphs is not None and kv_caches is self.prompt_graphs.kv_caches:
             hidden = self.prompt_graphs.run(embeds, positions, meta)
             if hidden is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -27,38 +26,15 @@ from torch.nn import functional as F
 
 from omniflow.models.layers.rotary import apply_rotary
 from omniflow.models.qwen3_tts.loader import CheckpointError, load_state, weight_files
-from omniflow.models.shapes import CodecShape
+from omniflow.models.shapes import CodecEncoderConfig, CodecShape
 
 
-@dataclass(frozen=True)
-class CodecEncoderShape:
-    """`encoder_config` (Mimi) of the speech tokenizer; defaults: the Mimi config class's."""
-
-    num_filters: int = 64
-    kernel_size: int = 7
-    last_kernel_size: int = 3
-    residual_kernel_size: int = 3
-    dilation_growth_rate: int = 2
-    num_residual_layers: int = 1
-    compress: int = 2
-    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)
-    hidden_size: int = 512
-    num_hidden_layers: int = 8
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 8
-    head_dim: int = 64
-    intermediate_size: int = 2048
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    codebook_size: int = 2048
-    codebook_dim: int = 256
-    vector_quantization_hidden_dimension: int = 256
-    num_quantizers: int = 32
-    num_semantic_quantizers: int = 1
-    frame_rate: float = 12.5
-    sampling_rate: int = 24000
-    valid_quantizers: int = 16
-    """`encoder_valid_num_quantizers`: codes kept per frame (the talker's codebooks)."""
+class CodecEncoderShape(CodecEncoderConfig):
+    """`encoder_config` (Mimi) of the speech tokenizer: the preset schema's fields and
+    defaults (the Mimi config class's), with the rates the encoder derives from them and
+    its shapes for the tiny preset and from a checkpoint's config.json.
+    `valid_quantizers` is `encoder_valid_num_quantizers`: codes kept per frame (the
+    talker's codebooks)."""
 
     @property
     def encodec_frame_rate(self) -> float:
@@ -90,7 +66,7 @@ class CodecEncoderShape:
     def from_config(cls, cfg: dict) -> CodecEncoderShape:
         """The shape a speech_tokenizer config.json states (absent keys: defaults)."""
         enc = cfg.get("encoder_config", {})
-        known = {f.name for f in fields(cls)}
+        known = set(cls.model_fields)
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in enc.items() if k in known}
         kw["valid_quantizers"] = cfg.get("encoder_valid_num_quantizers", 16)
         fixed = {"audio_channels": 1, "use_causal_conv": True, "pad_mode": "constant"}
@@ -344,11 +320,11 @@ def load_codec_encoder(
     if not cfg_path.is_file():
         raise CheckpointError(f"{d}: no config.json")
     theirs = CodecEncoderShape.from_config(json.loads(cfg_path.read_text()))
-    for f in fields(shape):
-        if getattr(theirs, f.name) != getattr(shape, f.name):
+    for name in CodecEncoderShape.model_fields:
+        if getattr(theirs, name) != getattr(shape, name):
             raise CheckpointError(
-                f"codec encoder {f.name} is {getattr(shape, f.name)!r} but the checkpoint's "
-                f"speech_tokenizer/config.json states {getattr(theirs, f.name)!r}"
+                f"codec encoder {name} is {getattr(shape, name)!r} but the checkpoint's "
+                f"speech_tokenizer/config.json states {getattr(theirs, name)!r}"
             )
     load_state(weights, weight_files(d), "encoder.")
     return weights.eval()

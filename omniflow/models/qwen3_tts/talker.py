@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from omniflow.models.layers.attention import AttentionMetadata, write_kv
 from omniflow.models.layers.linear import run_linear
@@ -77,12 +78,8 @@ class Talker:
 
     @torch.no_grad()
     def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        kv_caches: KVCaches,
-    ) -> torch.Tensor:
+        self, embeds: Tensor, positions: Tensor, meta: AttentionMetadata, kv_caches: KVCaches
+    ) -> Tensor:
         """Run the decoder over the flattened batch; returns final-norm hidden states [T, H].
         The metadata's type picks the attention (mixed steps, or one token per request)."""
         # A context of n tokens holds positions < n: the bound comes from the host's lengths.
