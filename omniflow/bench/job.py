@@ -35,6 +35,7 @@ from omniflow.bench.client import (
     read_samples,
     summarize,
 )
+from omniflow.bench.mode import check_mode
 from omniflow.bench.reuse import CACHE
 from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
 from omniflow.bench.stage_counts import (
@@ -82,7 +83,13 @@ def device_name(device: str) -> str:
 
 
 def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> dict[str, Any]:
-    """Run the job; write out_dir/result.json when out_dir is given; return the result."""
+    """Run the job; write out_dir/result.json when out_dir is given; return the result.
+    With `bench.rps` the job is open loop (bench/open_loop.py)."""
+    check_mode(spec.bench)  # a key the job's loop would not read is refused, named
+    if spec.bench.rps is not None:
+        from omniflow.bench.open_loop import run_open_loop_job  # it imports this module
+
+        return run_open_loop_job(spec, overrides, out_dir)
     graph = build_graph(spec)
     b = spec.bench
     prompts_file = b.prompts or DEFAULT_PROMPTS

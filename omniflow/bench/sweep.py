@@ -116,8 +116,17 @@ def windows_cell(w: dict[str, int]) -> str:
 
 
 def summarize(directory: Path) -> str:
-    """Write summary.md and rtf.png into the sweep directory; return the summary."""
+    """Write summary.md and rtf.png (closed-loop jobs) or open_loop.png (open-loop jobs,
+    bench/open_summary.py) into the sweep directory; return the summary."""
+    from omniflow.bench.open_summary import open_loop_section  # it imports this module
+
     results = load_results(directory)
+    opened = [r for r in results if "open_loop" in r]
+    results = [r for r in results if "open_loop" not in r]
+    if not results:  # an open-loop sweep
+        text = open_loop_section(opened, directory, f"# Sweep {directory.name} (open loop)")
+        (directory / "summary.md").write_text(text)
+        return text
     swept = _swept(results)
     # prompts_per_lane gives each concurrency its own count: a column then, not the header
     counts = {r["config"]["num_prompts"] for r in results}
@@ -173,6 +182,8 @@ def summarize(directory: Path) -> str:
         f"commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n{table}\n"
         + (f"\n![median RTF and worst underrun per job]({plot.name})\n" if plot else "")
     )
+    if opened:  # a sweep of both loops: the open-loop jobs under their own heading
+        text += "\n" + open_loop_section(opened, directory, "## Open loop")
     (directory / "summary.md").write_text(text)
     return text
 

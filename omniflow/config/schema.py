@@ -240,6 +240,49 @@ class BenchConfig(Frozen):
         description="Keep the built pipeline for the sweep's next job when its stage graph is "
         "the same (jobs differing only in bench.* keys); false: every job builds its own.",
     )
+    rps: float | None = Field(
+        None,
+        gt=0,
+        le=10000,
+        description="Open loop: requests arriving per second, each at its time whether or not "
+        "earlier ones have ended (prompts at their natural length, streamed as PCM; result.json's "
+        "`open_loop`); unset: closed loop (concurrency, num_prompts, rounds, which open loop "
+        "refuses at other than their defaults).",
+    )
+    arrivals: Literal["poisson", "constant"] | None = Field(
+        None,
+        description="Open loop (needs rps): how arrivals are spaced, `poisson` (seeded "
+        "exponential gaps) or `constant` (one every 1/rps s); unset: poisson.",
+    )
+    duration_s: float | None = Field(
+        None,
+        gt=0,
+        le=86400,
+        description="Open loop (needs rps): seconds of arrivals measured, after warmup_s; "
+        "unset: 60.",
+    )
+    warmup_s: float | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="Open loop (needs rps): seconds of arrivals before the measured ones, sent "
+        "at the same rate but not counted (after the `warmup` requests, sent one by one); "
+        "unset: 10.",
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Open loop (needs rps): seed of the Poisson arrival times (the same seed, "
+        "the same arrivals); unset: 0.",
+    )
+    drain_s: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Open loop (needs rps): how long measured requests may still run after the "
+        "measured window closes; any still running then is aborted and counted as failed; "
+        "unset: 120.",
+    )
 
     @property
     def round_prompts(self) -> int:

@@ -1,0 +1,224 @@
+"""One open-loop benchmark job (`omniflow bench bench.rps=R`): serve the configured pipeline on
+loopback, send requests at their arrival times from a load generator of its own process
+(omniflow/bench/open_client.py) and write result.json with its `open_loop` object.
+
+What a listener feels is the time to first audio and whether playback stalls, under requests
+that arrive when they arrive, not in a closed-loop burst: the object has the measured
+requests' first-audio percentiles, how many stalled a zero-buffer player and for how long,
+the most requests in flight and the audio delivered per second of the window
+(docs/performance.md says how to run it).
+
+Order: the server starts; `bench.warmup` requests go one by one (they pay one-off costs, as in
+the closed loop); then the open-loop run: `bench.warmup_s` seconds of arrivals sent but not
+counted, `bench.duration_s` seconds measured, and the measured requests' drain. The
+server-side figures (`steps`, `first_audio_parts`, `windows`, `prefills`) cover the whole
+open-loop run, its warm-up seconds included; the `open_loop` object covers the measured
+requests only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from omniflow.bench.client import DEFAULT_PROMPTS
+from omniflow.bench.job import VOICE, ar_stage, commit, device_name, load_in_child
+from omniflow.bench.mode import Plan, open_plan
+from omniflow.bench.open_client import Request, load_texts, read_requests, summarize
+from omniflow.bench.reuse import CACHE
+from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
+from omniflow.bench.stage_counts import prefills_since, stage_prefills, stage_windows, windows_since
+from omniflow.bench.step_kinds import StepKindTimer, device_sync
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.resolve import build_graph
+from omniflow.config.schema import OmniflowSpec
+from omniflow.core.pipeline import NoTimer
+from omniflow.errors import ConfigError
+from omniflow.serve.run import ServerThread
+
+log = logging.getLogger(__name__)
+
+
+def run_open_loop_job(
+    spec: OmniflowSpec, overrides: list[str], out_dir: Path | None
+) -> dict[str, Any]:
+    """Run the job; write out_dir/result.json when out_dir is given. Returns the result, whose
+    `summary` is its `open_loop` object (what `omniflow bench` prints)."""
+    graph = build_graph(spec)
+    b = spec.bench
+    plan = open_plan(b)
+    prompts_file = b.prompts or DEFAULT_PROMPTS
+    try:
+        load_texts(prompts_file)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError("bench.prompts", f"{prompts_file}: {exc}") from None
+    ar = ar_stage(graph)
+    if b.reuse_pipeline:
+        pipeline, reused = CACHE.get(graph)
+    else:
+        CACHE.close()
+        pipeline, reused = build_pipeline(graph), False
+    steps = StepKindTimer(
+        device_sync(graph.platform.device) if b.phase_timing == "device" else None
+    )
+    model = graph.model.name
+    max_frames = b.max_frames or 0
+    try:
+        server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
+        with logging_redirect_tqdm(), server as srv:
+            if b.warmup:
+                load_in_child(
+                    [
+                        f"--url={srv.url}",
+                        f"--prompts={prompts_file}",
+                        f"--num-prompts={b.warmup}",
+                        f"--max-frames={max_frames}",
+                        f"--model={model}",
+                        f"--voice={VOICE}",
+                        f"--warmup={b.warmup}",
+                        "--warmup-only",
+                    ]
+                )
+            registry = srv.app.state.service.metrics.registry
+            before = server_totals(registry, ar.name)
+            windows_before = stage_windows(pipeline.stats(), ar.name)
+            prefills_before = stage_prefills(pipeline.stats(), ar.name)
+            pipeline.set_phase_timer(steps)
+            log.info(
+                "open loop: %g req/s (%s arrivals, seed %d) for %g s after %g s of warm-up",
+                plan.rps,
+                plan.arrivals,
+                plan.seed,
+                plan.duration_s,
+                plan.warmup_s,
+            )
+            requests = open_loop_in_child(
+                plan, srv.url, str(prompts_file), model, VOICE, max_frames
+            )
+            accrued = totals_since(before, server_totals(registry, ar.name))
+            windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
+            prefills = prefills_since(prefills_before, stage_prefills(pipeline.stats(), ar.name))
+    finally:
+        pipeline.set_phase_timer(NoTimer())
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    command = "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides)
+    record = {
+        "device": device_name(graph.platform.device),
+        "commit": commit(),
+        "date": when,
+        "command": command,
+    }
+    summary = summarize(requests, plan) | record
+    result = {
+        "overrides": overrides,
+        "config": {
+            "mode": "open loop",
+            "pipeline": graph.pipeline,
+            "model": graph.model.name,
+            "platform": graph.platform.name,
+            "dtype": graph.platform.dtype,
+            "window_k": ar.window_k,
+            "async_scheduling": ar.scheduler.async_scheduling,
+            "prompts": Path(prompts_file).name,
+            "max_frames": b.max_frames,
+            "warmup_requests": b.warmup,
+            "client": "separate process",
+            "phase_timing": b.phase_timing,
+            "pipeline_reused": reused,
+        },
+        "open_loop": summary,
+        "steps": steps.summary(),
+        "first_audio_parts": first_audio_parts(accrued),
+        "windows": windows,
+        "prefills": prefills,
+        **record,
+    }
+    log_open_loop(summary)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+    if not summary["succeeded"]:
+        first = summary["errors"][0]["error"] if summary["errors"] else "none arrived"
+        raise RuntimeError(
+            f"no measured request succeeded: {summary['requests']} arrived (first error: {first})"
+            + (f"; the result is in {out_dir / 'result.json'}" if out_dir else "")
+        )
+    return result | {"summary": summary}
+
+
+def open_loop_in_child(
+    plan: Plan, url: str, prompts: str, model: str, voice: str, max_frames: int
+) -> list[Request]:
+    """Run `omniflow.bench.open_client` in a child process; every request's record. Its
+    progress bar goes to this process's stderr; its stdout (a summary) is dropped."""
+    with tempfile.TemporaryDirectory(prefix="omniflow-open-loop-") as tmp:
+        out = Path(tmp) / "requests.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "omniflow.bench.open_client",
+            f"--url={url}",
+            f"--prompts={prompts}",
+            f"--rps={plan.rps!r}",
+            f"--arrivals={plan.arrivals}",
+            f"--duration-s={plan.duration_s!r}",
+            f"--warmup-s={plan.warmup_s!r}",
+            f"--seed={plan.seed}",
+            f"--drain-s={plan.drain_s!r}",
+            f"--max-frames={max_frames}",
+            f"--model={model}",
+            f"--voice={voice}",
+            f"--out={out}",
+        ]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"the open-loop load generator failed (exit {done.returncode}): {cmd}"
+            )
+        _, requests = read_requests(out)
+        return requests
+
+
+def log_open_loop(s: dict[str, Any]) -> None:
+    """The run in one line, and a warning naming what was rejected or failed."""
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    first = s["first_audio_ms"]
+    log.info(
+        "open loop %g req/s: %d requests, %d succeeded, %d rejected, %d failed; first audio "
+        "p50/p95/p99 %s/%s/%s ms; %d stalled (%s), largest stall %s ms; peak %d in flight; "
+        "%.2f audio-s/s",
+        s["rps"],
+        s["requests"],
+        s["succeeded"],
+        s["rejected"],
+        s["failed"],
+        ms(first["p50"]),
+        ms(first["p95"]),
+        ms(first["p99"]),
+        s["underrun_requests"],
+        "-" if s["underrun_fraction"] is None else f"{100 * s['underrun_fraction']:.1f} %",
+        ms(s["stall_ms"]["largest"]),
+        s["peak_in_flight"],
+        s["delivered_audio_s_per_s"],
+    )
+    if s["errors"]:
+        log.warning(
+            "open loop %g req/s: %d rejected, %d failed of %d measured requests (first: %s)",
+            s["rps"],
+            s["rejected"],
+            s["failed"],
+            s["requests"],
+            s["errors"][0]["error"],
+        )
