@@ -28,6 +28,16 @@ class ServerConfig(Frozen):
         "unread, the request is paused (keeping its state) until the client reads. The same "
         "amount bounds each request's frame backlog between stages.",
     )
+    max_first_audio_wait_s: float | None = Field(
+        0.5,
+        gt=0,
+        allow_inf_nan=False,
+        description="Admission by deadline: a speech request the pipeline could not seat "
+        "within this many seconds (the requests queued ahead of it times the measured "
+        "interval between seats freeing) is refused at once with a 503 JSON and Retry-After "
+        "instead of waiting in the queue; null: requests queue until seated (the in-flight "
+        "cap, max_concurrent_requests, still answers 429).",
+    )
     stalled_client_timeout_s: float = Field(
         60.0,
         gt=0,

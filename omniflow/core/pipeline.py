@@ -23,6 +23,15 @@ class PipelineUnavailable(RuntimeError):
     """A stage's loop died: the pipeline takes no new requests (HTTP 503)."""
 
 
+class Overloaded(PipelineUnavailable):
+    """This request's first audio could not be made within the caller's wait: it is refused
+    at once (a 503 with `Retry-After`) rather than queued for seconds."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True)
 class PipelineInfo:
     """Static facts of a built pipeline."""
@@ -159,10 +168,15 @@ class Pipeline(Protocol):
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
 
     def submit(
-        self, speech: SpeechRequest, sink: Sink, max_buffered_s: float | None = None
+        self,
+        speech: SpeechRequest,
+        sink: Sink,
+        max_buffered_s: float | None = None,
+        max_wait_s: float | None = None,
     ) -> None:
-        """ValueError: bad input; PipelineUnavailable: a stage has stopped. With
-        `max_buffered_s` the request pauses while that much of its audio is unconsumed."""
+        """ValueError: bad input; PipelineUnavailable: a stage has stopped; Overloaded: the
+        request could not be seated within `max_wait_s` (None: it waits as long as it takes).
+        With `max_buffered_s` the request pauses while that much of its audio is unconsumed."""
         ...
 
     def consumed(self, request_id: str, samples: int) -> None:

@@ -42,6 +42,11 @@ class Scheduler(Protocol):
         """Plan a paused request again."""
         ...
 
+    def first_audio_wait_s(self) -> float | None:
+        """Expected seconds before a request added now is seated (None: no estimate);
+        read from another thread (admission control)."""
+        ...
+
     def seats_free(self) -> bool:
         """Whether a request added now could be seated at the next step (read from another
         thread: a hint for cutting a running window short, never a promise)."""

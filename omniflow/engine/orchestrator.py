@@ -28,6 +28,7 @@ from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent, Sink
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import (
+    Overloaded,
     PhaseTimer,
     PipelineInfo,
     PipelineStats,
@@ -148,10 +149,15 @@ class Orchestrator:
     # ------------------------------------------------------------------ requests
 
     def submit(
-        self, speech: SpeechRequest, sink: Sink, max_buffered_s: float | None = None
+        self,
+        speech: SpeechRequest,
+        sink: Sink,
+        max_buffered_s: float | None = None,
+        max_wait_s: float | None = None,
     ) -> None:
         """Start a request. Invalid input raises ValueError before anything is queued; a
-        pipeline with a dead stage raises PipelineUnavailable.
+        pipeline with a dead stage raises PipelineUnavailable; one that could not seat it
+        within `max_wait_s` (None: no limit) raises Overloaded.
 
         `max_buffered_s`: how much audio the request may get ahead of its consumer, which
         then reports what it took with `consumed` (None: the sink takes everything as it
@@ -160,6 +166,8 @@ class Orchestrator:
         dead = [name for name, e in self._engines.items() if not e.alive]
         if dead:
             raise PipelineUnavailable(f"stage {dead[0]!r} has stopped; the pipeline is down")
+        if max_wait_s is not None:
+            self._admit_by_deadline(max_wait_s)
         first = speech.initial_chunk_frames
         for name, part in self._parts.items():
             limit = part.max_chunk_frames
@@ -178,6 +186,16 @@ class Orchestrator:
         # Downstream first: a receiver holds the request before its first frames arrive.
         for name in reversed(self._engines):
             self._engines[name].send(Add(requests[name], first))
+
+    def _admit_by_deadline(self, max_wait_s: float) -> None:
+        """Refuse now what the source stage could not seat within `max_wait_s`."""
+        wait = self._engines[self._source].scheduler.first_audio_wait_s()
+        if wait is not None and wait > max_wait_s:
+            raise Overloaded(
+                f"the server is at capacity: this request would wait about {wait:.1f} s "
+                f"for a seat (the limit is {max_wait_s:g} s); retry later",
+                retry_after_s=wait,
+            )
 
     def abort(self, request_id: str, error: str | None = None) -> None:
         """End the request everywhere: its sink gets one 'abort' event (the client went

@@ -22,14 +22,16 @@ receive deadlines wait. `resume` lets it be planned again.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
+from collections.abc import Callable
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import StepPlan, StepResult
-from omniflow.sched.ar_admission import admissible_waiting, hold_for_window
+from omniflow.sched.ar_admission import SeatGaps, admissible_waiting, hold_for_window
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens
 from omniflow.sched.gauges import SchedulerGauges
@@ -48,12 +50,13 @@ class ARScheduler:
         window_k: int = 0,
         window_admits: bool = False,
         playback: PlaybackClock | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.seats = SeatGaps(clock)
+        """How often a seat frees (admission control, `first_audio_wait_s`)."""
         self.playback = playback
         """Sizes windows by each stream's slack (`sched/playback.py`); None: window_k."""
-        self._planned_at: dict[int, float] = {}
-        self._updated_at = 0.0
         self.window_k = window_k
         self.window_admits = window_admits
         """A window may open on a step that admits new requests (`sched/window.py`)."""
@@ -124,6 +127,13 @@ class ARScheduler:
         scheduler ends requests only in update() and finish()."""
         out, self._held = self._held, []
         return out
+
+    def first_audio_wait_s(self) -> float | None:
+        """Expected seconds before a request added now is seated: 0 with a seat free for
+        it, else the requests ahead of it times the measured interval between seats freeing
+        (None: no seat has freed yet). Read from another thread: an estimate."""
+        ahead = len(self.waiting) + 1 - (self.config.max_num_seqs - len(self.running))
+        return self.seats.wait_s(ahead)
 
     def seats_free(self) -> bool:
         """A request added now could be seated next step (`max_num_seqs` not reached)."""
@@ -252,7 +262,7 @@ class ARScheduler:
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
         if self.playback is not None and not plan.is_empty:
-            self._planned_at[step_id] = self.playback.now()
+            self.playback.planned(step_id)
         return plan
 
     def _slack_k(self, scheduled: dict[str, int]) -> int | None:
@@ -261,18 +271,6 @@ class ARScheduler:
             return None
         streams = [(rid, self.requests[rid].num_generated) for rid in scheduled]
         return self.playback.window_steps(self.window_k, streams, self.playback.now())
-
-    def _observe(self, plan: StepPlan, result: StepResult) -> float:
-        """The step's wall time into the clock's estimate; returns now. A step starts when
-        it was planned or when the one before it ended, whichever is later."""
-        assert self.playback is not None
-        now = self.playback.now()
-        planned = self._planned_at.pop(plan.step_id, None)
-        if planned is not None:
-            steps = result.window_steps or 1
-            self.playback.observe_step(now - max(planned, self._updated_at), steps)
-        self._updated_at = now
-        return now
 
     def _preemption_victim(self, req: Request) -> Request:
         """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
@@ -321,7 +319,9 @@ class ARScheduler:
         step's audio is not here: the engine takes it from the runner by its own call, so
         the scheduler never waits on the device."""
         expected = self._expected.pop(plan.step_id, {})
-        now = self._observe(plan, result) if self.playback is not None else 0.0
+        now = 0.0
+        if self.playback is not None:
+            now = self.playback.step_done(plan.step_id, result.window_steps or 1)
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
             if result.window_steps > 1:
@@ -369,6 +369,8 @@ class ARScheduler:
             self.kv.trim(req.request_id, req.num_computed_tokens)
 
     def _finish(self, req: Request, state: RequestState) -> None:
+        if req.state is RequestState.RUNNING:
+            self.seats.freed()
         req.state = state
         if req in self.running:
             self.running.remove(req)

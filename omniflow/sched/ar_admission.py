@@ -4,7 +4,7 @@ held back so they can join a window instead of being prefilled alone."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from omniflow.core.request import Request
 
@@ -39,3 +39,32 @@ def hold_for_window(
         return False
     unpaused = [r for r in running if r.request_id not in paused]
     return bool(unpaused) and all(r.request_id in outstanding for r in unpaused)
+
+
+SEAT_EWMA = 0.1
+"""Weight of the newest gap in the estimate of how often a seat frees."""
+
+
+class SeatGaps:
+    """How often a running request leaves its seat: with the queue ahead of a new request,
+    how long it would wait to be seated (admission control refuses what would wait too
+    long, instead of queueing it for seconds)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.interval_s: float | None = None
+        self._last: float | None = None
+
+    def freed(self) -> None:
+        now = self.clock()
+        if self._last is not None:
+            gap = now - self._last
+            old = self.interval_s
+            self.interval_s = gap if old is None else (1 - SEAT_EWMA) * old + SEAT_EWMA * gap
+        self._last = now
+
+    def wait_s(self, ahead: int) -> float | None:
+        """Seconds until `ahead` more seats free (0 when none is needed; None: unknown)."""
+        if ahead <= 0:
+            return 0.0
+        return None if self.interval_s is None else ahead * self.interval_s

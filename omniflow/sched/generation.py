@@ -145,6 +145,10 @@ class GenerationScheduler:
         out, self._outputs = self._outputs, []
         return out
 
+    def first_audio_wait_s(self) -> None:
+        """No estimate: a receiving stage's requests are seated by their upstream."""
+        return None
+
     def seats_free(self) -> bool:
         """Never asks a window to end early: a code2wav stage runs none."""
         return False

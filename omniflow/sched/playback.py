@@ -27,6 +27,21 @@ class PlaybackClock:
     """Request -> when its first frame was made."""
     step_s: float | None = None
     """Running estimate of one decode step's wall time (None until measured)."""
+    _planned_at: dict[int, float] = field(default_factory=dict)
+    _ended_at: float = 0.0
+
+    def planned(self, step_id: int) -> None:
+        self._planned_at[step_id] = self.now()
+
+    def step_done(self, step_id: int, steps: int) -> float:
+        """A planned step's result is in: its wall time (from when it was planned or when
+        the step before it ended, whichever is later) joins the estimate. Returns now."""
+        now = self.now()
+        planned = self._planned_at.pop(step_id, None)
+        if planned is not None:
+            self.observe_step(now - max(planned, self._ended_at), steps)
+        self._ended_at = now
+        return now
 
     def frames_made(self, request_id: str, frames_before: int, at: float) -> None:
         """A step gave the request frames; the first one starts its clock."""

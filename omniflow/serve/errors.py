@@ -9,6 +9,8 @@ easier to match on than a mix of numbers and names.
 
 from __future__ import annotations
 
+import math
+
 from fastapi.responses import JSONResponse
 
 ECHO_LIMIT = 100
@@ -47,6 +49,21 @@ def encodable(text: str) -> str:
 def unavailable(message: str) -> ApiError:
     """503: a stage of the pipeline has stopped; nothing new is admitted."""
     return ApiError(503, message, None, "service_unavailable")
+
+
+def overloaded(message: str, retry_after_s: float) -> ApiError:
+    """503 now, with when to come back: the request could not be seated in time."""
+    seconds = max(1, math.ceil(retry_after_s))
+    return ApiError(503, message, None, "overloaded_error", {"Retry-After": str(seconds)})
+
+
+def refusal_reason(err: ApiError) -> str:
+    """The `reason` label a refused request is counted under on /metrics."""
+    if err.status == 429:
+        return "in_flight"
+    if err.kind == "overloaded_error":
+        return "first_audio_wait"
+    return "unavailable" if err.status == 503 else "invalid"
 
 
 def error_response(err: ApiError) -> JSONResponse:

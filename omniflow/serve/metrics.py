@@ -113,8 +113,18 @@ class Metrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
+        self.refusals = Counter(
+            "omniflow_refusals",
+            "Speech requests refused before they started, by reason: in_flight (429, the "
+            "in-flight cap), first_audio_wait (503, could not be seated within "
+            "server.max_first_audio_wait_s), unavailable (503, a stage stopped), invalid (4xx)",
+            ["reason"],
+            registry=r,
+        )
         for outcome in ("ok", "error", "abort", "rejected"):
             self.requests.labels(outcome)
+        for reason in ("in_flight", "first_audio_wait", "unavailable", "invalid"):
+            self.refusals.labels(reason)
         for stage in pipeline.info().stages:
             self.step.labels(stage)
         pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))

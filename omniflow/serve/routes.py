@@ -28,12 +28,12 @@ from pydantic import BaseModel, ValidationError
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import Pipeline, PipelineInfo, PipelineUnavailable
+from omniflow.core.pipeline import Overloaded, Pipeline, PipelineInfo, PipelineUnavailable
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice, ReferenceEncoder
 from omniflow.serve import endpoints
 from omniflow.serve.encoders import mp3_stream
-from omniflow.serve.errors import ApiError, clip, unavailable
+from omniflow.serve.errors import ApiError, clip, overloaded, refusal_reason, unavailable
 from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import json_body, speech_openapi
@@ -89,8 +89,9 @@ class SpeechService:
             admit(self.pipeline.stats(), self.server)
             clone = saved or await self.clone_from_reference(body)
             rid, events, submitted = self.submit(body, clone)
-        except ApiError:
+        except ApiError as err:
             self.metrics.requests.labels("rejected").inc()
+            self.metrics.refusals.labels(refusal_reason(err)).inc()
             raise
         response = SpeechResponse(
             self.pipeline,
@@ -160,7 +161,14 @@ class SpeechService:
         )
         submitted = time.perf_counter()
         try:
-            self.pipeline.submit(speech, sink, self.server.max_buffered_audio_s)
+            self.pipeline.submit(
+                speech,
+                sink,
+                self.server.max_buffered_audio_s,
+                self.server.max_first_audio_wait_s,
+            )
+        except Overloaded as exc:
+            raise overloaded(str(exc), exc.retry_after_s) from None
         except PipelineUnavailable as exc:
             raise unavailable(str(exc)) from None
         except ValueError as exc:

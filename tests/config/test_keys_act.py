@@ -122,6 +122,7 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_input_chars": ("serve/validation.py", "max_input_chars"),
     "server.max_concurrent_requests": ("serve/validation.py", "max_concurrent_requests"),
     "server.max_buffered_audio_s": ("serve/routes.py", "max_buffered_audio_s"),
+    "server.max_first_audio_wait_s": ("serve/routes.py", "max_first_audio_wait_s"),
     "server.stalled_client_timeout_s": ("serve/routes.py", "stalled_client_timeout_s"),
     "server.keep_alive_timeout_s": ("serve/run.py", "keep_alive_timeout_s"),
     "server.max_ref_audio_s": ("serve/routes.py", "max_ref_audio_s"),

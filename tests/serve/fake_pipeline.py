@@ -17,6 +17,7 @@ import numpy as np
 
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
+    Overloaded,
     PipelineInfo,
     PipelineStats,
     PipelineUnavailable,
@@ -62,6 +63,10 @@ class FakePipeline:
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.steps = 0
         self.submits = 0
+        self.seat_wait_s = 0.0
+        """What the fake answers as the wait for a seat (admission by deadline)."""
+        self.max_wait_s: float | None = None
+        """The wait limit the server passed with the last submit."""
         """submit() calls that reached the pipeline (admission refusals never do)."""
         self.gate = threading.Event()
         """Cleared: requests stay admitted without producing audio (to read gauges)."""
@@ -120,9 +125,13 @@ class FakePipeline:
         speech: SpeechRequest,
         sink: Callable[[AudioEvent], None],
         max_buffered_s: float | None = None,
+        max_wait_s: float | None = None,
     ) -> None:
         with self._lock:
             self.submits += 1
+            self.max_wait_s = max_wait_s
+            if max_wait_s is not None and self.seat_wait_s > max_wait_s:
+                raise Overloaded("at capacity", retry_after_s=self.seat_wait_s)
             if self._die_at_submit is not None:
                 self._dead.add(self._die_at_submit)
             if self._dead:
