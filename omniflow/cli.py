@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from omniflow.cli_help import USAGE, command_help, commands_with_help
+from omniflow.cli_help import SWEEP_HELP, USAGE, command_help, commands_with_help
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
@@ -73,7 +73,47 @@ def parse_args(argv: Sequence[str]) -> Args:
                 hydra_flags.append(value)
         else:
             overrides.append(arg)
+    if command != "sweep":  # sweep takes words (`summarize DIR`); the rest key=value
+        check_overrides(command, overrides)
     return Args(command, overrides, config_dir, multirun, show_help, tuple(hydra_flags))
+
+
+def check_overrides(command: str, overrides: list[str]) -> None:
+    """Every override is `key=value` (or Hydra's `~key`): a flag such as `--text` or a bare
+    word such as `"Hello there"` would otherwise reach Hydra's override parser, which answers
+    with a lexer error. Each is one line saying how to write it."""
+    from omniflow.config.schema import SynthConfig
+
+    synth_keys = SynthConfig.model_fields if command == "synth" else {}
+    for i, item in enumerate(overrides):
+        if item.startswith("-"):
+            name = item.lstrip("-").partition("=")[0].replace("-", "_")
+            if name in synth_keys:
+                raise ConfigError(
+                    f"synth.{name}",
+                    f"keys are written key=value, not as the option {item.partition('=')[0]}: "
+                    f'{name}="..."',
+                )
+            raise UsageError(
+                f"unknown option {item!r}; `omniflow {command} --help` lists the keys, "
+                "written key=value"
+            )
+        if "=" in item or item.startswith("~"):
+            continue
+        if command == "synth":
+            before = overrides[i - 1] if i else ""
+            if before.partition("=")[0].lstrip("+") in ("text", "synth.text"):
+                said = before.partition("=")[2] + " " + item
+                raise ConfigError(
+                    "synth.text", f'{item!r} is not key=value: quote the whole text, text="{said}"'
+                )
+            raise ConfigError(
+                "synth.text",
+                f'{item!r} is not key=value; to speak it, write text="{item}"',
+            )
+        raise ConfigError(
+            "", f"{item!r} is not a key=value override (e.g. server.port=9000 or platform=cpu)"
+        )
 
 
 def cmd_config(args: Args) -> int:
@@ -94,10 +134,12 @@ def cmd_bench(args: Args) -> int:
     import json
     from pathlib import Path
 
-    from omniflow.preflight import check_device
+    from omniflow.preflight import check_device, check_memory
 
     spec = compose(args.overrides, args.config_dir)
-    check_device(build_graph(spec))
+    graph = build_graph(spec)
+    check_device(graph)
+    check_memory(graph)
     from omniflow.bench.job import run_job  # the server and the client: after the checks
 
     out = Path(spec.bench.out_dir) if spec.bench.out_dir else None
@@ -130,12 +172,13 @@ def cmd_synth(args: Args) -> int:
 
 def cmd_serve(args: Args) -> int:
     """The OpenAI-compatible server (omniflow/serve/), after the machine checks."""
-    from omniflow.preflight import check_device, check_port
+    from omniflow.preflight import check_device, check_memory, check_port
 
     spec = compose(args.overrides, args.config_dir)
     graph = build_graph(spec)
     check_device(graph)
     check_port(spec.server)
+    check_memory(graph)
     setup_logging(spec.server.log_level)
 
     from omniflow.serve.run import run_serve
@@ -181,7 +224,11 @@ def entry() -> None:
 
 
 def _command_help(args: Args) -> int:
-    """`COMMAND --help`: the keys the command reads (config and sweep: the general usage)."""
+    """`COMMAND --help`: the keys the command reads (sweep: its one verb; config: the
+    general usage)."""
+    if args.command == "sweep":
+        sys.stdout.write(SWEEP_HELP)
+        return 0
     if args.command not in commands_with_help():
         return _usage(0)
     from omniflow.synth import synth_overrides

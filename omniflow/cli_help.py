@@ -19,7 +19,7 @@ commands:
   serve    serve the OpenAI-compatible speech API
   synth    synthesise one text to an audio file
   bench    benchmark over HTTP on loopback (a Hydra multirun sweep with -m)
-  sweep    summarise a sweep directory
+  sweep    summarise a sweep directory: omniflow sweep summarize DIR
 
 `omniflow COMMAND --help` lists the keys a command reads. Overrides are Hydra's:
 pipeline=qwen3_tts platform=cpu pipeline.stages.talker.window_k=4 experiment=high_concurrency.
@@ -51,6 +51,15 @@ _HEADS = {
     "[bench] extra),\nhydra.sweep.dir=DIR (default multirun/DATE_TIME; an existing results "
     "directory is refused).\n\nkeys:",
 }
+
+SWEEP_HELP = """usage: omniflow sweep summarize DIR
+
+Summarise a sweep directory (what `omniflow bench -m` writes: DIR/<n>/result.json per job):
+write DIR/summary.md (a table of the jobs, the swept keys as columns) and DIR/rtf.png
+(median RTF and worst player underrun per job; needs matplotlib, the [bench] extra), and
+print the table. A sweep writes both itself when it ends; this redoes them, e.g. for a
+committed sweep in sweeps/.
+"""
 
 _SECTIONS: dict[str, tuple[str, type[BaseModel], str]] = {
     "serve": ("server", ServerConfig, "server."),

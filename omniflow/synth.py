@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import sys
 import tempfile
 import time
@@ -23,25 +24,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import ValidationError
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import SynthConfig
+from omniflow.config.schema import OmniflowSpec, SynthConfig
 from omniflow.config.suggest import closest
 from omniflow.core.speech import SpeechRequest
-from omniflow.errors import ConfigError
-from omniflow.preflight import check_device
+from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.preflight import check_device, check_memory
 from omniflow.serve.encoders import encode_whole
+from omniflow.serve.protocol import SpeechBody
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
 
 _STRING_KEYS = {"text", "out", "voice", "language", "instructions", "ref_audio", "ref_text"}
-DEFAULT_VOICE = "vivian"
-"""The speaker of a request that names none and is no voice clone."""
 FORMATS = {".wav": "wav", ".flac": "flac", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus"}
 FORMATS |= {".pcm": "pcm", ".raw": "pcm"}
 """Output extension -> encoding (.ogg holds Opus; .pcm/.raw are headerless s16le)."""
@@ -102,23 +103,11 @@ def reserve(out: str) -> Path:
 
 
 def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
-    """The voice-clone reference as mono samples at `rate`, after the field checks the
-    server makes (compat.py): None for a plain request."""
+    """The voice-clone reference as mono samples at `rate` (None for a plain request), read
+    from its file and decoded as the server decodes one; its fields were checked by the
+    server's rules first (`check_request`)."""
     if s.ref_audio is None:
-        for key, value in (("ref_text", s.ref_text), ("x_vector_only_mode", s.x_vector_only_mode)):
-            if value not in (None, False):
-                raise ConfigError(f"synth.{key}", "is a voice-clone key: it needs ref_audio=FILE")
         return None
-    if s.voice is not None:
-        raise ConfigError("synth.voice", "a voice clone (ref_audio) names no voice")
-    if s.instructions:
-        raise ConfigError("synth.instructions", "not supported with voice clone (ref_audio)")
-    if s.x_vector_only_mode and s.ref_text is not None:
-        raise ConfigError("synth.ref_text", "not used with x_vector_only_mode=true")
-    if not s.x_vector_only_mode and not (s.ref_text and s.ref_text.strip()):
-        raise ConfigError(
-            "synth.ref_text", "the reference's transcript is needed (or x_vector_only_mode=true)"
-        )
     try:
         raw = Path(s.ref_audio).read_bytes()
     except FileNotFoundError:
@@ -133,11 +122,70 @@ def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
         raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} {exc}") from None
 
 
+SYNTH_KEYS = {"input": "text", "task_type": "ref_audio"}
+"""The speech request's fields that synth names otherwise (a task is asked for by giving
+`ref_audio`); every other field is the synth key of the same name."""
+
+
+def check_request(graph: StageGraph, spec: OmniflowSpec, fmt: str) -> SpeechBody:
+    """The server's request rules (serve/validation.py) applied to synth's request, from
+    the model config alone (`build/checks.py` `request_info`): every rule it breaks is a
+    `ConfigError` keyed `synth.KEY`, all of them reported at once. Returns the request as
+    the server would submit it (a CustomVoice request without a voice has the default)."""
+    # here, not at the top: the model's facts come from its prompt code, which loads torch
+    from omniflow.build.checks import request_info
+    from omniflow.serve.validation import default_voice, request_errors
+
+    s = spec.synth
+    info = request_info(graph)
+    fields = {
+        "model": info.model,
+        "input": s.text,
+        "voice": s.voice,
+        "response_format": fmt,
+        "instructions": s.instructions,
+        "language": s.language,
+        "task_type": "Base" if s.ref_audio is not None else info.task_types[0],
+        "seed": s.seed,
+        "max_new_tokens": s.max_new_tokens,
+        "ignore_eos": s.ignore_eos,
+        "ref_audio": s.ref_audio,
+        "ref_text": s.ref_text,
+        "x_vector_only_mode": s.x_vector_only_mode or None,
+    }
+    try:
+        body = SpeechBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _one_or_all(
+            [ConfigError(_synth_key(str(e["loc"][0])), e["msg"]) for e in exc.errors()]
+        ) from None
+    errors = request_errors(body, info, spec.server)
+    if errors:
+        raise _one_or_all([_config_error(e.param, e.message) for e in errors])
+    if body.task_type != "Base" and body.voice is None:
+        body.voice = default_voice(info.voices)
+    return body
+
+
+def _synth_key(param: str | None) -> str:
+    return "synth" if param is None else f"synth.{SYNTH_KEYS.get(param, param)}"
+
+
+def _config_error(param: str | None, message: str) -> ConfigError:
+    """A request rule's error as synth names its key (`input` is `text` here)."""
+    if param is not None and param in SYNTH_KEYS and message.startswith(param + " "):
+        message = SYNTH_KEYS[param] + message[len(param) :]
+    return ConfigError(_synth_key(param), message)
+
+
+def _one_or_all(errors: list[ConfigError]) -> ConfigError:
+    return errors[0] if len(errors) == 1 else ConfigErrors(errors)
+
+
 def check_request_fields(graph: StageGraph, voice: str | None, s: SynthConfig) -> None:
-    """The voice and language against the model config, before the build (the registry's
-    `request_check` of each stage that takes the prompt): a mistyped voice is one line and
-    exit status 2 at once, not after the weights load."""
-    # here, not at the top: the checks read the model's prompt code, which loads torch
+    """The voice and language against the prompt builder's own rules (the registry's
+    `request_check` of each stage that takes the prompt), before the build: a mistyped
+    voice is one line and exit status 2 at once, not after the weights load."""
     from omniflow.build.checks import request_check
 
     for stage in graph.stages.values():
@@ -155,19 +203,15 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     check_device(graph)
     s = spec.synth
     fmt = output_format(s.out)
-    if s.ref_audio is not None and graph.model.speaker_encoder is None:
-        # the resolve layer's predicate for a CustomVoice model: no encoders are built
-        raise ConfigError(
-            "synth.ref_audio",
-            f"model {graph.model.name} does not support voice cloning (ref_audio needs a Base "
-            "model, e.g. model=qwen3_tts_tiny_base)",
-        )
+    body = check_request(graph, spec, fmt)
+    check_memory(graph)
     reference = read_reference(s, graph.model.codec.sample_rate)
-    check_request_fields(graph, None if reference is not None else s.voice or DEFAULT_VOICE, s)
+    check_request_fields(graph, body.voice if reference is None else None, s)
     tmp = reserve(s.out)
     try:
-        audio, finish, elapsed, rate = _generate(graph, s, reference)
+        audio, finish, elapsed, rate = _generate(graph, s, body.voice, reference)
         Path(tmp).write_bytes(encode_whole(audio, fmt, rate))
+        os.chmod(tmp, new_file_mode(Path(s.out)))
         os.replace(tmp, s.out)
     except SynthError as exc:
         print(f"omniflow synth: {exc}", file=sys.stderr)
@@ -183,8 +227,20 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     return 0
 
 
+def new_file_mode(out: Path) -> int:
+    """The mode `out` gets: an existing file's own (it is replaced, not re-permissioned),
+    else what `open` would create it with (0666 less the umask). The temporary file that
+    becomes `out` is made 0600 by `mkstemp`, which would otherwise stay."""
+    try:
+        return stat.S_IMODE(out.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def _generate(
-    graph: StageGraph, s: SynthConfig, reference: torch.Tensor | None
+    graph: StageGraph, s: SynthConfig, voice: str | None, reference: torch.Tensor | None
 ) -> tuple[np.ndarray, str | None, float, int]:
     """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
     from omniflow.build.pipeline import build_pipeline
@@ -203,7 +259,7 @@ def _generate(
     request = SpeechRequest.create(
         s.text,
         id_prefix="synth",
-        voice=s.voice if reference is not None else s.voice or DEFAULT_VOICE,
+        voice=None if reference is not None else voice,
         language=s.language,
         seed=s.seed,
         max_new_tokens=s.max_new_tokens,

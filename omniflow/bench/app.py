@@ -26,7 +26,7 @@ from omniflow.bench.sweep import sweep_jobs
 from omniflow.config.compose import CONF_DIR, compose, to_data, validate
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
-from omniflow.preflight import check_device
+from omniflow.preflight import check_device, check_memory
 
 
 def run_hydra_bench(
@@ -40,6 +40,7 @@ def run_hydra_bench(
             spec = compose(job, config_dir)
             graph = build_graph(spec)
             check_mode(spec.bench)
+            check_memory(graph)  # each job's (a sweep may vary num_kv_blocks or the model)
         check_device(graph)
         key, sweep_dir = _sweep_dir(overrides)
         if sweep_dir is not None:
@@ -80,7 +81,7 @@ def _bench_app(cfg: DictConfig) -> float:
 
 def _sweep_dir(overrides: list[str]) -> tuple[str | None, str | None]:
     """The key and directory the user named the sweep directory with (`hydra.sweep.dir=`
-    wins over `bench.out_dir=`); (None, None) for Hydra's default, a new multirun/DATE/TIME."""
+    wins over `bench.out_dir=`); (None, None) for Hydra's default, a new multirun/DATE_TIME."""
     named: dict[str, str] = {}
     for item in overrides:
         key, _, value = item.partition("=")
@@ -99,5 +100,5 @@ def _refuse_existing_results(sweep_dir: str) -> None:
             "hydra.sweep.dir",
             f"{sweep_dir} already holds {len(found)} job results; a sweep never overwrites "
             "results (committed sweeps included): name a new directory, or leave it out for "
-            "multirun/DATE/TIME",
+            "multirun/DATE_TIME",
         )

@@ -33,6 +33,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
     """Compose the raw Hydra config (for the CLI's multirun path and for tests)."""
     dirs = search_dirs(config_dir)
+    refuse_printed_only(overrides)
+    overrides = plus_sets(overrides)
     try:
         return _hydra_compose(list(overrides), dirs)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -41,6 +43,55 @@ def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = N
         if hint:  # Hydra's "To append to your config use +key=value" invites the typo in
             message = re.sub(r"\. To append to your config use \S+", ": no such key", message)
         raise ConfigError("", message + hint) from None
+
+
+DERIVED = {
+    "final_stage": "the stage no other stage's upstream names; set pipeline.stages.NAME.upstream",
+    "platform.device": "it follows platform.name (and platform.device_index on npu); set those",
+}
+"""Keys `omniflow config` prints that are derived from others, and what to set instead."""
+STAGE_DERIVED = {
+    "name": "it is the stage's key in pipeline.stages: rename the stage's key",
+    "receives_chunks": "it follows the stage's upstream; set pipeline.stages.NAME.upstream",
+    "atomic_chunks": "it follows the stage's upstream; set pipeline.stages.NAME.upstream",
+    "output": "it follows the stage's arch and stream_decode; set those",
+    "downstream": "it follows the other stages' upstream; set pipeline.stages.NAME.upstream",
+    "is_final": "the final stage is the one no upstream names; set pipeline.stages.*.upstream",
+}
+"""The same for each stage's keys."""
+PRINTED_AT_TOP = ("stages", "runtime")
+"""Keys `omniflow config` prints at its top that are set under `pipeline.`."""
+
+
+def plus_sets(overrides: Sequence[str]) -> list[str]:
+    """`+a.b=v` as Hydra's `++a.b=v` (set it, added or not): the shipped YAML lists every key,
+    so a key that once had to be added with `+` (`+platform.cuda_graphs=false`) still works
+    as written. A group choice (`+experiment=x`, no dot) keeps its `+`."""
+    return [
+        "+" + o if o.startswith("+") and not o.startswith("++") and "." in o.split("=")[0] else o
+        for o in overrides
+    ]
+
+
+def refuse_printed_only(overrides: Sequence[str]) -> None:
+    """A key `omniflow config` prints but that is not set as printed (a derived one, or the
+    stages and runtime, printed at the top and set under `pipeline.`): refused naming what
+    to set, where Hydra would say only that the key is not in the config."""
+    for item in overrides:
+        key = item.partition("=")[0].lstrip("+~")
+        if "@" in key or "=" not in item:
+            continue
+        parts = key.split(".")
+        stage = key.startswith("pipeline.stages.") and len(parts) == 4
+        if key in DERIVED or (stage and parts[3] in STAGE_DERIVED):
+            why = DERIVED[key] if key in DERIVED else STAGE_DERIVED[parts[3]]
+            raise ConfigError(key, f"omniflow config prints it, but it is derived, not set: {why}")
+        if parts[0] in PRINTED_AT_TOP:
+            raise ConfigError(
+                key,
+                f"omniflow config prints {parts[0]} at its top, but it is set under pipeline: "
+                f"pipeline.{key}",
+            )
 
 
 def search_dirs(config_dir: str | Path | None) -> list[Path]:

@@ -73,8 +73,8 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
     a full window: each pass is then one replay of the captured chunk graph. A chunk of the
     whole window (C = K) is one pass at the window's end, as without chunks, but on the
     decoder's own CUDA stream, beside the next window's steps (`worker/step_audio.py`)."""
-    if not isinstance(stage, ARStageConfig) or stage.audio_chunk_frames is None:
-        return
+    if not isinstance(stage, ARStageConfig) or not stage.audio_chunk_frames:
+        return  # null or 0: one pass at the window's end (0 is what the resolved graph shows)
     c = stage.audio_chunk_frames
     ckey = f"{key}.audio_chunk_frames"
     if not stage.stream_decode:

@@ -11,7 +11,14 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from omniflow.config.schema import SchedulerConfig, StageConfig, StepLimits, UpstreamConfig
+from omniflow.config.schema import (
+    ARStageConfig,
+    GenerationStageConfig,
+    SchedulerConfig,
+    StageConfig,
+    StepLimits,
+    UpstreamConfig,
+)
 from omniflow.core.capabilities import Payload
 from omniflow.core.frozen import Frozen
 from omniflow.models.shapes import ModelConfig
@@ -96,7 +103,22 @@ class StageGraph:
             "pipeline": self.pipeline,
             "runtime": self.runtime,
             "final_stage": self.final_stage,
-            "stages": {n: s.model_dump(mode="json") for n, s in self.stages.items()},
+            "stages": {n: _printed(s) for n, s in self.stages.items()},
             "platform": self.platform.model_dump(mode="json"),
             "model": self.model.model_dump(mode="json"),
         }
+
+
+def _printed(stage: ResolvedStage) -> dict[str, Any]:
+    """A stage as `omniflow config` prints it: every key settable as printed, so an AR
+    stage's own keys (which a generation stage's schema does not have) are left out of a
+    generation stage's."""
+    data = stage.model_dump(mode="json")
+    if stage.kind != "ar":
+        for key in AR_ONLY:
+            data.pop(key, None)
+    return data
+
+
+AR_ONLY = tuple(set(ARStageConfig.model_fields) - set(GenerationStageConfig.model_fields))
+"""Keys of an AR stage's schema that a generation stage's lacks (e.g. `window_admits`)."""

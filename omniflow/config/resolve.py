@@ -121,6 +121,8 @@ def _resolve_model(
         errors.append(ConfigError("model.load", "'checkpoint' needs model.path=DIR"))
     if load == "checkpoint" and model.path:
         _check_checkpoint_dir(model.path, errors)
+    if model.allow_large_dummy:
+        _check_large_dummy(load, platform, errors)
     tokenizer = model.tokenizer
     if tokenizer == "auto":
         tokenizer = "bpe" if load == "checkpoint" else "byte"
@@ -151,6 +153,26 @@ def _resolve_model(
         )
     dtype = platform.dtype if platform else model.dtype
     return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
+
+
+def _check_large_dummy(
+    load: str, platform: ResolvedPlatform | None, errors: list[ConfigError]
+) -> None:
+    """`model.allow_large_dummy` acts only where the CPU would build dummy weights
+    (preflight.py's memory check); anywhere else it would be accepted and ignored."""
+    where = None
+    if load != "dummy":
+        where = "a checkpoint (model.path)"
+    elif platform is not None and platform.name != "cpu":
+        where = f"platform {platform.name!r}"
+    if where is not None:
+        errors.append(
+            ConfigError(
+                "model.allow_large_dummy",
+                f"lets the CPU build large dummy weights; with {where} it would not act, so "
+                "leave it out",
+            )
+        )
 
 
 def _check_checkpoint_dir(path: str, errors: list[ConfigError]) -> None:

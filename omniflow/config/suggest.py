@@ -51,10 +51,16 @@ def hint_for_field(key: str, data: dict[str, Any]) -> str:
     return f"; did you mean {'.'.join([*parent, guess])}?" if guess else ""
 
 
+OPTION_ALIASES = {"platform": {"gpu": "cuda", "nvidia": "cuda", "cuda0": "cuda"}}
+"""Group options people write for another one that spelling would not find (`gpu` is as
+close to `npu` as to `cpu`, and nowhere near `cuda`)."""
+
+
 def hint_for_option(group: str, option: str, search_dirs: Sequence[Path]) -> str:
     """'; did you mean group=option?' for an unknown option of a config group."""
     options = [p.stem for d in search_dirs for p in (d / group).glob("*.yaml")]
-    guess = closest(option, options)
+    alias = OPTION_ALIASES.get(group, {}).get(option.lower().replace(":", ""))
+    guess = alias if alias in options else closest(option, options)
     return f"; did you mean {group}={guess}?" if guess else ""
 
 

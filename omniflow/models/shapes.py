@@ -129,6 +129,12 @@ class ModelConfig(Frozen):
     )
     path: str | None = Field(None, description="Checkpoint directory (published layout).")
     seed: int = Field(0, description="Seed of the deterministic dummy initialisation.")
+    allow_large_dummy: bool = Field(
+        False,
+        description="On the CPU, build dummy weights (noise, not speech) even when they and "
+        "the KV cache take over 1 GiB (a real-size preset without model.path); refused "
+        "where it cannot act (a checkpoint, or another platform).",
+    )
     dtype: Dtype | None = Field(None, description="Weights/activations dtype; unset: platform's.")
     codec_dtype: Dtype = Field(
         "float32",

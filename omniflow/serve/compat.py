@@ -8,8 +8,9 @@ prompt's text layout (docs/reference.md). `task_type: "Base"` is a voice clone: 
 is required, `ref_text` too unless `x_vector_only_mode` is true (then it must be left out:
 the embedding-only layout has no transcript), and `voice` and `instructions` are refused
 (the reference is the voice), unless `voice` is a registered voice (voices.py), which
-stands for all three reference fields. Any other task names a `voice` and no reference
-field. Each refusal is a 400 naming the field, so nothing a client sends is silently ignored.
+stands for all three reference fields. Any other task names a `voice` (unset: the default
+speaker, validation.py) and no reference field. Each refusal is a 400 naming the field, so
+nothing a client sends is silently ignored.
 """
 
 from __future__ import annotations
@@ -21,33 +22,42 @@ VOICE_CLONE = ("ref_audio", "ref_text", "x_vector_only_mode")
 """Voice-clone fields: null (and `false` for the flag) mean "not asked"."""
 
 
-def check_task_fields(body: SpeechBody, registered: bool = False) -> None:
-    """400 naming the first field that does not fit the request's task_type. `registered`:
-    the request's `voice` is a registered voice of this Base model."""
+def task_field_errors(body: SpeechBody, registered: bool = False) -> list[ApiError]:
+    """A 400 naming each field that does not fit the request's task_type. `registered`:
+    the request's `voice` is a registered voice of this Base model. A CustomVoice request
+    without a voice is valid: it gets the default speaker (validation.py)."""
     if body.task_type != "Base":
-        _refuse_clone_fields(
+        return _clone_field_errors(
             body,
             "is a voice-clone field: it needs task_type 'Base' (and a Base model); this "
             f"request's task_type is {body.task_type!r}",
         )
-        if body.voice is None:
-            raise ApiError(
-                400, "voice: Field required (a preset voice, GET /v1/audio/voices)", "voice"
-            )
-        return
+    errors: list[ApiError] = []
     if body.instructions:
-        raise ApiError(400, "instructions are not supported with voice clone", "instructions")
+        errors.append(
+            ApiError(400, "instructions are not supported with voice clone", "instructions")
+        )
     if body.voice is not None:
-        _check_registered_voice(body, registered)
-        return
-    if not body.ref_audio:
-        raise ApiError(400, "task_type 'Base' (voice clone) needs ref_audio", "ref_audio")
-    check_ref_text(
-        body.x_vector_only_mode,
-        body.ref_text,
-        "in-context voice clone needs ref_text (the reference's transcript); or set "
-        "x_vector_only_mode to clone from the speaker embedding alone",
-    )
+        return errors + _registered_voice_errors(body, registered)
+    if not body.ref_audio:  # (its transcript is asked for once there is a reference)
+        return errors + [
+            ApiError(
+                400,
+                "a Base model clones a voice: it needs ref_audio (the reference recording; "
+                "task_type 'Base') and names no preset voice",
+                "ref_audio",
+            )
+        ]
+    try:
+        check_ref_text(
+            body.x_vector_only_mode,
+            body.ref_text,
+            "in-context voice clone needs ref_text (the reference's transcript); or set "
+            "x_vector_only_mode to clone from the speaker embedding alone",
+        )
+    except ApiError as exc:
+        errors.append(exc)
+    return errors
 
 
 def check_ref_text(x_vector_only: bool | None, ref_text: str | None, missing: str) -> None:
@@ -67,31 +77,37 @@ def check_ref_text(x_vector_only: bool | None, ref_text: str | None, missing: st
         raise ApiError(400, missing, "ref_text")
 
 
-def _check_registered_voice(body: SpeechBody, registered: bool) -> None:
+def _registered_voice_errors(body: SpeechBody, registered: bool) -> list[ApiError]:
     """A Base request naming a voice: it must be a registered one, and the reference fields
     (which it stands for) must be left out."""
     if body.ref_audio:
-        raise ApiError(
-            400,
-            "a voice clone from ref_audio names no voice: the reference recording is the "
-            "voice; leave out voice (or ref_audio, to use a registered voice)",
-            "voice",
-        )
+        return [
+            ApiError(
+                400,
+                "a voice clone from ref_audio names no voice: the reference recording is the "
+                "voice; leave out voice (or ref_audio, to use a registered voice)",
+                "voice",
+            )
+        ]
     if not registered:
-        raise ApiError(
-            400,
-            f"voice {clip(body.voice or '')!r} is not a registered voice; a Base model has no "
-            "preset speakers: clone from ref_audio, or register the voice first (POST "
-            "/v1/audio/voices; GET /v1/audio/voices lists them)",
-            "voice",
-        )
-    _refuse_clone_fields(
+        return [
+            ApiError(
+                400,
+                f"voice {clip(body.voice or '')!r} is not a registered voice; a Base model has "
+                "no preset speakers: clone from ref_audio (the server also takes the id of a "
+                "voice registered with POST /v1/audio/voices, listed by GET /v1/audio/voices)",
+                "voice",
+            )
+        ]
+    return _clone_field_errors(
         body, "is not used with a registered voice: the voice carries its reference"
     )
 
 
-def _refuse_clone_fields(body: SpeechBody, why: str) -> None:
-    """400 naming the first voice-clone field the request sets: "<field> <why>"."""
-    for field in VOICE_CLONE:
-        if getattr(body, field) not in (None, False):
-            raise ApiError(400, f"{field} {why}; leave out {field}", field)
+def _clone_field_errors(body: SpeechBody, why: str) -> list[ApiError]:
+    """A 400 for each voice-clone field the request sets: "<field> <why>"."""
+    return [
+        ApiError(400, f"{field} {why}; leave out {field}", field)
+        for field in VOICE_CLONE
+        if getattr(body, field) not in (None, False)
+    ]

@@ -1,10 +1,15 @@
 """Bytes out of the float PCM the pipeline produces (24 kHz mono): PCM16, WAV headers, SSE
-events, whole-file flac/mp3/opus through libsndfile, and streamed mp3 through LAME.
+events, whole-file flac/opus through libsndfile, and mp3, whole or streamed, through LAME.
 
 A streamed mp3 body is the raw PCM16 stream re-encoded as it flows (`mp3_stream`): LAME
 (the `lameenc` package) is a streaming encoder, so each chunk of PCM becomes MPEG frames
 as soon as a frame's worth of samples (576 at 24 kHz) is there, and `flush` emits the rest.
-libsndfile's mp3 writer is not used for streams: it needs a seekable file to finish.
+A whole mp3 is the same encoder's output for the whole PCM (`mp3_whole`), byte for byte what
+the stream sends, so the two decode to the same length. That length is the audio plus LAME's
+encoder delay and end padding, in whole 576-sample frames (for 0.88 s of audio, 0.936 s): a
+stream cannot carry the gapless tag (its first frame, written once the length is known) that
+lets a decoder trim them, so the whole file carries none either. libsndfile's mp3 writer is
+not used: it needs a seekable file to finish, and it writes that tag.
 
 Kept apart from the response logic so that `synth` and tests can write audio exactly as the
 server sends it.
@@ -58,12 +63,15 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
 
 
 def encode_whole(audio: np.ndarray, fmt: str, sample_rate: int) -> bytes:
-    """A whole response body: raw PCM16, WAV, or a libsndfile container (flac, mp3, opus)."""
+    """A whole response body: raw PCM16, WAV, LAME's mp3, or a libsndfile container (flac,
+    opus)."""
     data = pcm16(audio)
     if fmt == "pcm":
         return data
     if fmt == "wav":
         return wav_header(sample_rate, len(data)) + data
+    if fmt == "mp3":
+        return mp3_whole(data, sample_rate)
     container, subtype = ENCODED[fmt]
     buf = io.BytesIO()
     soundfile.write(buf, audio, sample_rate, format=container, subtype=subtype)
@@ -83,6 +91,12 @@ def mp3_encoder(sample_rate: int) -> lameenc.Encoder:
     enc.set_bit_rate(MP3_KBPS)
     enc.set_quality(2)
     return enc
+
+
+def mp3_whole(pcm: bytes, sample_rate: int) -> bytes:
+    """PCM16 -> the mp3 bytes `mp3_stream` sends for the same audio."""
+    enc = mp3_encoder(sample_rate)
+    return bytes(enc.encode(pcm)) + bytes(enc.flush())
 
 
 async def mp3_stream(

@@ -22,8 +22,9 @@ STREAMABLE = ("wav", "pcm", "mp3")
 as it streams (LAME, serve/encoders.py)."""
 SSE_FORMATS = ("wav", "pcm")
 """Formats `stream_format: "sse"` events carry (base64 PCM16, WAV-headed for wav)."""
-ENCODED = {"flac": ("FLAC", None), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
-"""Non-streaming encoded formats, written by libsndfile through `soundfile`. aac: none."""
+ENCODED = {"flac": ("FLAC", None), "opus": ("OGG", "OPUS")}
+"""Formats encoded whole only, written by libsndfile through `soundfile` (mp3, whole or
+streamed, is LAME's: serve/encoders.py). aac: none."""
 MEDIA_TYPES = {
     "wav": "audio/wav",
     "pcm": "audio/pcm",

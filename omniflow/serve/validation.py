@@ -2,24 +2,86 @@
 
 Everything here is known before anything is queued, so a bad request is a 4xx naming the
 field and never reaches a stage; admission then refuses work the pipeline cannot take now
-(a stopped stage: 503, too many in flight: 429).
+(a stopped stage: 503, too many in flight: 429). `omniflow synth` applies the same rules
+(`request_errors`) to its request, from the model config alone, before it builds anything.
+
+Every rule a request breaks is reported at once (one error naming each field, the first
+field as `param`), so a client fixes its request in one round trip rather than one field at
+a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
-from omniflow.serve.compat import check_task_fields
+from omniflow.serve.compat import task_field_errors
 from omniflow.serve.errors import ApiError, clip, unavailable
 from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
 from omniflow.serve.text import check_printable, check_speakable
+
+DEFAULT_VOICE = "vivian"
+"""The speaker of a CustomVoice request that names none (the server's and synth's one
+default); a model without it takes its first speaker."""
+
+
+def default_voice(voices: Sequence[str]) -> str | None:
+    """The voice a CustomVoice request without one gets (None: the model has no speakers)."""
+    if DEFAULT_VOICE in voices:
+        return DEFAULT_VOICE
+    return voices[0] if voices else None
 
 
 def validate(
     body: SpeechBody, info: PipelineInfo, server: ServerConfig, registered: bool = False
 ) -> None:
-    """Model-dependent checks the request schema cannot make (the schema made the rest).
-    `registered`: `voice` names a registered voice of this Base model (voices.py)."""
+    """Model-dependent checks the request schema cannot make (the schema made the rest):
+    one ApiError naming every rule broken. A valid CustomVoice request without a `voice`
+    gets the default one here (`default_voice`), so the request that is submitted names
+    the speaker it is spoken by. `registered`: `voice` names a registered voice of this
+    Base model (voices.py)."""
+    errors = request_errors(body, info, server, registered)
+    if errors:
+        raise combined(errors)
+    if body.task_type != "Base" and body.voice is None:
+        body.voice = default_voice(info.voices)
+
+
+def request_errors(
+    body: SpeechBody, info: PipelineInfo, server: ServerConfig, registered: bool = False
+) -> list[ApiError]:
+    """Every rule `body` breaks, in field order (empty: a valid request)."""
+    errors: list[ApiError] = []
+
+    def check(rule: Callable[[], None]) -> None:
+        try:
+            rule()
+        except ApiError as exc:
+            errors.append(exc)
+
+    check(lambda: _check_model(body, info))
+    check(lambda: _check_input(body, server))
+    errors += _task_errors(body, info, server, registered)
+    check(lambda: _check_voice(body, info))
+    check(lambda: _check_language(body, info))
+    check(lambda: _check_speed(body))
+    errors += _instruction_errors(body, info, server)
+    check(lambda: _check_length(body, info))
+    check(lambda: _check_format(body))
+    return errors
+
+
+def combined(errors: list[ApiError]) -> ApiError:
+    """One error for all of a request's: the first's status and `param`, every message."""
+    if len(errors) == 1:
+        return errors[0]
+    first = errors[0]
+    message = f"{len(errors)} errors: " + "; ".join(e.message for e in errors)
+    return ApiError(first.status, message, first.param, first.kind)
+
+
+def _check_model(body: SpeechBody, info: PipelineInfo) -> None:
     if body.model != info.model:
         raise ApiError(
             404,
@@ -27,6 +89,9 @@ def validate(
             "model",
             "not_found_error",
         )
+
+
+def _check_input(body: SpeechBody, server: ServerConfig) -> None:
     if len(body.input) > server.max_input_chars:
         raise ApiError(
             400,
@@ -34,31 +99,11 @@ def validate(
             "input",
         )
     check_speakable(body.input, "input")
-    _check_task(body, info, server, registered)
-    voices, languages = list(info.voices), list(info.languages)
-    preset = body.task_type != "Base"  # a voice clone's voice was checked with its task
-    if preset and body.voice is not None and body.voice.lower() not in voices:
-        raise ApiError(400, f"unknown voice {clip(body.voice)!r}; available: {voices}", "voice")
-    if body.language.lower() not in languages:
-        raise ApiError(
-            400, f"unknown language {clip(body.language)!r}; available: {languages}", "language"
-        )
-    if body.speed != 1.0:
-        raise ApiError(
-            400,
-            "speed other than 1.0 is not supported (no time-stretch is "
-            "applied, rather than a silent change)",
-            "speed",
-        )
-    _check_instructions(body, info, server)
-    if body.max_new_tokens is not None and body.max_new_tokens > info.max_new_tokens:
-        raise ApiError(400, f"max_new_tokens must be <= {info.max_new_tokens}", "max_new_tokens")
-    _check_format(body)
 
 
-def _check_task(
+def _task_errors(
     body: SpeechBody, info: PipelineInfo, server: ServerConfig, registered: bool
-) -> None:
+) -> list[ApiError]:
     """The task the model serves, then the fields that task takes (compat.py)."""
     if body.task_type not in info.task_types:
         if body.task_type == "Base":
@@ -71,27 +116,78 @@ def _check_task(
                 f"task_type {body.task_type!r} is not served by {info.model}; it serves "
                 f"{list(info.task_types)}"
             )
-        raise ApiError(400, message, "task_type")
-    check_task_fields(body, registered)
-    if body.ref_text is not None:
-        if len(body.ref_text) > server.max_input_chars:
-            raise ApiError(
-                400, f"ref_text is longer than {server.max_input_chars} characters", "ref_text"
-            )
-        check_speakable(body.ref_text, "ref_text")
+        return [ApiError(400, message, "task_type")]
+    errors = task_field_errors(body, registered)
+    if body.ref_text is not None and not any(e.param == "ref_text" for e in errors):
+        try:
+            if len(body.ref_text) > server.max_input_chars:
+                raise ApiError(
+                    400, f"ref_text is longer than {server.max_input_chars} characters", "ref_text"
+                )
+            check_speakable(body.ref_text, "ref_text")
+        except ApiError as exc:
+            errors.append(exc)
+    return errors
 
 
-def _check_instructions(body: SpeechBody, info: PipelineInfo, server: ServerConfig) -> None:
-    if body.instructions and not info.supports_instructions:
-        raise ApiError(400, f"instructions are not supported by {info.model}", "instructions")
-    if body.instructions and len(body.instructions) > server.max_input_chars:
+def _check_voice(body: SpeechBody, info: PipelineInfo) -> None:
+    voices = list(info.voices)
+    preset = body.task_type != "Base"  # a voice clone's voice was checked with its task
+    if preset and body.voice is not None and body.voice.lower() not in voices:
+        raise ApiError(400, f"unknown voice {clip(body.voice)!r}; known: {voices}", "voice")
+
+
+def _check_language(body: SpeechBody, info: PipelineInfo) -> None:
+    languages = list(info.languages)
+    if body.language.lower() not in languages:
+        raise ApiError(
+            400, f"unknown language {clip(body.language)!r}; known: {languages}", "language"
+        )
+
+
+def _check_speed(body: SpeechBody) -> None:
+    if body.speed != 1.0:
         raise ApiError(
             400,
-            f"instructions are longer than {server.max_input_chars} characters",
-            "instructions",
+            "speed other than 1.0 is not supported (no time-stretch is "
+            "applied, rather than a silent change)",
+            "speed",
         )
-    if body.instructions:
+
+
+def _instruction_errors(
+    body: SpeechBody, info: PipelineInfo, server: ServerConfig
+) -> list[ApiError]:
+    if not body.instructions or body.task_type == "Base":  # a clone's: refused with its task
+        return []
+    if not info.supports_instructions:
+        return [ApiError(400, f"instructions are not supported by {info.model}", "instructions")]
+    if len(body.instructions) > server.max_input_chars:
+        return [
+            ApiError(
+                400,
+                f"instructions are longer than {server.max_input_chars} characters",
+                "instructions",
+            )
+        ]
+    try:
         check_printable(body.instructions, "instructions")
+    except ApiError as exc:
+        return [exc]
+    return []
+
+
+def _check_length(body: SpeechBody, info: PipelineInfo) -> None:
+    """max_new_tokens within the model's limit; ignore_eos needs it (it is the length)."""
+    if body.max_new_tokens is not None and body.max_new_tokens > info.max_new_tokens:
+        raise ApiError(400, f"max_new_tokens must be <= {info.max_new_tokens}", "max_new_tokens")
+    if body.ignore_eos and body.max_new_tokens is None:
+        raise ApiError(
+            400,
+            "ignore_eos generates exactly max_new_tokens frames, so it needs max_new_tokens; "
+            "without it the request would run to the model's frame cap (minutes of audio)",
+            "ignore_eos",
+        )
 
 
 def _check_format(body: SpeechBody) -> None:

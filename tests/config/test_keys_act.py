@@ -56,6 +56,9 @@ READ: dict[str, tuple[str, str]] = {
     "model.load": ("models/qwen3_tts/factory.py", "load"),
     "model.path": ("models/qwen3_tts/factory.py", "path"),
     "model.seed": ("models/qwen3_tts/factory.py", "seed"),
+    # the memory check before a CPU build (dummy weights over 1 GiB need it; refused where
+    # it cannot act: tests/test_newcomer_mistakes.py)
+    "model.allow_large_dummy": ("preflight.py", "allow_large_dummy"),
     "model.dtype": ("models/qwen3_tts/factory.py", "dtype"),
     "model.codec_dtype": ("build/qwen3_tts.py", "codec_dtype"),
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),

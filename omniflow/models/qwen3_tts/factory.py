@@ -66,11 +66,15 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
         log.info("loaded talker weights from %s", directory)
     else:
         init_dummy(weights, config.seed)
+        # a Base model (it has a speaker encoder) loads a Base checkpoint: the CustomVoice
+        # preset would serve preset speakers, not voice clones
+        preset = "qwen3_tts_1_7b_base" if config.speaker_encoder is not None else "qwen3_tts_1_7b"
         log.warning(
             "model %s uses dummy weights (seed %d): the audio is noise, not speech. "
-            "Load a checkpoint with model=qwen3_tts_1_7b model.path=DIR",
+            "Load a checkpoint with model=%s model.path=DIR",
             config.name,
             config.seed,
+            preset,
         )
     weights = weights.eval()
     if config.tokenizer == "bpe":

@@ -32,3 +32,10 @@ def check_voice_and_language(model: ModelConfig, voice: str | None, language: st
             codec_prefix(vocab, speaker, lang)
         except PromptError as exc:
             raise ConfigError(field, str(exc)) from None
+
+
+def prompt_facts(model: ModelConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The voices and languages the built talker's front end will list (`TalkerProcessor`:
+    speakers sorted, "auto" first), from the model config alone."""
+    vocab = model_vocab(model)
+    return tuple(sorted(vocab.speakers)), ("auto", *vocab.public_languages)
