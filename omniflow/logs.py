@@ -1,8 +1,13 @@
-"""One log format for every logger of an omniflow process (omniflow's and uvicorn's).
+"""One log format for every logger of an omniflow process (omniflow's and uvicorn's), and
+log lines that print above the progress bars, never into them.
 
 `setup_logging(level)` sets the root handler and omniflow's level (`server.log_level` for
 `serve`); `UVICORN_LOG_CONFIG` is the dictConfig that makes uvicorn's loggers use the same
-format instead of its own (`uvicorn.Config(log_config=UVICORN_LOG_CONFIG)`).
+format instead of its own (`uvicorn.Config(log_config=UVICORN_LOG_CONFIG)`). The handler
+(`BarAwareHandler`, also a sweep job's console handler: conf/hydra/job_logging) writes a line
+through tqdm while a bar is drawn in this process: the bar is cleared, the line written on
+its own, the bar drawn again below it. Bars are drawn only on a terminal (`BAR_DISABLE`): in a
+file they would be carriage-return frames with a log line run into the last one.
 """
 
 from __future__ import annotations
@@ -11,7 +16,25 @@ import logging
 import sys
 from typing import Any
 
+from tqdm import tqdm
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+BAR_DISABLE = None
+"""tqdm's `disable` for omniflow's bars: None draws them only where the stream is a terminal."""
+
+
+class BarAwareHandler(logging.StreamHandler):
+    """A stream handler whose lines print above this process's progress bars."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(tqdm, "_instances", None):  # no bar drawn: a plain write
+            super().emit(record)
+            return
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except (OSError, ValueError):  # logging's contract: a failing handler reports it
+            self.handleError(record)
 
 
 def setup_logging(level: str) -> None:
@@ -19,7 +42,7 @@ def setup_logging(level: str) -> None:
     numeric = logging.getLevelName(level.upper())
     root = logging.getLogger()
     if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = BarAwareHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel(numeric)

@@ -12,6 +12,7 @@ error. Only a job in which no request completed at all fails (after writing its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tqdm.contrib.logging import logging_redirect_tqdm
+from prometheus_client import CollectorRegistry
+from tqdm import tqdm
 
 from omniflow.bench.client import (
     DEFAULT_PROMPTS,
@@ -51,6 +53,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import NoTimer
 from omniflow.errors import ConfigError
+from omniflow.logs import BAR_DISABLE
 from omniflow.serve.run import ServerThread
 
 log = logging.getLogger(__name__)
@@ -120,19 +123,22 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         f"--voice={VOICE}",
     ]
     try:
-        # log lines (rounds, engine stats) print above the request bar, not through it
+        # log lines (rounds, engine stats) print above the request bar, not through it: the
+        # bar is this process's (RequestBar), and the log handler writes above it (logs.py)
         server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
-        with logging_redirect_tqdm(), server as srv:
+        with server as srv:
             client.append(f"--url={srv.url}")
-            if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
-                load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"])
             registry = srv.app.state.service.metrics.registry
+            if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
+                warm = RequestBar(registry, b.warmup, "warm-up")
+                load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"], warm)
             before = server_totals(registry, ar.name)
             windows_before = stage_windows(pipeline.stats(), ar.name)
             prefills_before = stage_prefills(pipeline.stats(), ar.name)
             pipeline.set_phase_timer(steps)
             for i in range(b.rounds):
-                outcome = load_in_child([*client, "--warmup=0"])
+                bar = RequestBar(registry, b.round_prompts, f"round {i + 1}/{b.rounds}")
+                outcome = load_in_child([*client, "--warmup=0"], bar)
                 summary = summarize(outcome)
                 rounds.append(summary)
                 errors += [f.error for f in outcome.failures]
@@ -239,19 +245,85 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
         )
 
 
-def load_in_child(args: list[str]) -> Outcome:
+def load_in_child(args: list[str], bar: RequestBar | None = None) -> Outcome:
     """Run `omniflow.bench.client` with `args` in a child process; its samples, failures and
     wall time. A failed request is in the outcome; a failing child (e.g. its warm-up) raises.
 
-    Its progress bar goes to this process's stderr; its stdout (a summary) is dropped, since
-    `omniflow bench` prints the job's own summary there."""
+    With `bar`, the progress bar is drawn here, from the server's count of finished requests,
+    and the child draws none (TQDM_DISABLE): a bar of the child's own, on the same stderr,
+    is one this process's log lines cannot print above (they ran into it, on a terminal and
+    in a file). Without, the child's bar goes to this process's stderr. Its stdout (a
+    summary) is dropped, since `omniflow bench` prints the job's own summary there."""
     with tempfile.TemporaryDirectory(prefix="omniflow-bench-") as tmp:
         out = Path(tmp) / "samples.json"
         cmd = [sys.executable, "-m", "omniflow.bench.client", *args, f"--out={out}"]
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the load generator failed (exit {done.returncode}): {cmd}")
+        env = None if bar is None else {**os.environ, "TQDM_DISABLE": "1"}
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
+        try:
+            with bar if bar is not None else contextlib.nullcontext():
+                while True:
+                    try:
+                        child.wait(timeout=BAR_POLL_S)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if bar is not None:
+                            bar.poll()
+        finally:  # (an interrupted job leaves no load generator behind)
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        if child.returncode != 0:
+            raise RuntimeError(f"the load generator failed (exit {child.returncode}): {cmd}")
         return read_samples(out)
+
+
+BAR_POLL_S = 0.2
+"""How often the request bar reads the server's count."""
+
+
+class RequestBar:
+    """A progress bar over `total` requests, counted by the server's finished-request
+    counter (`omniflow_requests_total`, every outcome) from when the bar is opened; drawn
+    on a terminal only (logs.BAR_DISABLE), cleared when it closes (the round's log line
+    then says what it did)."""
+
+    def __init__(self, registry: CollectorRegistry, total: int, desc: str) -> None:
+        self.registry, self.total, self.desc = registry, total, desc
+        self.bar: tqdm | None = None
+        self.start = 0
+
+    def finished(self) -> int:
+        return int(
+            sum(
+                sample.value
+                for metric in self.registry.collect()
+                if metric.name == "omniflow_requests"
+                for sample in metric.samples
+                if sample.name == "omniflow_requests_total"
+            )
+        )
+
+    def __enter__(self) -> RequestBar:
+        self.start = self.finished()
+        self.bar = tqdm(
+            total=self.total,
+            desc=self.desc,
+            unit=" req",
+            leave=False,
+            file=sys.stderr,
+            disable=BAR_DISABLE,
+        )
+        return self
+
+    def poll(self) -> None:
+        assert self.bar is not None
+        done = min(self.finished() - self.start, self.total)
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.bar is not None
+        self.bar.close()
 
 
 def ar_stage(graph: StageGraph) -> ResolvedStage:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from omniflow.bench.plot import Point, plot_sweep
 from omniflow.errors import ConfigError
+from omniflow.logs import BAR_DISABLE
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +49,27 @@ class SweepSummary(Callback):
 
     def __init__(self) -> None:
         self.bar: tqdm | None = None
+        self.done = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """A process launcher (joblib) pickles the callbacks into its workers: the bar stays
         in the parent, where the sweep's jobs are counted."""
-        return {"bar": None}
+        return {"bar": None, "done": 0}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         total = len(sweep_jobs(list(config.hydra.overrides.task)))
-        self.bar = tqdm(total=total, desc="sweep", unit=" jobs", file=sys.stderr)
+        # on a terminal only (in a file its frames would run into the log lines); the job's
+        # log lines print above it (logs.py), and without it a line says each job's end
+        self.bar = tqdm(
+            total=total, desc="sweep", unit=" jobs", file=sys.stderr, disable=BAR_DISABLE
+        )
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if self.bar is not None:  # None in a launcher's worker process
             self.bar.update(1)
+            self.done += 1
+            if self.bar.disable:
+                log.info("sweep: job %d of %d done", self.done, self.bar.total)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.bar is not None:

@@ -63,6 +63,16 @@ def test_mp3_streams_through_a_real_encoder(live):
     audio, sr = soundfile.read(io.BytesIO(body), dtype="float32")
     assert sr == 24000
     assert abs(len(audio) - N * 1920) <= 2 * 1152  # LAME's encoder delay and padding
+    # the same bytes as the whole mp3 of the same request, so the same length (issue 36:
+    # the stream was 0.936 s where the whole file was 0.880 s)
+    whole = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={"model": MODEL, "voice": "vivian", "input": "Hello there.", "response_format": "mp3"}
+        | EXTRA,
+    )
+    assert whole.content == body
+    assert len(soundfile.read(io.BytesIO(whole.content))[0]) == len(audio)
     pcm = whole_pcm(live)
     # the same audio (lossy): energy within a few percent
     ref = np.frombuffer(pcm, "<i2").astype(np.float32) / 32767
@@ -106,3 +116,26 @@ def test_docs_show_the_speech_request_schema(live):
     assert "stream_format" in schema["properties"] and "response_format" in schema["properties"]
     assert schema["additionalProperties"] is False
     assert httpx.get(live.url + "/docs").status_code == 200
+
+
+def test_a_request_without_a_voice_speaks_with_synth_s_default(live):
+    """One default for the server and synth (issue 36): no voice is vivian."""
+    r = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=60,
+        json={"model": MODEL, "input": "Hello there.", "response_format": "pcm", **EXTRA},
+    )
+    assert r.status_code == 200, r.text
+    assert r.content == whole_pcm(live)
+
+
+def test_every_error_of_a_request_is_in_its_400(live):
+    r = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=30,
+        json={"model": MODEL, "input": " ", "language": "klingon", "ignore_eos": True},
+    )
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "input" and err["message"].startswith("3 errors: ")
+    assert "klingon" in err["message"] and "ignore_eos" in err["message"]

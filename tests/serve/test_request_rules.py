@@ -1,0 +1,58 @@
+"""The speech request's rules (serve/validation.py), the ones `omniflow synth` applies too
+(issue 36): a CustomVoice request without a voice gets the one default, ignore_eos needs the
+length it fixes, and every rule a request breaks is answered at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.config.server import ServerConfig
+from omniflow.core.pipeline import PipelineInfo
+from omniflow.serve.errors import ApiError
+from omniflow.serve.protocol import SpeechBody
+from omniflow.serve.validation import DEFAULT_VOICE, request_errors, validate
+
+INFO = PipelineInfo(
+    model="m",
+    pipeline="p",
+    voices=("ryan", "vivian"),
+    languages=("auto", "english"),
+    sample_rate=24000,
+    max_new_tokens=4096,
+    supports_instructions=True,
+    stages=("talker",),
+)
+SERVER = ServerConfig()
+
+
+def body(**fields) -> SpeechBody:
+    return SpeechBody.model_validate({"model": "m", "input": "Hello.", **fields})
+
+
+def test_a_request_without_a_voice_gets_the_default():
+    b = body()
+    validate(b, INFO, SERVER)
+    assert b.voice == DEFAULT_VOICE == "vivian"
+    other = PipelineInfo(**{**INFO.__dict__, "voices": ("alice", "bob")})
+    b = body()
+    validate(b, other, SERVER)
+    assert b.voice == "alice"  # a model without vivian: its first speaker
+
+
+def test_ignore_eos_needs_max_new_tokens():
+    with pytest.raises(ApiError) as exc:
+        validate(body(ignore_eos=True), INFO, SERVER)
+    assert exc.value.param == "ignore_eos" and "needs max_new_tokens" in exc.value.message
+    validate(body(ignore_eos=True, max_new_tokens=8), INFO, SERVER)
+
+
+def test_every_broken_rule_is_reported_at_once():
+    b = body(input=" ", voice="nobody", language="klingon", speed=2.0, ignore_eos=True)
+    params = [e.param for e in request_errors(b, INFO, SERVER)]
+    assert params == ["input", "voice", "language", "speed", "ignore_eos"]
+    with pytest.raises(ApiError) as exc:
+        validate(b, INFO, SERVER)
+    assert exc.value.status == 400 and exc.value.param == "input"
+    assert exc.value.message.startswith("5 errors: input is empty")
+    for needle in ("unknown voice 'nobody'", "klingon", "speed", "ignore_eos"):
+        assert needle in exc.value.message

@@ -1,0 +1,36 @@
+"""Log lines print above the progress bars, never into them (README, "Logging"; issue 36)."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from tqdm import tqdm
+
+from omniflow.logs import BAR_DISABLE, LOG_FORMAT, BarAwareHandler
+
+
+def test_a_log_line_prints_above_a_drawn_bar():
+    stream = io.StringIO()
+    handler = BarAwareHandler(stream)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    log = logging.getLogger("omniflow.test_logs")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        with tqdm(total=4, desc="requests", file=stream, disable=False) as bar:
+            bar.update(1)
+            log.warning("round 1/2: a line of its own")
+            bar.update(1)
+    finally:
+        log.removeHandler(handler)
+    text = stream.getvalue()
+    (line,) = [row for row in text.split("\n") if "a line of its own" in row]
+    # the bar's frame was cleared (a carriage return) before the line, which starts there
+    assert line.rsplit("\r", 1)[-1].split(" ", 2)[2].startswith("WARNING omniflow.test_logs")
+    assert "requests:" not in line.rsplit("\r", 1)[-1]
+
+
+def test_bars_are_not_drawn_into_a_file():
+    with tqdm(total=2, file=io.StringIO(), disable=BAR_DISABLE) as bar:
+        assert bar.disable
