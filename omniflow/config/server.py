@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from omniflow.core.frozen import Frozen
 
@@ -73,3 +73,69 @@ class ServerConfig(Frozen):
         description="Voices a Base model's registry (POST /v1/audio/voices) holds; a "
         "registration past it is a 409 until one is deleted (0: none are kept).",
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A connection must send a whole request head (request line and headers) "
+        "within this many seconds of opening, or of the first bytes of a later request on a "
+        "kept-alive connection; past it the server closes it (with a 408 JSON if part of a "
+        "head came). Waiting, it holds no turn of other connections.",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="Largest request head (request line and headers, bytes); larger is a 431 "
+        "JSON. Also h11's bound on a head still arriving (uvicorn's "
+        "h11_max_incomplete_event_size).",
+    )
+    max_unheard_per_client: int = Field(
+        32,
+        ge=1,
+        description="Connections one client address may hold open that have not sent a whole "
+        "request head (idle or slow); when one more arrives, the oldest of them is closed.",
+    )
+    max_unheard_connections: int = Field(
+        512,
+        ge=1,
+        description="The same bound over all clients: past it the oldest connection that has "
+        "not sent a whole request head is closed.",
+    )
+    max_body_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Largest request body (bytes); larger is a 413 JSON as soon as its "
+        "Content-Length shows it (a chunked body: once it passes the limit), and the rest is "
+        "not read. null: derived, the largest reference (max_ref_audio_bytes, base64) plus "
+        "three text fields of max_input_chars at their longest JSON escapes plus 64 KiB.",
+    )
+    max_concurrent_references: int = Field(
+        2,
+        ge=1,
+        description="Voice-clone references (a speech request's or a voice registration's "
+        "ref_audio) decoded and encoded at once, each on a thread of its own; another at "
+        "the same time is a 429 with Retry-After. A body large enough to carry one takes "
+        "its place before it is read.",
+    )
+
+    @model_validator(mode="after")
+    def _unheard_bounds(self) -> ServerConfig:
+        if self.max_unheard_per_client > self.max_unheard_connections:
+            raise ValueError(
+                f"server.max_unheard_per_client ({self.max_unheard_per_client}) is over "
+                f"server.max_unheard_connections ({self.max_unheard_connections}), so it could "
+                "never act; lower it or raise max_unheard_connections"
+            )
+        return self
+
+    @property
+    def body_limit(self) -> int:
+        """`max_body_bytes`, or what the largest valid request needs: a reference of
+        `max_ref_audio_bytes` in base64 (4 characters per 3 bytes) with its data-URI prefix,
+        and `input`, `instructions` and `ref_text` of `max_input_chars` each, every
+        character at its longest JSON escape (a surrogate pair, 12 bytes), plus 64 KiB for
+        the other fields."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        reference = 4 * -(-self.max_ref_audio_bytes // 3)
+        return reference + 3 * 12 * self.max_input_chars + 64 * 1024

@@ -9,7 +9,9 @@ easier to match on than a mix of numbers and names.
 
 from __future__ import annotations
 
+import json
 import math
+from http import HTTPStatus
 
 from fastapi.responses import JSONResponse
 
@@ -66,9 +68,10 @@ def refusal_reason(err: ApiError) -> str:
     return "unavailable" if err.status == 503 else "invalid"
 
 
-def error_response(err: ApiError) -> JSONResponse:
+def error_body(err: ApiError) -> dict:
+    """The JSON body of `err`: `{"error": {"message", "type", "param", "code"}}`."""
     param = None if err.param is None else clip(err.param)
-    body = {
+    return {
         "error": {
             "message": encodable(err.message),
             "type": err.kind,
@@ -76,4 +79,21 @@ def error_response(err: ApiError) -> JSONResponse:
             "code": str(err.status),
         }
     }
-    return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+
+
+def raw_error_response(err: ApiError) -> bytes:
+    """`err` as a whole HTTP/1.1 response that closes the connection, for the connection
+    layer (serve/http_protocol.py): it answers where no ASGI app runs (a request head h11
+    refused, one that never completed), and where h11 may not send a response at all."""
+    body = json.dumps(error_body(err)).encode()
+    head = (
+        f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body

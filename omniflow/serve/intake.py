@@ -1,20 +1,23 @@
-"""How the server takes in new connections: in small turns, so that a burst of them cannot
-hold the event loop for long in one go (docs/reliability.md, "/health under a burst").
+"""How the server takes in requests: in small turns of the event loop, so that a burst cannot
+hold the loop for long in one go (docs/reliability.md, "/health under a burst").
 
 Two bounds, both applied by `serve.run.Server`:
 
 - asyncio accepts at most `ACCEPT_BATCH` connections per turn of the event loop (the rest
   wait in the kernel's accept queue, `LISTEN_QUEUE` long);
-- `Intake` reads at most `INTAKE_LIMIT` accepted connections at a time until they have sent
-  their first bytes; the others wait, paused, in arrival order.
+- `Intake` starts at most `TURN_REQUESTS` requests with a body (POST) per turn, on new and
+  kept-alive connections alike; the others wait, paused, in arrival order. Requests
+  without a body (GET, HEAD: `/health`, `/metrics`) start at once.
+
+A connection takes a turn only when a request's first bytes have arrived: one that has sent
+nothing holds nothing (serve/connections.py bounds how long it may stay).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from typing import Protocol
 
 ACCEPT_BATCH = 8
 """Connections accepted per turn of the event loop. asyncio accepts up to the listening
@@ -23,74 +26,81 @@ takes a whole burst in one turn."""
 LISTEN_QUEUE = 2048
 """The kernel's queue of connections not yet accepted (uvicorn's default backlog); a burst
 waits there, not in the loop."""
-INTAKE_LIMIT = 8
-"""Accepted connections read at once before they have sent anything (`Intake`)."""
-INTAKE_TIMEOUT_S = 1.0
-"""A connection that has sent nothing this long after its turn stops holding the intake
-(an idle client cannot stall the intake of others)."""
+TURN_REQUESTS = 8
+"""Requests with a body started per turn of the event loop (`Intake`)."""
+AT_ONCE = (b"GET ", b"HEAD ")
+"""Requests that start without a turn: no body to read, and every GET route answers from
+memory in well under a millisecond, so they cannot make a turn long; a health check on a
+kept-alive connection then never queues behind a burst of speech requests."""
+
+
+class Waiting(Protocol):
+    """A connection as the intake sees it (`serve.http_protocol`'s protocol)."""
+
+    def hold(self) -> None:
+        """Stop reading: its request waits for a turn."""
+
+    def start(self, data: bytes) -> None:
+        """Its turn: read again and handle `data`, the request's first bytes."""
 
 
 class Intake:
-    """New connections take turns to be read: at most `limit` accepted connections that
-    have not sent anything yet are read at a time; the others wait, paused (their bytes
-    stay in the kernel), in arrival order.
+    """At most `per_turn` requests with a body start in one turn of the event loop; the
+    others wait, their first bytes kept, in arrival order, and start in later turns.
 
     Why: the event loop runs every ready callback of a turn before it looks for I/O again.
-    A burst's connections become readable together (their clients write at once), so
-    without a bound one turn parses all of them (h11) and the next runs all of their
-    requests through the app (each competing with the engine threads for the GIL): a
-    /health probe on an open connection waits behind the whole burst. With turns,
-    the loop takes in at most ~`limit` requests per turn, and a probe waits for at most two
-    such turns. Bytes already read are never held back: the pause is before the first
-    read, so the cost is a connection's place in the queue, not its data."""
+    A burst's requests arrive together (new connections, or the next request on each of a
+    client pool's kept-alive connections as its last answer goes out), so without a bound
+    one turn parses all of them and the next runs all of them through the app (each a
+    millisecond or so, competing with the engine threads for the GIL): a `/health` probe
+    waits behind the whole burst. With turns, a probe waits for about two short turns.
 
-    def __init__(self, limit: int, timeout_s: float) -> None:
-        self.limit, self.timeout_s = limit, timeout_s
-        self._reading: dict[asyncio.BaseProtocol, asyncio.TimerHandle] = {}
-        self._waiting: collections.OrderedDict[asyncio.BaseProtocol, asyncio.Transport] = (
-            collections.OrderedDict()
-        )
+    A turn is one pass of the event loop: `_next_turn`, scheduled with `call_soon` by the
+    first start of a turn, runs at the head of the next pass, before its I/O callbacks."""
 
-    def arrive(self, connection: asyncio.BaseProtocol, transport: asyncio.Transport) -> None:
-        """A connection was accepted: read it now if a turn is free, else pause it."""
-        if len(self._reading) < self.limit and not self._waiting:
-            self._read(connection)
-        else:
-            transport.pause_reading()
-            self._waiting[connection] = transport
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self._started = 0
+        self._turn_pending = False
+        self._waiting: collections.OrderedDict[Waiting, bytes] = collections.OrderedDict()
 
-    def heard(self, connection: asyncio.BaseProtocol) -> None:
-        """The connection sent data, closed, or took too long: its turn ends and the next
-        waiting connection's begins. Repeated calls are no-ops."""
-        timer = self._reading.pop(connection, None)
-        if timer is not None:
-            timer.cancel()
+    def admit(self, connection: Waiting, data: bytes) -> bool:
+        """A request's first bytes arrived on `connection`: True to handle them now; False
+        when they wait (the connection is held, the intake keeps `data` and starts it on
+        a later turn)."""
+        if connection in self._waiting:  # bytes already read when it was held
+            self._waiting[connection] += data
+            return False
+        if data.startswith(AT_ONCE):
+            return True
+        if not self._waiting and self._started < self.per_turn:
+            self._started += 1
+            self._schedule()
+            return True
+        connection.hold()
+        self._waiting[connection] = data
+        self._schedule()
+        return False
+
+    def forget(self, connection: Waiting) -> None:
+        """The connection closed: its waiting request, if any, is dropped."""
         self._waiting.pop(connection, None)
-        while self._waiting and len(self._reading) < self.limit:
-            waiting, transport = self._waiting.popitem(last=False)
-            transport.resume_reading()
-            self._read(waiting)
 
-    def _read(self, connection: asyncio.BaseProtocol) -> None:
-        loop = asyncio.get_running_loop()
-        self._reading[connection] = loop.call_later(self.timeout_s, self.heard, connection)
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
 
+    def _schedule(self) -> None:
+        if not self._turn_pending:
+            self._turn_pending = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
 
-def paced_protocol(intake: Intake) -> type[H11Protocol]:
-    """uvicorn's h11 protocol (the one its "auto" picks without httptools, which omniflow
-    does not install), taking its turn in `intake` until its first bytes arrive."""
-
-    class PacedH11Protocol(H11Protocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(transport)
-            intake.arrive(self, transport)
-
-        def data_received(self, data: bytes) -> None:
-            intake.heard(self)
-            super().data_received(data)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            intake.heard(self)
-            super().connection_lost(exc)
-
-    return PacedH11Protocol
+    def _next_turn(self) -> None:
+        self._turn_pending = False
+        self._started = 0
+        while self._waiting and self._started < self.per_turn:
+            connection, data = self._waiting.popitem(last=False)
+            self._started += 1
+            connection.start(data)
+        if self._started:
+            self._schedule()

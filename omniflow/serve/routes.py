@@ -15,16 +15,13 @@ GET routes also answer HEAD, which load balancers and uptime checks use.
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
@@ -32,13 +29,18 @@ from omniflow.core.pipeline import Overloaded, Pipeline, PipelineInfo, PipelineU
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice, ReferenceEncoder
 from omniflow.serve import endpoints
+from omniflow.serve.body_limit import BodyLimit
+from omniflow.serve.docs_pages import install_docs
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, overloaded, refusal_reason, unavailable
 from omniflow.serve.handlers import install_error_handlers
+from omniflow.serve.memory import malloc_trim
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import json_body, speech_openapi
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
+from omniflow.serve.reference_gate import Place, ReferenceGate
+from omniflow.serve.request_body import parse_body, read_body
 from omniflow.serve.streaming import (
     Arrival,
     LiveResponses,
@@ -48,8 +50,6 @@ from omniflow.serve.streaming import (
 )
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.serve.voices import Clone, VoiceService
-
-Body = TypeVar("Body", bound=BaseModel)
 
 
 class SpeechService:
@@ -61,6 +61,8 @@ class SpeechService:
         self.info = pipeline.info()
         self.reference = pipeline.reference_encoder()
         """Voice clone (a Base model's encoders); None: task_type Base is refused."""
+        self.references = ReferenceGate(server.max_concurrent_references, malloc_trim())
+        """Voice-clone references decoded and encoded at once (and the threads they use)."""
         encode = self.encode_reference if self.reference is not None else None
         self.voices = VoiceService(self.info, server, encode)
         self.metrics = Metrics(pipeline)
@@ -83,11 +85,12 @@ class SpeechService:
         arrived = time.perf_counter()
         try:
             self.responses.admit()
-            body = default_task(parse_body(await request.body(), SpeechBody), self.info)
-            saved = self.voices.saved(body)
-            validate(body, self.info, self.server, registered=saved is not None)
-            admit(self.pipeline.stats(), self.server)
-            clone = saved or await self.clone_from_reference(body)
+            with self.references.place(request) as place:
+                body = default_task(parse_body(await read_body(request), SpeechBody), self.info)
+                saved = self.voices.saved(body)
+                validate(body, self.info, self.server, registered=saved is not None)
+                admit(self.pipeline.stats(), self.server)
+                clone = saved or await self.clone_from_reference(body, place)
             rid, events, submitted = self.submit(body, clone)
         except ApiError as err:
             self.metrics.requests.labels("rejected").inc()
@@ -109,21 +112,22 @@ class SpeechService:
             return as_mp3_stream(pcm, self.info.sample_rate)
         return await response.respond(body)
 
-    async def clone_from_reference(self, body: SpeechBody) -> Clone | None:
+    async def clone_from_reference(self, body: SpeechBody, place: Place) -> Clone | None:
         """A voice clone's encoded `ref_audio`; None for a request that clones nothing."""
         if body.task_type != "Base":
             return None
         assert body.ref_audio  # validate() checked it (a registered voice is `saved`)
-        voice = await self.encode_reference(body.ref_audio)
+        voice = await self.encode_reference(body.ref_audio, place)
         return Clone.of(voice, body.ref_text, bool(body.x_vector_only_mode))
 
-    async def encode_reference(self, ref_audio: str) -> EncodedVoice:
-        """Decode, resample and encode `ref_audio` on a worker thread: the codec and
+    async def encode_reference(self, ref_audio: str, place: Place) -> EncodedVoice:
+        """Decode, resample and encode `ref_audio` on one of the reference gate's threads,
+        within the request's `place` (a 429 when every place is taken): the codec and
         speaker encoders take tens of milliseconds to seconds of CPU, which on the event
         loop would stall every other response. The voice registry encodes through here."""
         assert self.reference is not None  # validate() checked the model clones voices
         try:
-            return await asyncio.to_thread(self._encode, self.reference, ref_audio)
+            return await self.references.run(place, self._encode, self.reference, ref_audio)
         except ReferenceAudioError as exc:
             raise ApiError(400, f"ref_audio {exc}", "ref_audio") from None
 
@@ -187,8 +191,9 @@ class SpeechService:
         return self.model_card
 
     async def create_voice(self, request: Request) -> JSONResponse:
-        body = parse_body(await request.body(), VoiceBody)
-        voice = await self.voices.create(body)
+        with self.references.place(request) as place:
+            body = parse_body(await read_body(request), VoiceBody)
+            voice = await self.voices.create(body, place)
         return JSONResponse(voice.card(), status_code=201)
 
     def metrics_response(self) -> Response:
@@ -214,53 +219,16 @@ def default_task(body: SpeechBody, info: PipelineInfo) -> SpeechBody:
     return body.model_copy(update={"task_type": info.task_types[0]})
 
 
-def parse_body(raw: bytes, model: type[Body]) -> Body:
-    """A request body, parsed here (not by FastAPI) so that every parse error, malformed
-    JSON included, gets the API's JSON error naming the field."""
-    payload = parse_json(raw)
-    if not isinstance(payload, dict):
-        raise ApiError(400, f"the body must be a JSON object, not {type(payload).__name__}")
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        message = f"{clip(param)}: {first['msg']}" if param else first["msg"]
-        raise ApiError(400, message, param) from None
-
-
-def parse_json(raw: bytes) -> Any:
-    """JSON as RFC 8259 has it (UTF-8, no NaN or Infinity), every refusal a 400. The
-    parser's own failures beyond syntax (RecursionError for deep nesting, ValueError for an
-    integer too long to convert) would otherwise escape as a 500."""
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, f"malformed JSON body: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "malformed JSON body: nested too deeply") from None
-    except ValueError:  # the only other one: int() past the int-string limit
-        limit = sys.get_int_max_str_digits()
-        raise ApiError(400, f"malformed JSON body: a number has over {limit} digits") from None
-
-
-def _refuse_constant(name: str) -> None:
-    """NaN, Infinity, -Infinity: Python's json reads them; JSON has no such numbers."""
-    raise ApiError(400, f"malformed JSON body: {name} is not a JSON value")
-
-
 def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     """The app over `pipeline`. Its endpoints are module-level functions that find the
     service on the app (`endpoints.py`): FastAPI caches facts about endpoint functions in
     process-wide caches keyed by the function, so an endpoint closing over the service
     would keep this pipeline (weights, KV pools, CUDA graphs) alive after the app is gone."""
-    app = FastAPI(title="omniflow", version="0.1.0")
+    app = FastAPI(title="omniflow", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.service = SpeechService(pipeline, server)
+    app.add_middleware(BodyLimit, limit=server.body_limit)
     install_error_handlers(app)
+    install_docs(app)
     add_get(app, "/health", endpoints.health)
     add_get(app, "/v1/models", endpoints.models)
     add_get(app, "/v1/models/{model_id}", endpoints.model)

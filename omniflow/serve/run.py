@@ -7,9 +7,11 @@ with `speech.audio.error`, a whole one is a JSON 503, a raw stream is cut short;
 connections close at once, no task is cancelled mid-response (an ASGI traceback), and the
 process exits 0.
 
-`Server` also paces how fast the event loop takes in new connections (`serve.intake`), so that a
-burst of them cannot hold the loop for long in one go: `/health` stays responsive during a
-burst (docs/reliability.md).
+`Server` also paces how fast the event loop takes in connections and requests
+(`serve.intake`), so that a burst cannot hold the loop for long in one go: `/health` stays
+responsive during a burst; and it watches connections that owe a request head
+(`serve.connections`), so that idle or slow clients cannot hold the server
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -34,14 +37,9 @@ from omniflow.config.resolve import build_graph
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import Pipeline
 from omniflow.logs import UVICORN_LOG_CONFIG
-from omniflow.serve.intake import (
-    ACCEPT_BATCH,
-    INTAKE_LIMIT,
-    INTAKE_TIMEOUT_S,
-    LISTEN_QUEUE,
-    Intake,
-    paced_protocol,
-)
+from omniflow.serve.connections import HeadWatch
+from omniflow.serve.http_protocol import guarded_protocol
+from omniflow.serve.intake import ACCEPT_BATCH, LISTEN_QUEUE, TURN_REQUESTS, Intake
 from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
@@ -96,13 +94,29 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
     return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
 
 
+def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings from `server` (and `options`, uvicorn's own keywords)."""
+    return uvicorn.Config(
+        app,
+        log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
+        timeout_keep_alive=server.keep_alive_timeout_s,
+        h11_max_incomplete_event_size=server.max_header_bytes,
+        **options,
+    )
+
+
 class Server(uvicorn.Server):
-    """uvicorn's server, taking in connections in small turns (`Intake`), and ending the
-    app's running requests first when it shuts down."""
+    """uvicorn's server, taking in connections and requests in small turns (`Intake`),
+    watching connections that owe a request head (`HeadWatch`), and ending the app's
+    running requests first when it shuts down."""
 
     def __init__(self, config: uvicorn.Config, service: SpeechService) -> None:
-        self.intake = Intake(INTAKE_LIMIT, INTAKE_TIMEOUT_S)
-        config.http = paced_protocol(self.intake)
+        limits = service.server
+        self.intake = Intake(TURN_REQUESTS)
+        self.watch = HeadWatch(
+            limits.header_timeout_s, limits.max_unheard_per_client, limits.max_unheard_connections
+        )
+        config.http = guarded_protocol(self.intake, self.watch, limits.max_header_bytes)
         config.backlog = ACCEPT_BATCH  # asyncio's accept batch; the kernel queue: startup
         super().__init__(config)
         self.service = service
@@ -151,12 +165,7 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            self.app,
-            log_level="warning",
-            log_config=UVICORN_LOG_CONFIG,
-            timeout_keep_alive=server.keep_alive_timeout_s,
-        )
+        config = uvicorn_config(self.app, server, log_level="warning")
         self.server = Server(config, self.app.state.service)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -193,17 +202,16 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
         graph.platform.name,
         url_of(host, port),
     )
-    config = uvicorn.Config(
-        app,
-        log_level=server.log_level,
-        log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
-        timeout_graceful_shutdown=GRACE_S,
-        timeout_keep_alive=server.keep_alive_timeout_s,
+    config = uvicorn_config(
+        app, server, log_level=server.log_level, timeout_graceful_shutdown=GRACE_S
     )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: make that
-    # a clean exit instead of a traceback or a signal death.
+    # a clean exit instead of a traceback or a signal death (SIGTERM's SystemExit(0) passes
+    # through the `finally`, so the last line is logged on every way out).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        Server(config, app.state.service).run(sockets=[sock])
-    log.info("omniflow stopped")
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            Server(config, app.state.service).run(sockets=[sock])
+    finally:
+        log.info("omniflow stopped")
     return 0

@@ -29,10 +29,12 @@ from omniflow.core.voice import EncodedVoice
 from omniflow.serve.compat import check_ref_text
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import SpeechBody, VoiceBody
+from omniflow.serve.reference_gate import Place
 from omniflow.serve.text import check_printable, check_speakable
 
-Encode = Callable[[str], Awaitable[EncodedVoice]]
-"""`ref_audio` (base64 or data URI) -> the encoded reference; ApiError 400 on bad audio."""
+Encode = Callable[[str, Place], Awaitable[EncodedVoice]]
+"""`ref_audio` (base64 or data URI), the request's place in the reference gate -> the
+encoded reference; ApiError 400 on bad audio, 429 when no place is free."""
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,9 @@ class VoiceService:
         voice = self.registry.get(body.voice)
         return voice.clone if voice is not None else None
 
-    async def create(self, body: VoiceBody) -> RegisteredVoice:
+    async def create(self, body: VoiceBody, place: Place) -> RegisteredVoice:
         """Check, reserve a place (a full registry costs no encoding), encode (once, off
-        the event loop), keep."""
+        the event loop, within the request's `place` in the reference gate), keep."""
         if self.encode is None:
             raise ApiError(
                 400,
@@ -171,7 +173,7 @@ class VoiceService:
             raise self._full() from None
         added = None
         try:
-            voice = await self.encode(body.ref_audio)
+            voice = await self.encode(body.ref_audio, place)
             clone = Clone.of(voice, body.ref_text, bool(body.x_vector_only_mode))
             added = self.registry.add(body.name, clone)
             return added

@@ -131,6 +131,12 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_ref_audio_s": ("serve/routes.py", "max_ref_audio_s"),
     "server.max_ref_audio_bytes": ("serve/routes.py", "max_ref_audio_bytes"),
     "server.max_voices": ("serve/voices.py", "max_voices"),
+    "server.header_timeout_s": ("serve/run.py", "header_timeout_s"),
+    "server.max_header_bytes": ("serve/run.py", "max_header_bytes"),
+    "server.max_unheard_per_client": ("serve/run.py", "max_unheard_per_client"),
+    "server.max_unheard_connections": ("serve/run.py", "max_unheard_connections"),
+    "server.max_body_bytes": ("serve/routes.py", "body_limit"),  # config/server.py derives it
+    "server.max_concurrent_references": ("serve/routes.py", "max_concurrent_references"),
 }
 
 

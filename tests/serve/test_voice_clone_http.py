@@ -185,9 +185,9 @@ class CloningFake(FakePipeline):
     def reference_encoder(self):  # type: ignore[override]
         return self.encoder
 
-    def submit(self, speech, sink, max_buffered_s=None):
+    def submit(self, speech, sink, *limits):
         self.seen.append(speech)
-        super().submit(dataclasses.replace(speech, voice="vivian"), sink, max_buffered_s)
+        super().submit(dataclasses.replace(speech, voice="vivian"), sink, *limits)
 
 
 def test_reference_encoding_runs_off_the_event_loop():

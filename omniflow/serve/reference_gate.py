@@ -1,0 +1,96 @@
+"""How many voice-clone references are decoded and encoded at once (docs/reliability.md,
+"Clients that misbehave").
+
+A reference costs memory in proportion to its size while it is handled: the request body,
+its JSON text, the decoded file, the samples at the source rate and resampled, the encoders'
+activations; a 15 MB reference, ~100 MB. Unbounded, 32 registrations at once took the
+server to 3.3 GB and its event loop (sharing the CPU and the GIL with 32 decoding threads) to
+seconds per `/health`. `ReferenceGate` gives `server.max_concurrent_references` places; a
+request past them is a 429 with Retry-After at once, before its body is read when it
+declares one large enough to carry a reference (`REFERENCE_BODY_BYTES`). The work runs on
+the gate's own threads (one per place, so the allocator keeps one arena per place, not one
+per thread that ever decoded), and when the last place is given back the free heap is
+returned to the system (`memory.malloc_trim`), as the server does when requests go idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from omniflow.serve.errors import ApiError
+
+T = TypeVar("T")
+REFERENCE_BODY_BYTES = 256 * 1024
+"""A body larger than this is taken to carry a reference: every other field together is far
+smaller (the text fields are bounded by `server.max_input_chars`)."""
+
+
+class ReferenceGate:
+    """`places` references handled at once, on `places` threads; more is a 429."""
+
+    def __init__(self, places: int, release_memory: Callable[[], object] | None) -> None:
+        self.places = places
+        self.busy = 0
+        self.release_memory = release_memory
+        self.executor = ThreadPoolExecutor(places, thread_name_prefix="omniflow-reference")
+
+    def place(self, request: Request) -> Place:
+        """The request's place, taken now if its body is large enough to carry a reference
+        (so that such a body is read only within the bound), else when it needs one."""
+        place = Place(self)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > REFERENCE_BODY_BYTES:
+            place.take()
+        return place
+
+    async def run(self, place: Place, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on the gate's threads, within `place` (taken now if it is not)."""
+        place.take()
+        return await asyncio.get_running_loop().run_in_executor(self.executor, work, *args)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _take(self) -> None:
+        if self.busy >= self.places:
+            raise ApiError(
+                429,
+                f"{self.places} voice-clone reference(s) are being decoded already "
+                f"(server.max_concurrent_references); retry shortly",
+                "ref_audio",
+                "rate_limit_error",
+                {"Retry-After": "1"},
+            )
+        self.busy += 1
+
+    def _give(self) -> None:
+        self.busy -= 1
+        if self.busy == 0 and self.release_memory is not None:
+            self.executor.submit(self.release_memory)
+
+
+class Place:
+    """One request's place in the gate: a context manager that gives it back (if taken)
+    when the request's reference work is over."""
+
+    def __init__(self, gate: ReferenceGate) -> None:
+        self.gate = gate
+        self.held = False
+
+    def take(self) -> None:
+        if not self.held:
+            self.gate._take()
+            self.held = True
+
+    def __enter__(self) -> Place:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.held:
+            self.held = False
+            self.gate._give()
