@@ -6,7 +6,8 @@ benchmarks use `submit`, `abort`, `consumed`, `info`, `stats`, `start`, `stop` (
 holds one engine per stage (by name, in topological order) and routes each stage's outputs
 along the graph's edges: frames go to the downstream stage as typed `ReceiveFrames`
 messages; the final stage's PCM goes to the request's sink. Per request it guarantees:
-- PCM events arrive in order (they come from the final stage's single engine thread);
+- PCM events arrive in order (one router thread applies every change to a request's state
+  and calls its sink, `engine/routing.py`);
 - exactly one terminal event (finished, error or abort), after which nothing else arrives;
 - an error or abort in any stage ends the request in every stage, releasing KV blocks and
   decoder slots.
@@ -20,13 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent, Sink
-from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import (
     Overloaded,
     PhaseTimer,
@@ -34,31 +32,21 @@ from omniflow.core.pipeline import (
     PipelineStats,
     PipelineUnavailable,
 )
-from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import ReferenceEncoder
 from omniflow.engine.flow import (
     Bound,
-    FlowMessage,
     FlowTotals,
     RequestFlow,
     edge_bound,
     samples_per_frame,
 )
-from omniflow.engine.messages import Abort, Add, Hold, ReceiveFrames
+from omniflow.engine.messages import Add
 from omniflow.engine.parts import SpeechFrontend, StageParts
+from omniflow.engine.routing import Begin, Emitted, End, Router, Took, Topology
 from omniflow.engine.stage_engine import StageEngine
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Live:
-    sink: Sink
-    frames: int = 0
-    source_reason: FinishReason | None = None
-    flow: RequestFlow | None = None
-    """Backpressure state; None: the consumer takes everything as it comes."""
 
 
 class Orchestrator:
@@ -77,14 +65,21 @@ class Orchestrator:
         assert frontend is not None, f"source stage {self._source!r} takes no speech requests"
         self._frontend: SpeechFrontend = frontend
         (self._final,) = (n for n, s in graph.stages.items() if s.is_final)
-        self._live: dict[str, _Live] = {}
-        self._lock = threading.Lock()
         self._sample_rate = graph.model.codec.sample_rate
         self._frame_s = samples_per_frame(graph.model.codec) / self._sample_rate
         self._totals = FlowTotals()
         self._receivers = tuple(n for n, s in graph.stages.items() if s.upstream is not None)
+        self.router = Router(
+            Topology(
+                source=self._source,
+                final=self._final,
+                downstream={n: s.downstream for n, s in graph.stages.items()},
+                engines=engines,
+            )
+        )
+        """Owns every request's state on its own thread (`engine/routing.py`)."""
         for name, engine in engines.items():
-            engine.on_output = lambda out, name=name: self._on_output(name, out)
+            engine.on_output = lambda out, name=name: self.router.post(Emitted(name, out))
 
     # ------------------------------------------------------------------ public surface
 
@@ -111,10 +106,9 @@ class Orchestrator:
 
     def stats(self) -> PipelineStats:
         """Live gauges per stage, the requests in flight and what their buffers hold."""
-        with self._lock:
-            in_flight = len(self._live)
-            buffered = self._totals.buffered
-            backlog = {r: self._totals.backlog.get(r, 0) for r in self._receivers}
+        in_flight = len(self.router.live)  # read off the router's thread: a count
+        buffered = self._totals.buffered
+        backlog = {r: self._totals.backlog.get(r, 0) for r in self._receivers}
         stages = tuple(
             dataclasses.replace(e.stats(), backlog_frames=backlog[n]) if n in backlog else e.stats()
             for n, e in self._engines.items()
@@ -139,12 +133,14 @@ class Orchestrator:
         return list(self._engines.values())
 
     def start(self) -> None:
+        self.router.start()
         for e in self._engines.values():
             e.start()
 
     def stop(self) -> None:
         for e in self._engines.values():
             e.stop()
+        self.router.stop()
 
     # ------------------------------------------------------------------ requests
 
@@ -178,11 +174,12 @@ class Orchestrator:
                 )
         requests = {name: part.make_request(speech) for name, part in self._parts.items()}
         rid = speech.request_id
-        with self._lock:
-            if rid in self._live:
-                raise ValueError(f"request id {rid!r} is already running")
-            flow = None if max_buffered_s is None else self._flow(speech, max_buffered_s)
-            self._live[rid] = _Live(sink, flow=flow)
+        if rid in self.router.live:  # a caller's bug (ids are unique): refused while visible
+            raise ValueError(f"request id {rid!r} is already running")
+        flow = None if max_buffered_s is None else self._flow(speech, max_buffered_s)
+        # Begun before any stage sees it: the router reads its inbox in order, so the
+        # request is known before its first output arrives.
+        self.router.post(Begin(rid, sink, flow))
         # Downstream first: a receiver holds the request before its first frames arrive.
         for name in reversed(self._engines):
             self._engines[name].send(Add(requests[name], first))
@@ -205,15 +202,12 @@ class Orchestrator:
             event = AudioEvent(request_id, finished=True, finish_reason="abort")
         else:
             event = AudioEvent(request_id, finished=True, finish_reason="error", error=error)
-        self._end(request_id, event)
+        self.router.post_and_wait(End(request_id, event))  # its terminal event is out on return
 
     def consumed(self, request_id: str, samples: int) -> None:
         """The consumer of a flow-controlled request took `samples` of its audio (a request
         that has ended, or has no flow control, ignores it)."""
-        with self._lock:
-            live = self._live.get(request_id)
-            if live is not None and live.flow is not None:
-                self._send_flow(live.flow.on_consumed(samples))
+        self.router.post(Took(request_id, samples))
 
     def _flow(self, speech: SpeechRequest, max_buffered_s: float) -> RequestFlow:
         edges: dict[str, tuple[str, Bound]] = {}
@@ -226,75 +220,7 @@ class Orchestrator:
         audio = Bound.at(max(1, round(max_buffered_s * self._sample_rate)))
         return RequestFlow(speech.request_id, self._final, audio, edges, self._totals)
 
-    def _send_flow(self, messages: list[FlowMessage]) -> None:
-        """Pause/Resume decided under the lock are sent under it too, so two threads cannot
-        deliver them in the opposite order to the one they were decided in."""
-        for stage, message in messages:
-            self._engines[stage].send(message)
-
     @property
     def num_live(self) -> int:
-        with self._lock:
-            return len(self._live)
-
-    # ------------------------------------------------------------------ stage outputs
-
-    def _end(self, request_id: str, event: AudioEvent, origin: str | None = None) -> None:
-        with self._lock:
-            live = self._live.pop(request_id, None)
-            if live is not None and live.flow is not None:
-                live.flow.release()
-        if live is None:
-            return
-        for name, engine in self._engines.items():
-            if name != origin:
-                engine.send(Abort(request_id))
-        live.sink(event)
-
-    def _on_output(self, stage: str, out: StageOutput) -> None:
-        rid = out.request_id
-        if out.error is not None:
-            error = AudioEvent(rid, finished=True, finish_reason="error", error=out.error)
-            self._end(rid, error, origin=stage)
-            return
-        if out.finish_reason == "abort":
-            return  # the orchestrator ended it; the sink already has its terminal event
-        downstream = self.graph.stages[stage].downstream
-        if out.held:
-            if downstream is not None:
-                self._engines[downstream].send(Hold(rid))
-            return
-        frames = tuple(f for f in out.frames if f is not None)
-        audio = stage == self._final and out.audio is not None and bool(out.audio.size)
-        with self._lock:
-            live = self._live.get(rid)
-            if live is None:
-                return
-            if stage == self._source:
-                live.frames += len(frames)
-                live.source_reason = out.finish_reason or live.source_reason
-            if live.flow is not None:
-                flow = live.flow
-                self._send_flow(flow.on_used(stage, out.consumed_frames))
-                if downstream is not None:
-                    self._send_flow(flow.on_sent(downstream, len(frames)))
-                if audio:
-                    self._send_flow(flow.on_audio(out.audio.size))
-        if downstream is not None:
-            self._engines[downstream].send(ReceiveFrames(rid, frames, out.finished))
-        if stage != self._final:
-            return
-        if audio:
-            live.sink(AudioEvent(rid, pcm=out.audio, frames=live.frames))
-        if out.finished:
-            self._finish_ok(rid, out.finish_reason)
-
-    def _finish_ok(self, request_id: str, reason: FinishReason | None) -> None:
-        with self._lock:
-            live = self._live.pop(request_id, None)
-            if live is not None and live.flow is not None:
-                live.flow.release()
-        if live is not None:
-            reason = live.source_reason or reason
-            end = AudioEvent(request_id, frames=live.frames, finished=True, finish_reason=reason)
-            live.sink(end)
+        """Requests begun and not yet ended (read off the router's thread: a count)."""
+        return len(self.router.live)

@@ -95,7 +95,7 @@ class SlowHandOff(FakePipeline):
     """Each event reaches the server HANDOFF_S after the pipeline made it (a busy engine
     thread between making an event and handing it over)."""
 
-    def submit(self, speech, sink, max_buffered_s=None) -> None:
+    def submit(self, speech, sink, max_buffered_s=None, max_wait_s=None) -> None:
         def late(ev: AudioEvent) -> None:
             time.sleep(HANDOFF_S)  # the latency under test, not a synchronisation
             sink(ev)

@@ -87,7 +87,7 @@ class InstantPipeline(FakePipeline):
         super().__init__()
         self.consumed_calls: list[int] = []
 
-    def submit(self, speech, sink, max_buffered_s=None) -> None:
+    def submit(self, speech, sink, max_buffered_s=None, max_wait_s=None) -> None:
         frames = speech.max_new_tokens or 1
         for i in range(frames):
             sink(AudioEvent(speech.request_id, pcm=ramp(4 * i), frames=i + 1))

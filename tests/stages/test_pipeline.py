@@ -275,3 +275,29 @@ def test_checkpoint_directory_reproduces_the_dummy_pipeline(tmp_path):
         finally:
             dummy.stop()
             loaded.stop()
+
+
+def test_every_sink_call_comes_from_the_router_thread(two_stage):
+    """The orchestrator's request state has one owner (`engine/routing.py`): sinks are called
+    from its thread alone, whichever stage produced the output or thread aborted it."""
+    import threading
+
+    threads: set[str] = set()
+    done = Collector()
+
+    def sink(ev):
+        threads.add(threading.current_thread().name)
+        done(ev)
+
+    two_stage.submit(speech("owned", max_new_tokens=6, ignore_eos=True), sink)
+    done.wait()
+    aborted = Collector()
+
+    def sink2(ev):
+        threads.add(threading.current_thread().name)
+        aborted(ev)
+
+    two_stage.submit(speech("cut", max_new_tokens=400, ignore_eos=True), sink2)
+    two_stage.abort("cut")
+    assert aborted.terminal.finish_reason == "abort"
+    assert threads == {"router"}
