@@ -22,7 +22,7 @@ import torch
 
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.graph import StageGraph
-from omniflow.engine.orchestrator import Orchestrator
+from omniflow.core.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +30,13 @@ log = logging.getLogger(__name__)
 class PipelineCache:
     """The last job's started pipeline and the graph it was built from."""
 
-    def __init__(self, build: Callable[[StageGraph], Orchestrator] = build_pipeline) -> None:
+    def __init__(self, build: Callable[[StageGraph], Pipeline] = build_pipeline) -> None:
         self.build = build
         self._key: str | None = None
-        self._pipeline: Orchestrator | None = None
+        self._device = "cpu"
+        self._pipeline: Pipeline | None = None
 
-    def get(self, graph: StageGraph) -> tuple[Orchestrator, bool]:
+    def get(self, graph: StageGraph) -> tuple[Pipeline, bool]:
         """A started pipeline for `graph`, and whether it was reused (else built now)."""
         key = repr(graph)  # every field of the graph: equal graphs build equal pipelines
         if self._pipeline is not None and key == self._key:
@@ -48,7 +49,7 @@ class PipelineCache:
         pipeline = self.build(graph)
         pipeline.start()
         log.info("pipeline built in %.1f s", time.perf_counter() - start)
-        self._key, self._pipeline = key, pipeline
+        self._key, self._pipeline, self._device = key, pipeline, graph.platform.device
         return pipeline, False
 
     @property
@@ -62,7 +63,7 @@ class PipelineCache:
             return
         pipeline, self._key, self._pipeline = self._pipeline, None, None
         pipeline.stop()
-        device = pipeline.graph.platform.device
+        device = self._device
         del pipeline
         gc.collect()  # CUDA graphs and KV pools go with their last reference
         if device.startswith("cuda"):

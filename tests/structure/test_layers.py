@@ -57,3 +57,51 @@ def test_config_layer_imports_no_model_code():
 
 def test_every_arch_has_capabilities_and_a_builder():
     assert set(BUILDERS) == set(ARCH_CAPABILITIES)
+
+
+def direct_imports(package: str) -> dict[str, set[str]]:
+    """Each module of `package` -> the omniflow packages its own import lines name."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found: dict[str, set[str]] = {}
+    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        found[path.name] = {".".join(n.split(".")[:2]) for n in names if n.startswith("omniflow")}
+    return found
+
+
+def test_serve_and_the_bench_app_name_no_engine_internals():
+    """They reach a pipeline through core's protocol and the one build entry only."""
+    allowed = {
+        "omniflow.core",
+        "omniflow.config",
+        "omniflow.errors",
+        "omniflow.logs",
+        "omniflow.preflight",
+        "omniflow.serve",
+        "omniflow.bench",
+    }
+    for package in ("omniflow.serve", "omniflow.bench"):
+        for module, names in direct_imports(package).items():
+            extra = names - allowed - {"omniflow.build"}
+            assert not extra, f"{package}/{module} imports {sorted(extra)}"
+    builders = {
+        f"{p}/{m}"
+        for p in ("omniflow.serve", "omniflow.bench")
+        for m, names in direct_imports(p).items()
+        if "omniflow.build" in names
+    }
+    # the modules that start a server or a job build the pipeline; nothing else does
+    assert builders <= {
+        "omniflow.serve/run.py",
+        "omniflow.bench/job.py",
+        "omniflow.bench/open_loop.py",
+        "omniflow.bench/reuse.py",
+    }
