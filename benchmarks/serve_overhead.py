@@ -43,7 +43,7 @@ from omniflow.bench.client import FRAME_RATE, summarize
 from omniflow.bench.job import load_in_child
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import PipelineInfo, PipelineStats, StageStats
+from omniflow.core.pipeline import UNBOUNDED, PipelineInfo, PipelineStats, RequestLimits, StageStats
 from omniflow.core.speech import SpeechRequest
 from omniflow.serve.run import ServerThread
 
@@ -134,7 +134,7 @@ class SyntheticPipeline:
         self,
         speech: SpeechRequest,
         sink: Callable[[AudioEvent], None],
-        max_buffered_s: float | None = None,
+        limits: RequestLimits = UNBOUNDED,
     ) -> None:
         with self._wake:
             self._live[speech.request_id] = _Live(sink, speech.max_new_tokens or 1)

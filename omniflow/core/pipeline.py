@@ -33,6 +33,22 @@ class Overloaded(PipelineUnavailable):
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """What a caller bounds for one request it submits (None: unbounded)."""
+
+    max_buffered_s: float | None = None
+    """Audio the request may get ahead of its consumer, who reports what it took with
+    `consumed`; with that much unread the request pauses (flow control)."""
+    max_wait_s: float | None = None
+    """The longest wait for a seat; a request that would wait longer is refused at once
+    (`Overloaded`) instead of queued."""
+
+
+UNBOUNDED = RequestLimits()
+"""An in-process caller's limits: its sink takes everything as it comes, it waits."""
+
+
+@dataclass(frozen=True)
 class PipelineInfo:
     """Static facts of a built pipeline."""
 
@@ -167,16 +183,9 @@ class Pipeline(Protocol):
 
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None: ...
 
-    def submit(
-        self,
-        speech: SpeechRequest,
-        sink: Sink,
-        max_buffered_s: float | None = None,
-        max_wait_s: float | None = None,
-    ) -> None:
+    def submit(self, speech: SpeechRequest, sink: Sink, limits: RequestLimits = UNBOUNDED) -> None:
         """ValueError: bad input; PipelineUnavailable: a stage has stopped; Overloaded: the
-        request could not be seated within `max_wait_s` (None: it waits as long as it takes).
-        With `max_buffered_s` the request pauses while that much of its audio is unconsumed."""
+        request could not be seated within `limits.max_wait_s`."""
         ...
 
     def consumed(self, request_id: str, samples: int) -> None:

@@ -26,11 +26,13 @@ from collections.abc import Callable
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent, Sink
 from omniflow.core.pipeline import (
+    UNBOUNDED,
     Overloaded,
     PhaseTimer,
     PipelineInfo,
     PipelineStats,
     PipelineUnavailable,
+    RequestLimits,
 )
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import ReferenceEncoder
@@ -144,26 +146,17 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(
-        self,
-        speech: SpeechRequest,
-        sink: Sink,
-        max_buffered_s: float | None = None,
-        max_wait_s: float | None = None,
-    ) -> None:
+    def submit(self, speech: SpeechRequest, sink: Sink, limits: RequestLimits = UNBOUNDED) -> None:
         """Start a request. Invalid input raises ValueError before anything is queued; a
         pipeline with a dead stage raises PipelineUnavailable; one that could not seat it
-        within `max_wait_s` (None: no limit) raises Overloaded.
-
-        `max_buffered_s`: how much audio the request may get ahead of its consumer, which
-        then reports what it took with `consumed` (None: the sink takes everything as it
-        comes, as an in-process caller does). The same amount, in frames, bounds each
-        receiving stage's backlog of this request."""
+        within `limits.max_wait_s` raises Overloaded. With `limits.max_buffered_s` the
+        request is flow-controlled (`engine/flow.py`): the same amount, in frames, bounds
+        each receiving stage's backlog of it."""
         dead = [name for name, e in self._engines.items() if not e.alive]
         if dead:
             raise PipelineUnavailable(f"stage {dead[0]!r} has stopped; the pipeline is down")
-        if max_wait_s is not None:
-            self._admit_by_deadline(max_wait_s)
+        if limits.max_wait_s is not None:
+            self._admit_by_deadline(limits.max_wait_s)
         first = speech.initial_chunk_frames
         for name, part in self._parts.items():
             limit = part.max_chunk_frames
@@ -176,7 +169,8 @@ class Orchestrator:
         rid = speech.request_id
         if rid in self.router.live:  # a caller's bug (ids are unique): refused while visible
             raise ValueError(f"request id {rid!r} is already running")
-        flow = None if max_buffered_s is None else self._flow(speech, max_buffered_s)
+        buffered = limits.max_buffered_s
+        flow = None if buffered is None else self._flow(speech, buffered)
         # Begun before any stage sees it: the router reads its inbox in order, so the
         # request is known before its first output arrives.
         self.router.post(Begin(rid, sink, flow))

@@ -25,7 +25,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import Overloaded, Pipeline, PipelineInfo, PipelineUnavailable
+from omniflow.core.pipeline import (
+    Overloaded,
+    Pipeline,
+    PipelineInfo,
+    PipelineUnavailable,
+    RequestLimits,
+)
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice, ReferenceEncoder
 from omniflow.serve import endpoints
@@ -58,6 +64,8 @@ class SpeechService:
     def __init__(self, pipeline: Pipeline, server: ServerConfig) -> None:
         self.pipeline = pipeline
         self.server = server
+        self.limits = RequestLimits(server.max_buffered_audio_s, server.max_first_audio_wait_s)
+        """What every speech request is submitted with (flow control, admission by deadline)."""
         self.info = pipeline.info()
         self.reference = pipeline.reference_encoder()
         """Voice clone (a Base model's encoders); None: task_type Base is refused."""
@@ -165,12 +173,7 @@ class SpeechService:
         )
         submitted = time.perf_counter()
         try:
-            self.pipeline.submit(
-                speech,
-                sink,
-                self.server.max_buffered_audio_s,
-                self.server.max_first_audio_wait_s,
-            )
+            self.pipeline.submit(speech, sink, self.limits)
         except Overloaded as exc:
             raise overloaded(str(exc), exc.retry_after_s) from None
         except PipelineUnavailable as exc:

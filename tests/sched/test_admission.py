@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from omniflow.config.schema import SchedulerConfig
-from omniflow.core.pipeline import Overloaded
+from omniflow.core.pipeline import Overloaded, RequestLimits
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.ar_admission import SeatGaps
 from tests.factories import Collector, build, speech
@@ -51,12 +51,14 @@ def test_the_orchestrator_refuses_what_would_wait_past_the_limit():
         source = orch.engines[0]
         source.scheduler.first_audio_wait_s = lambda: 3.0  # type: ignore[method-assign]
         with pytest.raises(Overloaded) as err:
-            orch.submit(speech("late", max_new_tokens=3), Collector(), max_wait_s=1.0)
+            orch.submit(
+                speech("late", max_new_tokens=3), Collector(), RequestLimits(max_wait_s=1.0)
+            )
         assert err.value.retry_after_s == 3.0
         assert orch.num_live == 0  # nothing was queued
         done = [Collector(), Collector()]
-        orch.submit(speech("patient", max_new_tokens=3), done[0], max_wait_s=None)  # no limit
-        orch.submit(speech("fits", max_new_tokens=3), done[1], max_wait_s=5.0)
+        orch.submit(speech("patient", max_new_tokens=3), done[0])  # no limit
+        orch.submit(speech("fits", max_new_tokens=3), done[1], RequestLimits(max_wait_s=5.0))
         for c in done:
             c.wait()
             assert c.events[-1].finish_reason in ("stop", "length")

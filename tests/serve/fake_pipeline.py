@@ -17,11 +17,13 @@ import numpy as np
 
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
+    UNBOUNDED,
     Overloaded,
     PipelineInfo,
     PipelineStats,
     PipelineUnavailable,
     PrefillCounters,
+    RequestLimits,
     StageStats,
     WindowCounters,
 )
@@ -124,12 +126,11 @@ class FakePipeline:
         self,
         speech: SpeechRequest,
         sink: Callable[[AudioEvent], None],
-        max_buffered_s: float | None = None,
-        max_wait_s: float | None = None,
+        limits: RequestLimits = UNBOUNDED,
     ) -> None:
         with self._lock:
             self.submits += 1
-            self.max_wait_s = max_wait_s
+            self.max_wait_s = max_wait_s = limits.max_wait_s
             if max_wait_s is not None and self.seat_wait_s > max_wait_s:
                 raise Overloaded("at capacity", retry_after_s=self.seat_wait_s)
             if self._die_at_submit is not None:

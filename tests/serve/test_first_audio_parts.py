@@ -14,6 +14,7 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import UNBOUNDED
 from omniflow.serve.bodies import raw_stream
 from omniflow.serve.run import ServerThread
 from omniflow.serve.sending import PacedStream
@@ -95,12 +96,12 @@ class SlowHandOff(FakePipeline):
     """Each event reaches the server HANDOFF_S after the pipeline made it (a busy engine
     thread between making an event and handing it over)."""
 
-    def submit(self, speech, sink, max_buffered_s=None, max_wait_s=None) -> None:
+    def submit(self, speech, sink, limits=UNBOUNDED) -> None:
         def late(ev: AudioEvent) -> None:
             time.sleep(HANDOFF_S)  # the latency under test, not a synchronisation
             sink(ev)
 
-        super().submit(speech, late, max_buffered_s)
+        super().submit(speech, late, limits)
 
 
 HANDOFF_S = 0.05

@@ -11,6 +11,7 @@ import numpy as np
 
 from omniflow.config.compose import compose
 from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import UNBOUNDED
 from omniflow.serve.run import ServerThread
 from omniflow.serve.streaming import merge_waiting
 from tests.serve.fake_pipeline import FakePipeline
@@ -87,7 +88,7 @@ class InstantPipeline(FakePipeline):
         super().__init__()
         self.consumed_calls: list[int] = []
 
-    def submit(self, speech, sink, max_buffered_s=None, max_wait_s=None) -> None:
+    def submit(self, speech, sink, limits=UNBOUNDED) -> None:
         frames = speech.max_new_tokens or 1
         for i in range(frames):
             sink(AudioEvent(speech.request_id, pcm=ramp(4 * i), frames=i + 1))
