@@ -17,7 +17,6 @@ import omniflow.build.pipeline as build
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError, ConfigErrors
-from omniflow.preflight import GB, check_memory, memory_estimate
 from omniflow.synth import run_synth
 
 ARGS = ["platform=cpu", "seed=3"]
@@ -100,6 +99,8 @@ def test_the_estimate_counts_weights_and_the_kv_cache():
     """The 1.7B preset measured 15.9 GB peak RSS as a CPU build (issue 36): 2.03 B fp32
     parameters (8.1 GB) and 2,048 KV blocks of 16 tokens x 28 layers x K and V x 8 heads x
     128 x 4 bytes (7.5 GB), plus the process."""
+    from omniflow.preflight import GB, memory_estimate
+
     graph = build_graph(compose(["platform=cpu", "model=qwen3_tts_1_7b"]))
     need = memory_estimate(graph)
     assert 8.0 * GB < need.weights < 8.3 * GB
@@ -111,6 +112,7 @@ def test_the_estimate_counts_weights_and_the_kv_cache():
 
 def test_a_build_that_does_not_fit_is_refused(monkeypatch):
     import omniflow.preflight as preflight
+    from omniflow.preflight import GB, check_memory
 
     monkeypatch.setattr(preflight, "available_memory", lambda: (int(4 * GB), "test"))
     big = ["platform=cpu", "model=qwen3_tts_0_6b", "model.allow_large_dummy=true"]

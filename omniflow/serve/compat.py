@@ -43,8 +43,8 @@ def task_field_errors(body: SpeechBody, registered: bool = False) -> list[ApiErr
         return errors + [
             ApiError(
                 400,
-                "a Base model clones a voice: it needs ref_audio (the reference recording; "
-                "task_type 'Base') and names no preset voice",
+                "a Base model clones a voice: a request needs ref_audio, the recording to "
+                "clone (task_type 'Base'), and names no preset voice",
                 "ref_audio",
             )
         ]
