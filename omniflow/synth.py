@@ -5,10 +5,12 @@ Bare keys (`text=`, `out=`, `seed=`, `voice=`, `language=`, `max_new_tokens=`,
 `ref_text=`, `x_vector_only_mode=`) are the `synth` section's; any other override configures the
 pipeline. The output format follows `out`'s extension and is encoded as the server encodes
 whole responses (serve/encoders.py). Everything that can be checked before generating is:
-the device, the format, the reference recording (read, decoded and resampled as the server
-does, serve/reference_audio.py, without the server's size limits), and the output directory
-(a temporary file is created beside `out` first, then renamed over it, so a Ctrl-C or a
-failure never leaves half a file or loses the previous one).
+the device, the format, the request by the server's own rules (serve/validation.py, every
+broken rule at once, from the model config alone), the memory the build takes on the CPU
+(preflight.py), the reference recording (read, decoded and resampled as the server does,
+serve/reference_audio.py, without the server's size limits), and the output directory (a
+temporary file is created beside `out` first, then renamed over it with the mode a new file
+gets, so a Ctrl-C or a failure never leaves half a file or loses the previous one).
 """
 
 from __future__ import annotations

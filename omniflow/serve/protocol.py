@@ -56,9 +56,9 @@ class SpeechBody(BaseModel):
     input: str = Field(description="Text to speak.")
     voice: str | None = Field(
         None,
-        description="What GET /v1/audio/voices lists: a preset speaker of a CustomVoice model, "
-        "or on a Base model the id of a registered voice (POST /v1/audio/voices). A voice "
-        "clone from ref_audio names none.",
+        description="What GET /v1/audio/voices lists: a preset speaker of a CustomVoice model "
+        "(unset: vivian, as omniflow synth), or on a Base model the id of a registered voice "
+        "(POST /v1/audio/voices). A voice clone from ref_audio names none.",
     )
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
     speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Only 1.0 is supported.")
