@@ -13,7 +13,7 @@ model decides the length (dummy weights: the text's speaking-rate estimate, READ
 Each streams raw PCM (`stream: true`, `response_format: "pcm"`) as a client does.
 
 Per request: first audio (sending -> the first non-empty audio bytes), e2e (-> end of
-stream), and the stalls of a zero-buffer player that starts at first audio (bench/player.py).
+stream), and the stalls of a zero-buffer player that starts at first audio (core/player.py).
 A 429 or 503 is `rejected`; a transport error, another status, or a stream without whole
 16-bit audio is `failed`; a measured request still running `--drain-s` after the window
 closes is aborted and `failed`. None is retried.
@@ -42,7 +42,7 @@ from tqdm import tqdm
 from omniflow.bench.arrivals import KINDS, arrival_times
 from omniflow.bench.client import BYTES_PER_FRAME, DEFAULT_PROMPTS, error_counts, lane_client
 from omniflow.bench.mode import Plan
-from omniflow.bench.player import BYTES_PER_SECOND, stalls
+from omniflow.core.player import BYTES_PER_SECOND, stalls
 
 REJECTED = (429, 503)
 """Statuses of a server refusing load (too many in flight; shutting down or a stage down)."""

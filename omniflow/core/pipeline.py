@@ -82,6 +82,8 @@ class WindowCounters:
     refusals: dict[str, int] = field(default_factory=dict)
     admitting: int = 0
     """Planned windows whose first step admitted new requests (`window_admits`)."""
+    sizes: dict[int, int] = field(default_factory=dict)
+    """Planned windows by their length in steps (slack-sized windows vary)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,9 @@ class StageStats:
     backlog_frames: int | None = None
     """Chunk-receiving stages: frames received from upstream and not yet consumed, summed
     over requests (None for a stage without an upstream)."""
+    min_slack_s: float | None = None
+    """Stages sizing windows by playback slack: the least slack of a running stream, in
+    seconds (negative: late; None: no clock, or no stream playing yet)."""
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ class StepLoop:
             prefills=self.runner.prefills(),
             preemptions=g.preemptions,
             paused=g.paused,
+            min_slack_s=g.min_slack_s,
         )
 
     @property

@@ -145,7 +145,7 @@ class ARScheduler:
         windows = None
         if self.window_k:
             counts = (w.planned_windows, w.executed_windows, w.executed_steps)
-            windows = WindowCounters(*counts, dict(w.refusals), w.admitting_windows)
+            windows = WindowCounters(*counts, dict(w.refusals), w.admitting_windows, dict(w.sizes))
         return SchedulerGauges(
             running=len(self.running),
             waiting=len(self.waiting),
@@ -154,6 +154,14 @@ class ARScheduler:
             windows=windows,
             preemptions=self.num_preemptions,
             paused=len(self._paused),
+            min_slack_s=self._min_slack(),
+        )
+
+    def _min_slack(self) -> float | None:
+        if self.playback is None:
+            return None
+        return self.playback.min_slack(
+            (r.request_id, len(r.output_tokens)) for r in list(self.running)
         )
 
     @property
@@ -269,7 +277,7 @@ class ARScheduler:
         """The window length the scheduled streams' slack allows (None: no clock)."""
         if self.playback is None or self.window_k < 2:
             return None
-        streams = [(rid, self.requests[rid].num_generated) for rid in scheduled]
+        streams = [(rid, len(self.requests[rid].output_tokens)) for rid in scheduled]
         return self.playback.window_steps(self.window_k, streams, self.playback.now())
 
     def _preemption_victim(self, req: Request) -> Request:
@@ -353,7 +361,7 @@ class ARScheduler:
             if not out.tokens:
                 continue
             if self.playback is not None:
-                self.playback.frames_made(rid, req.num_generated, now)
+                self.playback.frames_made(rid, len(req.output_tokens), now)
             output, state = take_tokens(req, out, self.config.max_model_len)
             if state is not None:
                 self._finish(req, state)

@@ -19,3 +19,5 @@ class SchedulerGauges:
     preemptions: int | None = None
     paused: int = 0
     """Requests held out of scheduling by backpressure (`pause`)."""
+    min_slack_s: float | None = None
+    """The least playback slack of a running stream (None: no clock or none playing)."""

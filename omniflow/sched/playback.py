@@ -58,6 +58,12 @@ class PlaybackClock:
             return None
         return start + frames * self.frame_s - self.margin_s - at
 
+    def min_slack(self, streams: Iterable[tuple[str, int]]) -> float | None:
+        """The least slack among `streams` (request, frames made) now; None: none playing."""
+        at = self.now()
+        slacks = [s for rid, n in streams if (s := self.slack(rid, n, at)) is not None]
+        return min(slacks, default=None)
+
     def observe_step(self, seconds: float, steps: int) -> None:
         """A result covering `steps` decode steps took `seconds` of wall time."""
         if steps <= 0 or seconds <= 0:

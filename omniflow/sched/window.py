@@ -28,6 +28,8 @@ class WindowStats:
     admitting_windows: int = 0
     """Planned windows whose first step admits new requests (`window_admits`)."""
     refusals: Counter[str] = field(default_factory=Counter)
+    sizes: Counter[int] = field(default_factory=Counter)
+    """Planned windows by length (the longest request's steps)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ def plan_window(
             return {}, {}
         extra[rid] = blocks
     stats.planned_windows += 1
+    stats.sizes[max(sizes.values())] += 1
     stats.admitting_windows += any(_prefills(c) for c in candidates)
     return sizes, extra
 

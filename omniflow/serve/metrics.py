@@ -24,6 +24,7 @@ from omniflow.core.pipeline import (
     StageStats,
     WindowCounters,
 )
+from omniflow.core.player import Stall
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 FIRST_AUDIO_PART_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 10)
@@ -31,7 +32,7 @@ STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 T = TypeVar("T")
 
-STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = (
+STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], float | None]], ...] = (
     ("omniflow_kv_blocks_in_use", "KV-cache blocks in use", lambda s: s.kv_blocks_used),
     (
         "omniflow_decoder_slots_in_use",
@@ -49,6 +50,12 @@ STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], int | None]], ...] = 
         "omniflow_backlog_frames",
         "Frames received from the upstream stage and not yet consumed",
         lambda s: s.backlog_frames,
+    ),
+    (
+        "omniflow_stream_slack_min_seconds",
+        "The least playback slack of a running stream (its next frame's deadline - now; "
+        "negative: late), on stages that size windows by slack",
+        lambda s: s.min_slack_s,
     ),
 )
 
@@ -121,6 +128,15 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.stalls = Counter(
+            "omniflow_stalls",
+            "Streamed audio sent later than a zero-buffer player starting at the stream's "
+            "first audio needed it (the stalls the server can see; a client adds its network)",
+            registry=r,
+        )
+        self.stall_seconds = Counter(
+            "omniflow_stall_seconds", "Total length of those stalls", registry=r
+        )
         for outcome in ("ok", "error", "abort", "rejected"):
             self.requests.labels(outcome)
         for reason in ("in_flight", "first_audio_wait", "unavailable", "invalid"):
@@ -138,6 +154,12 @@ class Metrics:
         self.first_audio_intake.observe(submitted - arrived)
         self.first_audio_made.observe(made - submitted)
         self.first_audio_delivery.observe(sent - made)
+
+    def stalled(self, stall: Stall | None) -> None:
+        """Count a stall a streamed response's player saw (None: none)."""
+        if stall is not None:
+            self.stalls.inc()
+            self.stall_seconds.inc(stall.length_s)
 
     def request_started(self) -> None:
         """A speech request runs: the in-flight gauge, and `watchers` if it is the only one."""
@@ -237,7 +259,15 @@ def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFam
     refusals = CounterMetricFamily(
         "omniflow_window_refusals", "Windows refused, by reason", labels=["stage", "reason"]
     )
+    sizes = CounterMetricFamily(
+        "omniflow_window_sizes",
+        "Windows planned, by their length in steps (sized by the streams' playback slack)",
+        labels=["stage", "steps"],
+    )
     for stage, w in windowed:
         for reason, count in sorted(w.refusals.items()):
             refusals.add_metric([stage, reason], count)
+        for k, count in sorted(w.sizes.items()):
+            sizes.add_metric([stage, str(k)], count)
     yield refusals
+    yield sizes

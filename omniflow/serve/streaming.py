@@ -31,6 +31,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import Pipeline, Sink
+from omniflow.core.player import ZeroBufferPlayer
 from omniflow.serve.bodies import raw_stream, sse
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.errors import ApiError, unavailable
@@ -234,12 +235,18 @@ class SpeechResponse:
 
     async def audio_events(self, first: AudioEvent, poll: bool) -> AsyncIterator[AudioEvent]:
         """The request's events from `first` to its end; `poll` watches for a client that
-        left (a streamed response notices that itself, when a write fails)."""
+        left (a streamed response notices that itself, when a write fails). A streamed
+        response (`poll` false) plays its audio on a zero-buffer player as it goes out: audio
+        sent later than that player needs it is a stall the server saw (/metrics)."""
         ev = first
+        player = None if poll else ZeroBufferPlayer()
         try:
             while True:
                 if ev.pcm is not None:
-                    self.metrics.audio_seconds.inc(ev.pcm.size / self.sample_rate)
+                    seconds = ev.pcm.size / self.sample_rate
+                    self.metrics.audio_seconds.inc(seconds)
+                    if player is not None:
+                        self.metrics.stalled(player.feed(time.perf_counter(), seconds))
                 yield ev
                 if ev.pcm is not None:  # sent on: room for more (backpressure credit)
                     self.pipeline.consumed(self.rid, ev.pcm.size)

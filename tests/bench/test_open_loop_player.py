@@ -1,11 +1,11 @@
-"""The zero-buffer player (omniflow/bench/player.py) against hand-made timelines: 0.1 s of
+"""The zero-buffer player (omniflow/core/player.py) against hand-made timelines: 0.1 s of
 audio is 4,800 bytes (24 kHz s16le mono)."""
 
 from __future__ import annotations
 
 import pytest
 
-from omniflow.bench.player import BYTES_PER_SECOND, Stall, stalls
+from omniflow.core.player import BYTES_PER_SECOND, Stall, stalls
 
 TENTH = BYTES_PER_SECOND // 10  # 0.1 s of audio
 

@@ -103,7 +103,9 @@ def test_the_planned_window_is_as_long_as_the_slack_allows():
     engine.scheduler.playback.step_s = 0.03
     # frame 1 is due by 100.0 + 0.08 - 0.04; at 99.9 there are 0.14 s: 4 steps of 30 ms
     now[0] = 99.9
+    assert engine.stats().min_slack_s == pytest.approx(0.14)  # on /metrics, the least
     assert engine.scheduler.schedule().window == {"a": 4}
+    assert engine.scheduler.gauges().windows.sizes == {4: 1}  # on /metrics by length
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,7 @@ class FakePipeline:
             dead = set(self._dead)
         first, second = self._info.stages
         windows = (
-            WindowCounters(steps, 0, 0, {"waiting": 1}, admitting=2 * steps)
+            WindowCounters(steps, 0, 0, {"waiting": 1}, admitting=2 * steps, sizes={3: steps})
             if self._windows
             else None
         )
@@ -107,6 +107,7 @@ class FakePipeline:
                     windows=windows,
                     # distinct values per field, so a metric reading the wrong one shows
                     prefills=PrefillCounters(steps, 7 * steps, max(steps - 1, 0), 2 * steps),
+                    min_slack_s=0.25 if n else None,
                 ),
                 StageStats(
                     second,

@@ -356,7 +356,9 @@ def test_window_counters_on_metrics_only_when_windows_are_on(live):
     from tests.serve.conftest import LiveServer
 
     assert "omniflow_window" not in httpx.get(live.url + "/metrics").text
-    with LiveServer("pipeline.stages.talker.window_k=8") as server:
+    with LiveServer(
+        "pipeline.stages.talker.window_k=8", "pipeline.stages.talker.playback_margin_ms=null"
+    ) as server:
         r = httpx.post(
             server.url + "/v1/audio/speech",
             timeout=60,

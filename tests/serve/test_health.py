@@ -130,6 +130,7 @@ def test_stage_gauges_follow_stats_and_exist_only_where_the_stage_has_them():
         assert metric(text, 'omniflow_requests_running{stage="talker"}') == 2
         assert metric(text, 'omniflow_requests_running{stage="code2wav"}') == 2
         assert metric(text, 'omniflow_requests_waiting{stage="code2wav"}') == 0
+        assert metric(text, 'omniflow_stream_slack_min_seconds{stage="talker"}') == 0.25
         assert 'omniflow_kv_blocks_in_use{stage="code2wav"}' not in text
         assert 'omniflow_decoder_slots_in_use{stage="talker"}' not in text
         text = httpx.get(server.url + "/metrics").text
@@ -139,6 +140,8 @@ def test_stage_gauges_follow_stats_and_exist_only_where_the_stage_has_them():
         assert metric(text, 'omniflow_window_planned_total{stage="talker"}') == p.steps
         assert metric(text, 'omniflow_window_admitting_total{stage="talker"}') == 2 * p.steps
         assert metric(text, 'omniflow_window_refusals_total{reason="waiting",stage="talker"}') == 1
+        assert metric(text, 'omniflow_window_sizes_total{stage="talker",steps="3"}') == p.steps
+        assert "omniflow_stream_slack_min_seconds" not in text  # nothing playing now
         assert 'stage="code2wav"' not in "".join(
             ln for ln in text.splitlines() if ln.startswith("omniflow_window")
         )

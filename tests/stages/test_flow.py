@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from omniflow.core.pipeline import RequestLimits
 from omniflow.engine.flow import Bound, FlowTotals, RequestFlow, edge_bound
 from omniflow.engine.messages import Pause, Resume
 from tests.factories import Collector, build, speech, stage_stats, tiny_bundle, wait_idle
@@ -75,7 +76,11 @@ def test_fused_request_pauses_at_its_buffer_keeps_its_state_and_resumes_exactly(
     orch = build("qwen3_tts_fused", bundle=tiny_bundle())
     try:
         reader = Reader(orch, "a")
-        orch.submit(speech("a", max_new_tokens=frames, ignore_eos=True), reader, 0.5)
+        orch.submit(
+            speech("a", max_new_tokens=frames, ignore_eos=True),
+            reader,
+            RequestLimits(max_buffered_s=0.5),
+        )
         wait_for(lambda: stage_stats(orch, "talker").paused == 1)
         stats = orch.stats()
         talker = stats.stages[0]
@@ -103,7 +108,11 @@ def test_two_stage_client_pause_cascades_to_the_talker_through_the_bounded_backl
     orch = build("qwen3_tts", SMALL_CHUNKS, bundle=tiny_bundle())
     try:
         reader = Reader(orch, "a")
-        orch.submit(speech("a", max_new_tokens=frames, ignore_eos=True), reader, 0.5)
+        orch.submit(
+            speech("a", max_new_tokens=frames, ignore_eos=True),
+            reader,
+            RequestLimits(max_buffered_s=0.5),
+        )
         wait_for(lambda: all(s.paused == 1 for s in orch.stats().stages))
         talker, code2wav = orch.stats().stages
         # code2wav paused after its chunks of 1, 5 and 5 frames (0.88 s >= 0.5 s); the talker
@@ -136,7 +145,11 @@ def test_abort_with_an_error_ends_a_paused_request_once_and_releases_it():
     orch = build("qwen3_tts", SMALL_CHUNKS, bundle=tiny_bundle())
     try:
         reader = Reader(orch, "a")
-        orch.submit(speech("a", max_new_tokens=200, ignore_eos=True), reader, 0.1)
+        orch.submit(
+            speech("a", max_new_tokens=200, ignore_eos=True),
+            reader,
+            RequestLimits(max_buffered_s=0.1),
+        )
         wait_for(lambda: stage_stats(orch, "code2wav").paused == 1)
         orch.abort("a", error="the server is shutting down")
         end = reader.wait().terminal

@@ -218,6 +218,7 @@ def test_the_served_pipeline_admits_when_its_stage_says_so():
         "qwen3_tts_fused",
         "pipeline.stages.talker.window_k=4",
         "pipeline.stages.talker.window_admits=true",
+        "pipeline.stages.talker.playback_margin_ms=null",  # fixed windows: not by the clock
     )
     try:
         first, second = FirstAudio(), FirstAudio()

@@ -134,7 +134,11 @@ def test_fused_pipeline_audio_is_the_same_with_windows_decoded_once_per_window()
     one 16-bit step (a pass over 6 frames rounds differently from six
     passes over one), in 1 (prefill) + 4 windows of 6 decoder calls instead of 25."""
     plain = build("qwen3_tts_fused")
-    windowed = build("qwen3_tts_fused", "pipeline.stages.talker.window_k=6")
+    windowed = build(
+        "qwen3_tts_fused",
+        "pipeline.stages.talker.window_k=6",
+        "pipeline.stages.talker.playback_margin_ms=null",  # fixed windows: not by the clock
+    )
     counter = AudioCalls()
     windowed.set_phase_timer(counter)
     try:
@@ -276,7 +280,8 @@ LENGTHS = (11, 18, 30)
 def chunked_run(*overrides: str) -> tuple[list[np.ndarray], int]:
     """Three requests of different lengths on the fused pipeline with 8-step windows: their
     PCM and the number of audio (decoder) phases."""
-    orch = build("qwen3_tts_fused", "pipeline.stages.talker.window_k=8", *overrides)
+    pinned = "pipeline.stages.talker.playback_margin_ms=null"  # windows not by the clock
+    orch = build("qwen3_tts_fused", "pipeline.stages.talker.window_k=8", pinned, *overrides)
     counter = AudioCalls()
     orch.set_phase_timer(counter)
     try:
