@@ -7,8 +7,6 @@ path and the rule; all violations of one config are reported together.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omniflow.config.decode_rules import (
     check_audio_chunks,
     check_prompt_graphs,
@@ -20,7 +18,8 @@ from omniflow.config.decode_rules import (
     resolved_window_admits,
     resolved_window_k,
 )
-from omniflow.config.graph import ResolvedPlatform, ResolvedStage, StageGraph, receives_chunks
+from omniflow.config.graph import ResolvedStage, StageGraph, receives_chunks
+from omniflow.config.model_rules import resolve_model
 from omniflow.config.resolve_platform import resolve_platform, settle_cudnn_benchmark
 from omniflow.config.schema import OmniflowSpec, SchedulerConfig, StageConfig
 from omniflow.core.capabilities import ARCH_CAPABILITIES, ModelCapabilities
@@ -32,7 +31,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     """Apply every build-time rule; raise `ConfigError` (or `ConfigErrors`) on violations."""
     errors: list[ConfigError] = []
     platform = resolve_platform(spec.platform, spec.model, errors)
-    model = _resolve_model(spec.model, platform, errors)
+    model = resolve_model(spec.model, platform, errors)
     stages = spec.pipeline.stages
     caps = _stage_caps(spec, errors)
     order, final, downstream = _topology(spec, caps, errors)
@@ -104,89 +103,6 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
         platform=platform,
         model=model,
     )
-
-
-# --------------------------------------------------------------------------- platform, model
-
-
-def _resolve_model(
-    model: ModelConfig, platform: ResolvedPlatform | None, errors: list[ConfigError]
-) -> ModelConfig:
-    load = model.load
-    if load == "auto":
-        load = "checkpoint" if model.path else "dummy"
-    if load == "dummy" and model.path:
-        errors.append(ConfigError("model.path", "a path is set but model.load is 'dummy'"))
-    if load == "checkpoint" and not model.path:
-        errors.append(ConfigError("model.load", "'checkpoint' needs model.path=DIR"))
-    if load == "checkpoint" and model.path:
-        _check_checkpoint_dir(model.path, errors)
-    if model.allow_large_dummy:
-        _check_large_dummy(load, platform, errors)
-    tokenizer = model.tokenizer
-    if tokenizer == "auto":
-        tokenizer = "bpe" if load == "checkpoint" else "byte"
-    if tokenizer == "bpe" and not model.path:
-        errors.append(ConfigError("model.tokenizer", "'bpe' reads the checkpoint: set model.path"))
-    for part in ("talker", "code_predictor"):
-        shape = getattr(model, part)
-        if shape.num_heads % shape.num_kv_heads:
-            errors.append(
-                ConfigError(
-                    f"model.{part}.num_kv_heads",
-                    f"num_heads ({shape.num_heads}) must be a multiple of it",
-                )
-            )
-    if model.code_predictor.num_code_groups != model.codec.num_quantizers:
-        errors.append(
-            ConfigError(
-                "model.code_predictor.num_code_groups",
-                f"must equal model.codec.num_quantizers ({model.codec.num_quantizers})",
-            )
-        )
-    if model.code_predictor.codebook_size != model.codec.codebook_size:
-        errors.append(
-            ConfigError(
-                "model.code_predictor.codebook_size",
-                f"must equal model.codec.codebook_size ({model.codec.codebook_size})",
-            )
-        )
-    dtype = platform.dtype if platform else model.dtype
-    return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
-
-
-def _check_large_dummy(
-    load: str, platform: ResolvedPlatform | None, errors: list[ConfigError]
-) -> None:
-    """`model.allow_large_dummy` acts only where the CPU would build dummy weights
-    (preflight.py's memory check); anywhere else it would be accepted and ignored."""
-    where = None
-    if load != "dummy":
-        where = "a checkpoint (model.path)"
-    elif platform is not None and platform.name != "cpu":
-        where = f"platform {platform.name!r}"
-    if where is not None:
-        errors.append(
-            ConfigError(
-                "model.allow_large_dummy",
-                f"lets the CPU build large dummy weights; with {where} it would not act, so "
-                "leave it out",
-            )
-        )
-
-
-def _check_checkpoint_dir(path: str, errors: list[ConfigError]) -> None:
-    """The checkpoint directory exists and holds the published layout's config.json, so a
-    mistyped path fails here (and in `omniflow config`), before any weights are built."""
-    directory = Path(path).expanduser()
-    layout = "the published Qwen3-TTS layout: config.json, model.safetensors, speech_tokenizer/"
-    if not directory.is_dir():
-        what = "does not exist" if not directory.exists() else "is not a directory"
-        errors.append(
-            ConfigError("model.path", f"{path} {what}; it must be a directory in {layout}")
-        )
-    elif not (directory / "config.json").is_file():
-        errors.append(ConfigError("model.path", f"{path} has no config.json; expected {layout}"))
 
 
 # --------------------------------------------------------------------------- topology

@@ -1,0 +1,90 @@
+"""Build-time rules on the model preset: how it loads (dummy or checkpoint), its tokenizer,
+the shapes that must agree with each other, and the opt-in for large dummy weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omniflow.config.graph import ResolvedPlatform
+from omniflow.errors import ConfigError
+from omniflow.models.shapes import ModelConfig
+
+
+def resolve_model(
+    model: ModelConfig, platform: ResolvedPlatform | None, errors: list[ConfigError]
+) -> ModelConfig:
+    load = model.load
+    if load == "auto":
+        load = "checkpoint" if model.path else "dummy"
+    if load == "dummy" and model.path:
+        errors.append(ConfigError("model.path", "a path is set but model.load is 'dummy'"))
+    if load == "checkpoint" and not model.path:
+        errors.append(ConfigError("model.load", "'checkpoint' needs model.path=DIR"))
+    if load == "checkpoint" and model.path:
+        _check_checkpoint_dir(model.path, errors)
+    if model.allow_large_dummy:
+        _check_large_dummy(load, platform, errors)
+    tokenizer = model.tokenizer
+    if tokenizer == "auto":
+        tokenizer = "bpe" if load == "checkpoint" else "byte"
+    if tokenizer == "bpe" and not model.path:
+        errors.append(ConfigError("model.tokenizer", "'bpe' reads the checkpoint: set model.path"))
+    for part in ("talker", "code_predictor"):
+        shape = getattr(model, part)
+        if shape.num_heads % shape.num_kv_heads:
+            errors.append(
+                ConfigError(
+                    f"model.{part}.num_kv_heads",
+                    f"num_heads ({shape.num_heads}) must be a multiple of it",
+                )
+            )
+    if model.code_predictor.num_code_groups != model.codec.num_quantizers:
+        errors.append(
+            ConfigError(
+                "model.code_predictor.num_code_groups",
+                f"must equal model.codec.num_quantizers ({model.codec.num_quantizers})",
+            )
+        )
+    if model.code_predictor.codebook_size != model.codec.codebook_size:
+        errors.append(
+            ConfigError(
+                "model.code_predictor.codebook_size",
+                f"must equal model.codec.codebook_size ({model.codec.codebook_size})",
+            )
+        )
+    dtype = platform.dtype if platform else model.dtype
+    return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
+
+
+def _check_large_dummy(
+    load: str, platform: ResolvedPlatform | None, errors: list[ConfigError]
+) -> None:
+    """`model.allow_large_dummy` acts only where the CPU would build dummy weights
+    (preflight.py's memory check); anywhere else it would be accepted and ignored."""
+    where = None
+    if load != "dummy":
+        where = "a checkpoint (model.path)"
+    elif platform is not None and platform.name != "cpu":
+        where = f"platform {platform.name!r}"
+    if where is not None:
+        errors.append(
+            ConfigError(
+                "model.allow_large_dummy",
+                f"lets the CPU build large dummy weights; with {where} it would not act, so "
+                "leave it out",
+            )
+        )
+
+
+def _check_checkpoint_dir(path: str, errors: list[ConfigError]) -> None:
+    """The checkpoint directory exists and holds the published layout's config.json, so a
+    mistyped path fails here (and in `omniflow config`), before any weights are built."""
+    directory = Path(path).expanduser()
+    layout = "the published Qwen3-TTS layout: config.json, model.safetensors, speech_tokenizer/"
+    if not directory.is_dir():
+        what = "does not exist" if not directory.exists() else "is not a directory"
+        errors.append(
+            ConfigError("model.path", f"{path} {what}; it must be a directory in {layout}")
+        )
+    elif not (directory / "config.json").is_file():
+        errors.append(ConfigError("model.path", f"{path} has no config.json; expected {layout}"))
