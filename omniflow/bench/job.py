@@ -154,12 +154,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     result = {
         "overrides": overrides,
         "config": {
-            "pipeline": graph.pipeline,
-            "model": graph.model.name,
-            "platform": graph.platform.name,
-            "dtype": graph.platform.dtype,
-            "window_k": ar.window_k,
-            "async_scheduling": ar.scheduler.async_scheduling,
+            **graph_config(graph),
             "concurrency": b.concurrency,
             "num_prompts": len(prompts),
             "frames_per_prompt": [p.frames for p in prompts],
@@ -324,6 +319,20 @@ class RequestBar:
     def __exit__(self, *exc: object) -> None:
         assert self.bar is not None
         self.bar.close()
+
+
+def graph_config(graph: StageGraph) -> dict[str, Any]:
+    """What a result records of the pipeline it measured (closed and open loop alike)."""
+    ar = ar_stage(graph)
+    return {
+        "pipeline": graph.pipeline,
+        "model": graph.model.name,
+        "platform": graph.platform.name,
+        "dtype": graph.platform.dtype,
+        "window_k": ar.window_k,
+        "playback_margin_ms": ar.playback_margin_ms,
+        "async_scheduling": ar.scheduler.async_scheduling,
+    }
 
 
 def ar_stage(graph: StageGraph) -> ResolvedStage:

@@ -31,7 +31,7 @@ from typing import Any
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.bench.client import DEFAULT_PROMPTS
-from omniflow.bench.job import VOICE, ar_stage, commit, device_name, load_in_child
+from omniflow.bench.job import VOICE, ar_stage, commit, device_name, graph_config, load_in_child
 from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_client import Request, load_texts, read_requests, summarize
 from omniflow.bench.reuse import CACHE
@@ -122,12 +122,7 @@ def run_open_loop_job(
         "overrides": overrides,
         "config": {
             "mode": "open loop",
-            "pipeline": graph.pipeline,
-            "model": graph.model.name,
-            "platform": graph.platform.name,
-            "dtype": graph.platform.dtype,
-            "window_k": ar.window_k,
-            "async_scheduling": ar.scheduler.async_scheduling,
+            **graph_config(graph),
             "prompts": Path(prompts_file).name,
             "max_frames": b.max_frames,
             "warmup_requests": b.warmup,

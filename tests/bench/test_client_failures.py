@@ -184,7 +184,7 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
             ),
         ]
     )
-    monkeypatch.setattr(job, "load_in_child", lambda args: next(outcomes))
+    monkeypatch.setattr(job, "load_in_child", lambda args, bar=None: next(outcomes))
     spec = compose(["platform=cpu", "bench.num_prompts=3", "bench.rounds=2", "bench.warmup=0"])
     with caplog.at_level(logging.WARNING, logger="omniflow.bench.job"):
         job.run_job(spec, ["bench.rounds=2"], tmp_path / "0")
@@ -224,7 +224,9 @@ def test_a_job_where_no_request_completed_fails_after_writing_its_result(tmp_pat
     from omniflow.config.compose import compose
 
     monkeypatch.setattr(
-        job, "load_in_child", lambda args: Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0)
+        job,
+        "load_in_child",
+        lambda args, bar=None: Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0),
     )
     spec = compose(["platform=cpu", "bench.num_prompts=1", "bench.rounds=1", "bench.warmup=0"])
     with pytest.raises(RuntimeError, match=r"no request completed: all 1 failed .*HTTP 503"):
@@ -247,7 +249,7 @@ def test_prompts_per_lane_raises_the_round_to_that_many_per_request_in_flight(
 
     sent: list[list[str]] = []
 
-    def child(args: list[str]) -> Outcome:
+    def child(args: list[str], bar: object = None) -> Outcome:
         sent.append(args)
         return Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0)
 
@@ -268,7 +270,9 @@ def test_a_sweep_whose_jobs_sent_different_counts_shows_them_per_job(tmp_path, m
     from omniflow.config.compose import compose
 
     monkeypatch.setattr(
-        job, "load_in_child", lambda args: Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0)
+        job,
+        "load_in_child",
+        lambda args, bar=None: Outcome([], [Failure(0, "HTTP 503: busy", 0.1)], 1.0),
     )
     for i, c in enumerate((1, 4)):
         over = ["platform=cpu", f"bench.concurrency={c}", "bench.prompts_per_lane=2"]
