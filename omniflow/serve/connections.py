@@ -13,10 +13,13 @@ connection and task, and answers a plain-text 503 to the next request, whoever s
 - a deadline, `server.header_timeout_s` after the server started waiting for that head (the
   connection opened, or the first bytes of a later request arrived); at it the connection is
   closed, with a 408 JSON if part of a head came;
-- its place among the client address's such connections, and among all of them: past
-  `server.max_unheard_per_client` or `server.max_unheard_connections` the oldest is closed.
-  Closing the oldest (not refusing the newest) means a client that keeps opening connections
-  cannot shut out one that sends its request at once, even from the same address.
+- once it has owed for `STALE_AFTER_S`, its place among the client address's such
+  connections, and among all of them: past `server.max_unheard_per_client` or
+  `server.max_unheard_connections` the oldest is closed. Closing the oldest (not refusing
+  the newest) means a client that keeps opening connections cannot shut out one that sends
+  its request at once, even from the same address; counting only connections silent for a
+  while means a client pool that opens a hundred connections at once and writes its
+  requests a little later loses none of them.
 
 Connections whose request waits for its turn in `serve.intake` do not owe anything (their
 bytes are here) and are not counted.
@@ -30,6 +33,10 @@ import logging
 from typing import Protocol
 
 log = logging.getLogger("omniflow.serve.connections")
+STALE_AFTER_S = 1.0
+"""How long a connection may owe a request head before it counts against the bounds (at
+most `server.header_timeout_s`): clients write a request within milliseconds of connecting,
+even a loaded one that opens a pool of connections at once."""
 
 
 class Owing(Protocol):
@@ -45,46 +52,59 @@ class Owing(Protocol):
 
 
 class HeadWatch:
-    """The connections that owe a request head, oldest first, each with its deadline."""
+    """The connections that owe a request head, each with its next timer (going stale,
+    then its deadline); the stale ones, oldest first, overall and by address."""
 
     def __init__(self, timeout_s: float, per_client: int, total: int) -> None:
         self.timeout_s, self.per_client, self.total = timeout_s, per_client, total
-        self._owing: collections.OrderedDict[Owing, asyncio.TimerHandle] = collections.OrderedDict()
+        self.stale_after_s = min(STALE_AFTER_S, timeout_s)
+        self._timers: dict[Owing, asyncio.TimerHandle] = {}
+        self._stale: collections.OrderedDict[Owing, None] = collections.OrderedDict()
         self._by_address: dict[str, collections.OrderedDict[Owing, None]] = {}
         self.closed = collections.Counter[str]()
         """Connections closed, by reason: timeout, per_client, total."""
 
     def owes(self, connection: Owing) -> None:
         """The server now waits for `connection`'s request head (no-op if it already did:
-        the deadline stays the first one)."""
-        if connection in self._owing:
+        its timers stay the first ones)."""
+        if connection in self._timers:
             return
         loop = asyncio.get_running_loop()
-        self._owing[connection] = loop.call_later(self.timeout_s, self._expire, connection)
+        self._timers[connection] = loop.call_later(self.stale_after_s, self._go_stale, connection)
+
+    def paid(self, connection: Owing) -> None:
+        """The head came, the intake holds its bytes, or the connection closed."""
+        timer = self._timers.pop(connection, None)
+        if timer is None:
+            return
+        timer.cancel()
+        if connection in self._stale:
+            del self._stale[connection]
+            peers = self._by_address[connection.address]
+            del peers[connection]
+            if not peers:
+                del self._by_address[connection.address]
+
+    @property
+    def owing(self) -> int:
+        return len(self._timers)
+
+    @property
+    def stale(self) -> int:
+        return len(self._stale)
+
+    def _go_stale(self, connection: Owing) -> None:
+        """It has owed a while: it counts against the bounds now, until its deadline."""
+        left = self.timeout_s - self.stale_after_s
+        loop = asyncio.get_running_loop()
+        self._timers[connection] = loop.call_later(left, self._close, connection, "timeout")
+        self._stale[connection] = None
         peers = self._by_address.setdefault(connection.address, collections.OrderedDict())
         peers[connection] = None
         while len(peers) > self.per_client:
             self._close(next(iter(peers)), "per_client")
-        while len(self._owing) > self.total:
-            self._close(next(iter(self._owing)), "total")
-
-    def paid(self, connection: Owing) -> None:
-        """The head came, the intake holds its bytes, or the connection closed."""
-        timer = self._owing.pop(connection, None)
-        if timer is None:
-            return
-        timer.cancel()
-        peers = self._by_address[connection.address]
-        del peers[connection]
-        if not peers:
-            del self._by_address[connection.address]
-
-    @property
-    def owing(self) -> int:
-        return len(self._owing)
-
-    def _expire(self, connection: Owing) -> None:
-        self._close(connection, "timeout")
+        while len(self._stale) > self.total:
+            self._close(next(iter(self._stale)), "total")
 
     def _close(self, connection: Owing, reason: str) -> None:
         self.paid(connection)

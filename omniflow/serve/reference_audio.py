@@ -18,11 +18,27 @@ import re
 import soundfile
 import torch
 
+from omniflow.serve.errors import clip
+
 SILENCE_PEAK = 1e-4
 """A reference whose loudest sample is below this (-80 dBFS) is silence: nothing to clone."""
 MIN_SECONDS = 0.5
 """Shortest reference: a few codec frames (12.5 Hz) and enough samples for the speaker
 encoder's mel frames; shorter carries too little voice to clone (and would not encode)."""
+MIN_RATE, MAX_RATE = 8000, 192000
+"""Sample rates a reference may have: telephone speech to studio audio. Below, there is no
+voice to clone (and 1 Hz "audio" would be resampled 24,000-fold); above, the resampler's
+kernel grows with the ratio for nothing a 24 kHz model can hear."""
+MAX_PEAK = 4.0
+"""Loudest sample accepted (+12 dBFS): integer formats decode within ±1 and a float file's
+headroom stays well within this; 1e30 is not a recording."""
+B64_PIECE = 1 << 20
+"""Base64 characters decoded at once (a multiple of 4). The decoder holds the GIL for its
+whole call: 15 MB in one call is ~80 ms in which the server's event loop cannot run (the
+server decodes on a worker thread); in pieces, the loop gets a turn every few ms."""
+BLOCK_TAPS = 1 << 21
+"""Taps the resampler gathers at once (outputs per block times taps per output): its working
+memory, whatever the ratio of the rates."""
 _DATA_URI = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),", re.ASCII)
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
 
@@ -43,14 +59,20 @@ def payload_bytes(value: str, max_bytes: int | None) -> bytes:
     if value.startswith("data:"):
         if uri is None or "base64" not in uri.group(2).split(";"):
             raise ReferenceAudioError("is a data URI but not data:audio/<type>;base64,<data>")
+        media = uri.group(1).strip().lower()
+        if not media.startswith("audio/"):
+            raise ReferenceAudioError(
+                f"is a data URI of {clip(media or 'no type')!r}, not audio "
+                "(data:audio/<type>;base64,<data>)"
+            )
         data = value[uri.end() :]
     if max_bytes is not None and len(data) * 3 // 4 > max_bytes + 2:
         raise ReferenceAudioError(f"is over {max_bytes} bytes (server.max_ref_audio_bytes)")
     try:
-        raw = base64.b64decode(data, validate=True)
+        pieces = (data[i : i + B64_PIECE] for i in range(0, len(data), B64_PIECE))
+        return b"".join(base64.b64decode(piece, validate=True) for piece in pieces)
     except binascii.Error:
         raise ReferenceAudioError("is neither base64 nor a base64 data URI") from None
-    return raw
 
 
 def decode_reference(
@@ -68,6 +90,11 @@ def decode_reference(
         raise ReferenceAudioError("is empty")
     try:
         info = soundfile.info(io.BytesIO(raw))
+        if not MIN_RATE <= info.samplerate <= MAX_RATE:
+            raise ReferenceAudioError(
+                f"has a sample rate of {info.samplerate} Hz; a reference needs "
+                f"{MIN_RATE} to {MAX_RATE} Hz"
+            )
         if max_seconds is not None and info.duration > max_seconds:
             raise ReferenceAudioError(
                 f"is {info.duration:.1f} s long; the limit is {max_seconds:g} s "
@@ -86,8 +113,16 @@ def decode_reference(
     mono = torch.from_numpy(data).mean(dim=1)
     if not bool(mono.isfinite().all()):
         raise ReferenceAudioError("has samples that are not finite numbers")
-    if float(mono.abs().max()) < SILENCE_PEAK:
+    peak = float(mono.abs().max())
+    if peak > MAX_PEAK:
+        raise ReferenceAudioError(
+            f"has samples of magnitude {peak:.3g}; audio is within ±1 (full scale), and a "
+            f"reference within ±{MAX_PEAK:g}"
+        )
+    if peak < SILENCE_PEAK:
         raise ReferenceAudioError("is silent (peak below -80 dBFS): there is no voice to clone")
+    if float((mono - mono.mean()).abs().max()) < SILENCE_PEAK:
+        raise ReferenceAudioError("is a constant signal (DC): there is no voice to clone")
     return resample(mono, int(src_rate), rate)
 
 
@@ -114,8 +149,9 @@ def resample(x: torch.Tensor, src: int, dst: int, zeros: int = 16, rolloff: floa
     n_out = -(-x.numel() * up // down)
     taps = offsets.to(torch.long) + half
     out = torch.empty(n_out, dtype=torch.float32)
-    for start in range(0, n_out, 32768):
-        j = torch.arange(start, min(n_out, start + 32768))
+    block = max(256, BLOCK_TAPS // taps.numel())  # ~16 MiB of gather indices at a time
+    for start in range(0, n_out, block):
+        j = torch.arange(start, min(n_out, start + block))
         base = (j * down) // up
         phase = (j * down) % up
         out[start : start + j.numel()] = (padded[base[:, None] + taps] * kernel[phase]).sum(1)

@@ -21,10 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from fastapi import Request
+from pydantic import BaseModel
 
 from omniflow.serve.errors import ApiError
+from omniflow.serve.request_body import parse_body
 
 T = TypeVar("T")
+Body = TypeVar("Body", bound=BaseModel)
 REFERENCE_BODY_BYTES = 256 * 1024
 """A body larger than this is taken to carry a reference: every other field together is far
 smaller (the text fields are bounded by `server.max_input_chars`)."""
@@ -45,8 +48,19 @@ class ReferenceGate:
         place = Place(self)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > REFERENCE_BODY_BYTES:
-            place.take()
+            place.take(unread=True)
         return place
+
+    async def parse(self, place: Place, raw: bytes, model: type[Body]) -> Body:
+        """`parse_body(raw, model)`: on the gate's threads for a body that took its place
+        before it was read (decoding and validating megabytes of JSON takes tens of
+        milliseconds, which on the event loop every other client would wait out), inline
+        for any other."""
+        if not place.held:
+            return parse_body(raw, model)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, parse_body, raw, model
+        )
 
     async def run(self, place: Place, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on the gate's threads, within `place` (taken now if it is not)."""
@@ -56,15 +70,18 @@ class ReferenceGate:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
-    def _take(self) -> None:
+    def _take(self, unread: bool) -> None:
+        """A place, or a 429; refused before its body was read (`unread`), the connection
+        is closed after the answer rather than read to the end of a body nobody wants."""
         if self.busy >= self.places:
+            headers = {"Retry-After": "1"} | ({"Connection": "close"} if unread else {})
             raise ApiError(
                 429,
                 f"{self.places} voice-clone reference(s) are being decoded already "
                 f"(server.max_concurrent_references); retry shortly",
                 "ref_audio",
                 "rate_limit_error",
-                {"Retry-After": "1"},
+                headers,
             )
         self.busy += 1
 
@@ -82,9 +99,9 @@ class Place:
         self.gate = gate
         self.held = False
 
-    def take(self) -> None:
+    def take(self, unread: bool = False) -> None:
         if not self.held:
-            self.gate._take()
+            self.gate._take(unread)
             self.held = True
 
     def __enter__(self) -> Place:

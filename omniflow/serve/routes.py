@@ -46,7 +46,7 @@ from omniflow.serve.openapi import json_body, speech_openapi
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.reference_gate import Place, ReferenceGate
-from omniflow.serve.request_body import parse_body, read_body
+from omniflow.serve.request_body import read_body
 from omniflow.serve.streaming import (
     Arrival,
     LiveResponses,
@@ -56,6 +56,7 @@ from omniflow.serve.streaming import (
 )
 from omniflow.serve.validation import admit, down_message, down_stages, validate
 from omniflow.serve.voices import Clone, VoiceService
+from omniflow.serve.ws import install_websocket
 
 
 class SpeechService:
@@ -94,7 +95,8 @@ class SpeechService:
         try:
             self.responses.admit()
             with self.references.place(request) as place:
-                body = default_task(parse_body(await read_body(request), SpeechBody), self.info)
+                raw = await read_body(request)
+                body = default_task(await self.references.parse(place, raw, SpeechBody), self.info)
                 saved = self.voices.saved(body)
                 validate(body, self.info, self.server, registered=saved is not None)
                 admit(self.pipeline.stats(), self.server)
@@ -195,7 +197,7 @@ class SpeechService:
 
     async def create_voice(self, request: Request) -> JSONResponse:
         with self.references.place(request) as place:
-            body = parse_body(await read_body(request), VoiceBody)
+            body = await self.references.parse(place, await read_body(request), VoiceBody)
             voice = await self.voices.create(body, place)
         return JSONResponse(voice.card(), status_code=201)
 
@@ -247,6 +249,7 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     app.add_api_route("/v1/audio/voices/{voice_id}", endpoints.delete_voice, methods=["DELETE"])
     add_get(app, "/metrics", endpoints.metrics)
     add_post(app, "/v1/audio/speech", endpoints.speech, "Generate speech", speech_openapi())
+    install_websocket(app)  # WS /v1/audio/speech/stream (ws.py)
     return app
 
 

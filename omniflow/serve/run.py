@@ -67,6 +67,7 @@ def make_app(pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = Tru
             yield
         finally:
             gc.unfreeze()
+            app.state.service.references.close()
             if owns_pipeline:
                 log.info("stopping engines")
                 pipeline.stop()

@@ -140,7 +140,7 @@ def test_an_address_holding_too_many_silent_connections_loses_its_oldest():
         silent = [connect(s.port) for _ in range(6)]
         try:
             waited = health_s(s.url)  # a seventh from the same address, answered
-            gone = [closed_within(sock, 1.0) for sock in silent[:2]]
+            gone = [closed_within(sock, 3.0) for sock in silent[:2]]
             kept = [closed_within(sock, 0.05) for sock in silent[3:]]
         finally:
             for sock in silent:
@@ -152,10 +152,10 @@ def test_an_address_holding_too_many_silent_connections_loses_its_oldest():
 def test_past_the_total_the_oldest_silent_connection_of_any_address_is_closed():
     with serve("server.max_unheard_per_client=4", "server.max_unheard_connections=6") as s:
         first = [connect(s.port, "127.0.0.2") for _ in range(3)]
-        until(lambda: s.server.watch.owing == 3)  # accepted, and owing, before the others
+        until(lambda: s.server.watch.stale == 3)  # owing a while, before the others
         later = [connect(s.port, "127.0.0.3") for _ in range(4)]
         try:
-            gone = closed_within(first[0], 1.0)
+            gone = closed_within(first[0], 3.0)
             kept = [closed_within(sock, 0.05) for sock in first[1:] + later]
         finally:
             for sock in first + later:
