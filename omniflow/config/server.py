@@ -117,6 +117,14 @@ class ServerConfig(Frozen):
         "the same time is a 429 with Retry-After. A body large enough to carry one takes "
         "its place before it is read.",
     )
+    ws_idle_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A WebSocket speech session (/v1/audio/speech/stream) that sends no "
+        "message for this long while it has nothing queued or being spoken is closed, with an "
+        "error event first; the place it held of max_concurrent_requests is freed.",
+    )
 
     @model_validator(mode="after")
     def _unheard_bounds(self) -> ServerConfig:

@@ -1,0 +1,281 @@
+"""WS /v1/audio/speech/stream over a real WebSocket client (the `websockets` library) against
+a real server on loopback (uvicorn in a thread, the tiny model on the CPU): vLLM-Omni's
+sentence protocol end to end, bad messages, the idle timeout, barge-in, many utterances on
+one socket, admission (docs/websocket.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from omniflow.serve.ws import PATH
+from tests.serve.conftest import LiveServer, assert_released
+
+RECV_S = 30.0
+"""The longest a test waits for one message (a bound, not a synchronisation)."""
+LONG = (
+    "This sentence goes on and on, clause after clause, long enough that its request is "
+    "still speaking when the client interrupts it, since the tiny model paces its length by "
+    "the text, about fourteen letters a second, and this is over twenty seconds of it, "
+    "which its CPU takes seconds to make, far longer than a cancel takes to arrive. "
+)
+"""About 20 s of audio: still being made when the test cuts it off."""
+
+
+def ws_url(server: LiveServer) -> str:
+    return f"ws://127.0.0.1:{server.port}{PATH}"
+
+
+def recv(ws) -> str | bytes:
+    return ws.recv(timeout=RECV_S)
+
+
+def event(ws) -> dict:
+    """The next JSON event (failing on binary audio)."""
+    message = recv(ws)
+    assert isinstance(message, str), f"expected a JSON event, got {len(message)} audio bytes"
+    return json.loads(message)
+
+
+def utterance(ws) -> tuple[list[dict], dict[int, int], dict]:
+    """Events up to `session.done`: the sentence events, the audio bytes per sentence, and
+    the session.done event."""
+    events: list[dict] = []
+    audio: dict[int, int] = {}
+    current: int | None = None
+    while True:
+        message = recv(ws)
+        if isinstance(message, bytes):
+            assert current is not None, "audio outside audio.start/audio.done"
+            audio[current] = audio.get(current, 0) + len(message)
+            continue
+        ev = json.loads(message)
+        if ev["type"] == "session.done":
+            return events, audio, ev
+        events.append(ev)
+        if ev["type"] == "audio.start":
+            current = ev["sentence_index"]
+        elif ev["type"] == "audio.done":
+            current = None
+
+
+def configure(ws, **fields) -> None:
+    ws.send(json.dumps({"type": "session.config", **fields}))
+
+
+def text(ws, piece: str) -> None:
+    ws.send(json.dumps({"type": "input.text", "text": piece}))
+
+
+def done(ws) -> None:
+    ws.send(json.dumps({"type": "input.done"}))
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def live():
+    with LiveServer() as server:
+        yield server
+
+
+def test_two_sentences_split_across_deltas(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, voice="vivian", language="english", response_format="pcm", seed=1)
+        for piece in ["Hello ", "there. How a", "re you", "? Fine"]:
+            text(ws, piece)
+        done(ws)
+        events, audio, end = utterance(ws)
+    assert [(e["type"], e["sentence_index"]) for e in events] == [
+        ("audio.start", 0),
+        ("audio.done", 0),
+        ("audio.start", 1),
+        ("audio.done", 1),
+        ("audio.start", 2),
+        ("audio.done", 2),
+    ]
+    starts = [e for e in events if e["type"] == "audio.start"]
+    assert [s["sentence_text"] for s in starts] == ["Hello there.", "How are you?", "Fine"]
+    assert all(s["format"] == "pcm" and s["sample_rate"] == 24000 for s in starts)
+    for d in (e for e in events if e["type"] == "audio.done"):
+        assert d["error"] is None
+        assert d["total_bytes"] == audio[d["sentence_index"]] > 0
+        assert d["total_bytes"] % 2 == 0  # PCM16
+    assert end == {"type": "session.done", "total_sentences": 3}
+    live.wait_idle()
+    assert_released(live.pipeline.stats())
+
+
+def test_streamed_wav_sends_audio_in_pieces(live):
+    """stream_audio: each sentence's audio as it is made (a WAV stream per sentence)."""
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="wav", stream_audio=True, seed=2)
+        text(ws, "A longer sentence to hear in several pieces, one after another.")
+        done(ws)
+        frames: list[bytes] = []
+        start = event(ws)
+        assert start["type"] == "audio.start"
+        while isinstance(message := recv(ws), bytes):
+            frames.append(message)
+        end = json.loads(message)
+        assert end["type"] == "audio.done" and end["error"] is None
+        assert end["total_bytes"] == sum(map(len, frames))
+        assert len(frames) > 1 and frames[0][:4] == b"RIFF"
+        assert event(ws) == {"type": "session.done", "total_sentences": 1}
+
+
+def test_bad_messages_are_errors_and_the_session_goes_on(live):
+    with connect(ws_url(live)) as ws:
+        text(ws, "Too early.")
+        assert "before session.config" in event(ws)["message"]
+        ws.send("this is not JSON")
+        err = event(ws)
+        assert err["type"] == "error" and "malformed JSON" in err["message"]
+        ws.send(json.dumps({"type": "input.shout", "text": "x"}))
+        err = event(ws)
+        assert "unknown type 'input.shout'" in err["message"] and err["param"] == "type"
+        ws.send(json.dumps([1, 2]))
+        assert "JSON object" in event(ws)["message"]
+        ws.send(b"\x00\x01")
+        assert "binary messages" in event(ws)["message"]
+        configure(ws, voice="nobody")
+        err = event(ws)
+        assert err["param"] == "voice" and "unknown voice 'nobody'" in err["message"]
+        configure(ws, response_format="flac", stream_audio=True)
+        assert event(ws)["param"] == "response_format"
+        configure(ws, incremental=True)
+        assert event(ws)["param"] == "incremental"
+        configure(ws, input="Hi.")
+        assert event(ws)["param"] == "input"
+        configure(ws, seed="7")
+        assert event(ws)["param"] == "seed"
+        configure(ws, response_format="pcm")  # now a good one: nothing answers it
+        ws.send(json.dumps({"type": "input.text", "text": 5}))
+        assert event(ws)["param"] == "text"
+        text(ws, "Still here.")
+        done(ws)
+        events, audio, end = utterance(ws)
+        assert end["total_sentences"] == 1 and audio[0] > 0
+
+
+def test_utterance_text_is_limited(live):
+    limit = live.app.state.service.server.max_input_chars
+    with connect(ws_url(live)) as ws:
+        configure(ws)
+        text(ws, "a" * (limit - 3))
+        text(ws, "Too much.")
+        err = event(ws)
+        assert err["param"] == "text" and f"the limit is {limit}" in err["message"]
+        ws.send(json.dumps({"type": "input.cancel"}))
+        assert event(ws) == {"type": "session.done", "total_sentences": 0, "cancelled": True}
+        text(ws, "Short. ")  # a fresh utterance has the whole limit again
+        done(ws)
+        _, _, end = utterance(ws)
+        assert end["total_sentences"] == 1
+
+
+def test_cancel_aborts_at_once_and_frees_the_request(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm", stream_audio=True)
+        text(ws, LONG)
+        start = event(ws)
+        assert start["type"] == "audio.start"
+        assert isinstance(recv(ws), bytes)  # it is speaking
+        assert live.pipeline.stats().in_flight == 1
+        ws.send(json.dumps({"type": "input.cancel"}))
+        while isinstance(message := recv(ws), bytes):
+            pass
+        cut = json.loads(message)
+        assert cut["type"] == "audio.done" and cut["error"] == "cancelled"
+        assert event(ws) == {"type": "session.done", "total_sentences": 1, "cancelled": True}
+        wait_for(lambda: live.pipeline.stats().in_flight == 0)
+        live.wait_idle()
+        assert_released(live.pipeline.stats())
+        # the next utterance starts clean, its sentences counted from 0
+        text(ws, "Again.")
+        done(ws)
+        events, audio, end = utterance(ws)
+        assert events[0]["sentence_index"] == 0 and events[0]["sentence_text"] == "Again."
+        assert end == {"type": "session.done", "total_sentences": 1}
+
+
+def test_closing_the_socket_aborts_the_utterance(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm", stream_audio=True)
+        text(ws, LONG)
+        assert event(ws)["type"] == "audio.start"
+        assert isinstance(recv(ws), bytes)
+        assert live.pipeline.stats().in_flight == 1
+    wait_for(lambda: live.pipeline.stats().in_flight == 0)
+    live.wait_idle()
+    assert_released(live.pipeline.stats())
+
+
+def test_many_utterances_on_one_socket(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm")
+        for n in range(5):
+            text(ws, f"Utterance {n}. Second ")
+            text(ws, "sentence!")
+            done(ws)
+            events, audio, end = utterance(ws)
+            assert end == {"type": "session.done", "total_sentences": 2}
+            assert [e["sentence_index"] for e in events] == [0, 0, 1, 1]
+            assert events[2]["sentence_text"] == "Second sentence!"
+            assert all(audio[i] > 0 for i in (0, 1))
+        configure(ws, response_format="wav", voice="ryan")  # reconfigured between utterances
+        text(ws, "Now as ryan.")
+        done(ws)
+        events, audio, _ = utterance(ws)
+        assert events[0]["format"] == "wav"
+
+
+def test_metrics_count_sessions(live):
+    import httpx
+
+    with connect(ws_url(live)) as ws:
+        configure(ws)
+        text(ws, "Counted.")
+        done(ws)
+        utterance(ws)
+        metrics = httpx.get(f"{live.url}/metrics").text
+        assert "omniflow_ws_sessions_open 1.0" in metrics
+    assert 'omniflow_ws_utterances_total{outcome="done"}' in metrics
+    assert 'omniflow_ws_sentences_total{outcome="ok"}' in metrics
+
+
+def test_idle_session_is_closed():
+    with LiveServer("server.ws_idle_timeout_s=0.3") as server, connect(ws_url(server)) as ws:
+        configure(ws)
+        err = event(ws)  # nothing sent: after 0.3 s, an error, then the close
+        assert err["type"] == "error" and "no message for 0.3 s" in err["message"]
+        with pytest.raises(ConnectionClosed) as closed:
+            recv(ws)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+
+
+def test_sessions_count_against_the_in_flight_cap():
+    with LiveServer("server.max_concurrent_requests=1") as server:
+        with connect(ws_url(server)) as first:
+            configure(first)  # open, idle: it holds the one place
+            with connect(ws_url(server)) as second:
+                err = event(second)
+                assert err["type"] == "error" and err["code"] == "429"
+                with pytest.raises(ConnectionClosed) as closed:
+                    recv(second)
+                assert closed.value.rcvd.code == 1013
+        wait_for(lambda: server.app.state.speech_sessions.open == 0)
+        with connect(ws_url(server)) as third:  # the place is free again
+            configure(third)
+            text(third, "Admitted.")
+            done(third)
+            assert utterance(third)[2]["total_sentences"] == 1
