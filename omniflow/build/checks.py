@@ -66,7 +66,7 @@ def request_info(graph: StageGraph) -> PipelineInfo:
 
 
 def parameter_counts(model: ModelConfig) -> dict[str, int]:
-    """Parameters of each part the build makes of `model` (talker with its code predictor,
+    """Parameters of each part the build makes of `model` (`lm`: the talker with its code predictor,
     codec decoder, and a Base model's two encoders), counted on torch's meta device: the
     modules are made from the preset's shapes without memory or initialisation."""
     import torch
@@ -81,7 +81,7 @@ def parameter_counts(model: ModelConfig) -> dict[str, int]:
 
     with torch.device("meta"):
         counts = {
-            "talker": count(Qwen3TTSTalkerWeights(model.talker, model.code_predictor)),
+            "lm": count(Qwen3TTSTalkerWeights(model.talker, model.code_predictor)),
             "codec": count(SpeechTokenizerWeights(model.codec)),
         }
         if model.codec_encoder is not None and model.speaker_encoder is not None:
