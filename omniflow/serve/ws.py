@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -202,6 +203,8 @@ class Session:
         self.send_lock = asyncio.Lock()
         self.speaker: asyncio.Task[None] | None = None
         self.reader: asyncio.Task[Any] | None = None
+        self.last_active = time.monotonic()
+        """The last message, or the end of the last thing spoken (the idle timeout's start)."""
         self.broken: str | None = None
         """Why the speaker ended the session (the outcome label)."""
 
@@ -225,10 +228,11 @@ class Session:
     async def read(self) -> str:
         idle_s = self.server.ws_idle_timeout_s
         while True:
+            wait = idle_s if self.speaking() else self.last_active + idle_s - time.monotonic()
             try:
-                message = await asyncio.wait_for(self.ws.receive(), idle_s)
+                message = await asyncio.wait_for(self.ws.receive(), max(wait, 0.0))
             except TimeoutError:
-                if self.speaking():
+                if self.speaking() or time.monotonic() - self.last_active < idle_s:
                     continue
                 await self.refuse(
                     ApiError(408, f"no message for {idle_s:g} s: the session is closed", None)
@@ -237,6 +241,7 @@ class Session:
                 return "idle"
             if message["type"] == "websocket.disconnect":
                 return "closed"
+            self.last_active = time.monotonic()
             await self.handle(message)
 
     def speaking(self) -> bool:
@@ -392,6 +397,8 @@ class Session:
 
     async def speak_all(self) -> None:
         while True:
+            if self.queue.empty():
+                self.last_active = time.monotonic()  # spoke all it had: idle from now
             item = await self.queue.get()
             if isinstance(item, _Done):
                 await self.send_json({"type": "session.done", "total_sentences": self.index})

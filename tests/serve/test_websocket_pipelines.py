@@ -1,0 +1,108 @@
+"""WS /v1/audio/speech/stream on both pipelines and a Base model: a sentence is spoken as the
+HTTP route speaks the same request (seeded, the same PCM), a registered voice works as
+`voice`, and shutdown ends open sessions and what they were speaking."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.serve.conftest import LiveServer
+from tests.serve.test_voice_clone_http import audio_file, b64
+from tests.serve.test_websocket import LONG, configure, done, event, recv, text, utterance, ws_url
+
+FIXED = {"seed": 5, "max_new_tokens": 6, "ignore_eos": True}
+
+
+def ws_pcm(server: LiveServer, sentence: str, **fields) -> bytes:
+    with connect(ws_url(server)) as ws:
+        configure(ws, response_format="pcm", **fields)
+        audio = bytearray()
+        text(ws, sentence)
+        done(ws)
+        while True:
+            message = recv(ws)
+            if isinstance(message, bytes):
+                audio += message
+            elif json.loads(message)["type"] == "session.done":
+                return bytes(audio)
+
+
+def http_pcm(server: LiveServer, sentence: str, **fields) -> bytes:
+    model = server.app.state.service.info.model
+    body = {"model": model, "input": sentence, "response_format": "pcm", **fields}
+    r = httpx.post(server.url + "/v1/audio/speech", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+@pytest.mark.parametrize("pipeline", ["qwen3_tts_fused", "qwen3_tts"])
+def test_a_sentence_is_the_http_request_s_audio(pipeline):
+    with LiveServer(f"pipeline={pipeline}") as server:
+        for stream_audio in (False, True):
+            got = ws_pcm(server, "Same audio.", stream_audio=stream_audio, **FIXED)
+            assert got == http_pcm(server, "Same audio.", **FIXED)
+            assert len(got) == 2 * 6 * 1920  # 6 frames of 1,920 samples, PCM16
+
+
+def test_a_registered_voice_speaks_on_a_base_model():
+    with LiveServer("model=qwen3_tts_tiny_base") as server:
+        ref = b64(audio_file(freq=220.0))
+        r = httpx.post(
+            server.url + "/v1/audio/voices",
+            json={"name": "me", "ref_audio": ref, "ref_text": "A low tone."},
+            timeout=60,
+        )
+        vid = r.json()["id"]
+        got = ws_pcm(server, "Cloned.", voice=vid, **FIXED)
+        assert got == http_pcm(server, "Cloned.", voice=vid, **FIXED)
+        with connect(ws_url(server)) as ws:  # a reference itself is not a session field
+            configure(ws, ref_audio=ref)
+            err = event(ws)
+            assert err["param"] == "ref_audio" and "POST /v1/audio/voices" in err["message"]
+            configure(ws)  # no voice on a Base model: nothing to clone from
+            assert event(ws)["type"] == "error"
+
+
+def test_shutdown_closes_sessions_and_aborts_their_speech():
+    server = LiveServer().__enter__()
+    try:
+        with connect(ws_url(server)) as ws:
+            configure(ws, response_format="pcm", stream_audio=True)
+            text(ws, LONG)
+            assert event(ws)["type"] == "audio.start"
+            assert isinstance(recv(ws), bytes)
+            stopping = threading.Thread(target=server.__exit__, args=(None, None, None))
+            began = time.monotonic()
+            stopping.start()
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    recv(ws)
+            stopping.join(30)
+            assert not stopping.is_alive()
+            assert time.monotonic() - began < 10
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    finally:
+        server.server.should_exit = True
+        server.thread.join(30)
+
+
+def test_a_long_utterance_is_not_idle():
+    """The idle timeout counts from the last message or the end of the speech, whichever is
+    later: a session whose speech outlasts the timeout is not closed under it."""
+    with LiveServer("server.ws_idle_timeout_s=0.3") as server, connect(ws_url(server)) as ws:
+        configure(ws, response_format="pcm", seed=1, max_new_tokens=40, ignore_eos=True)
+        began = time.monotonic()
+        text(ws, "One. Two. Three. Four.")
+        done(ws)
+        events, audio, end = utterance(ws)
+        assert time.monotonic() - began > 0.3, "spoken faster than the timeout: no test"
+        assert end["total_sentences"] == 4 and all(e["type"] != "error" for e in events)
+        err = event(ws)
+        assert err["type"] == "error" and err["code"] == "408"
