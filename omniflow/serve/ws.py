@@ -410,7 +410,6 @@ class Session:
             except ApiError:
                 continue  # punctuation left alone ("...", a closing quote): nothing to say
             await self.speak(self.index, item)
-            self.index += 1
 
     async def speak(self, index: int, text: str) -> None:
         """One sentence: audio.start, its audio, audio.done (with the error, if it failed)."""
@@ -418,7 +417,7 @@ class Session:
         body = self.template.model_copy(update={"input": text})
         fmt = body.response_format
         self.current = [index, 0]
-        await self.send_json(
+        await self.send_event(
             {
                 "type": "audio.start",
                 "sentence_index": index,
@@ -437,8 +436,9 @@ class Session:
             error: str | None = err.message
         else:
             error = await self.stream(rid, events, fmt)
-        await self.send_json(audio_done(index, self.current[1], error))
-        self.current = None
+        sent, self.current = self.current[1], None
+        self.index = index + 1
+        await self.send_event(audio_done(index, sent, error))
 
     async def stream(self, rid: str, events: asyncio.Queue[AudioEvent], fmt: str) -> str | None:
         """Send one request's audio; its error (None: all of it was sent)."""
@@ -496,6 +496,15 @@ class Session:
                 self.service.pipeline.consumed(rid, ev.pcm.size)
             if ev.finished:
                 return
+
+    async def send_event(self, data: dict[str, Any]) -> None:
+        """A sentence's `audio.start` or `audio.done` from the speaker, sent whole even if
+        an `input.cancel` cancels the speaker meanwhile: the cancel's own events then follow
+        it (the send lock is first come, first served), so every `audio.start` the client
+        sees has one `audio.done`."""
+        sending = asyncio.ensure_future(self.send_json(data))
+        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.shield(sending)
 
     async def send_json(self, data: dict[str, Any]) -> None:
         await self._send(self.ws.send_json(data))

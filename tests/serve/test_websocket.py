@@ -279,3 +279,42 @@ def test_sessions_count_against_the_in_flight_cap():
             text(third, "Admitted.")
             done(third)
             assert utterance(third)[2]["total_sentences"] == 1
+
+
+def test_rapid_barge_in_keeps_the_events_paired(live):
+    """Cancels at every moment of an utterance (before its first sentence is submitted,
+    while it speaks, between sentences): every audio.start gets its audio.done, every
+    cancel one session.done, and nothing is left running."""
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm", stream_audio=True)
+        for n in range(12):
+            text(ws, "One. Two. Three. " if n % 2 else LONG)
+            if n % 3 == 0:
+                done(ws)
+            ws.send(json.dumps({"type": "input.cancel"}))
+            open_index: int | None = None
+            while True:
+                message = recv(ws)
+                if isinstance(message, bytes):
+                    assert open_index is not None
+                    continue
+                ev = json.loads(message)
+                if ev["type"] == "audio.start":
+                    assert open_index is None
+                    open_index = ev["sentence_index"]
+                elif ev["type"] == "audio.done":
+                    assert ev["sentence_index"] == open_index
+                    open_index = None
+                else:
+                    assert ev["type"] == "session.done", ev
+                    assert open_index is None
+                    if ev.get("cancelled"):
+                        break
+        wait_for(lambda: live.pipeline.stats().in_flight == 0)
+        text(ws, "Still clean.")
+        done(ws)
+        events, _, end = utterance(ws)
+        assert end == {"type": "session.done", "total_sentences": 1}
+        assert events[0]["sentence_index"] == 0
+    live.wait_idle()
+    assert_released(live.pipeline.stats())
