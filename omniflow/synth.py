@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fai
     import torch
 
 _STRING_KEYS = {"text", "out", "voice", "language", "instructions", "ref_audio", "ref_text"}
+_STRING_KEYS |= {"texts", "out_dir"}
 FORMATS = {".wav": "wav", ".flac": "flac", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus"}
 FORMATS |= {".pcm": "pcm", ".raw": "pcm"}
 """Output extension -> encoding (.ogg holds Opus; .pcm/.raw are headerless s16le)."""
@@ -204,6 +205,12 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     graph = build_graph(spec)
     check_device(graph)
     s = spec.synth
+    from omniflow.synth_batch import check_batch_keys, run_batch
+
+    check_batch_keys(s)
+    if s.texts is not None:
+        check_memory(graph)
+        return run_batch(spec, graph)
     fmt = output_format(s.out)
     body = check_request(graph, spec, fmt)
     check_memory(graph)

@@ -209,6 +209,19 @@ class SynthConfig(Frozen):
     seed: int | None = Field(None, description="Sampling seed.")
     max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
     ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
+    texts: str | None = Field(
+        None,
+        description="Batch: a JSONL file, one request a line (id, text, and optionally voice, "
+        "language, instructions, seed, max_new_tokens, ref_audio + ref_text); each becomes "
+        "out_dir/ID.FORMAT; files already there are skipped (a rerun resumes).",
+    )
+    out_dir: str | None = Field(None, description="Batch (texts): the directory of the files.")
+    format: Literal["wav", "flac", "mp3", "opus", "pcm"] = Field(
+        "wav", description="Batch (texts): the files' format."
+    )
+    concurrency: int = Field(
+        8, ge=1, le=1024, description="Batch (texts): requests in flight at once."
+    )
 
 
 class BenchConfig(Frozen):

@@ -1,0 +1,266 @@
+"""`omniflow synth texts=LINES.jsonl out_dir=DIR`: many requests through one pipeline.
+
+Each line is a JSON object: `id` (the file's name), `text`, and optionally `voice`,
+`language`, `instructions`, `seed`, `max_new_tokens`, `ref_audio` + `ref_text` (a voice clone
+on a Base model). Every line is checked by the server's request rules before anything is
+built; a bad line is reported with its number and the rest go on. Up to `synth.concurrency`
+requests are in flight at once (the engine batches them), each file is written to a
+temporary name and renamed when complete, a file already in `out_dir` is skipped (a rerun
+resumes), and Ctrl-C aborts what is in flight and leaves only complete files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import ValidationError
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from omniflow.config.graph import StageGraph
+from omniflow.config.schema import OmniflowSpec, SynthConfig
+from omniflow.core.speech import SpeechRequest
+from omniflow.errors import ConfigError
+from omniflow.serve.encoders import encode_whole
+from omniflow.serve.protocol import SpeechBody
+
+if TYPE_CHECKING:
+    import torch
+
+    from omniflow.core.events import AudioEvent
+    from omniflow.core.pipeline import Pipeline
+
+LINE_KEYS = {"id", "text", "voice", "language", "instructions", "seed", "max_new_tokens"}
+LINE_KEYS |= {"ref_audio", "ref_text"}
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+EXTENSIONS = {"wav": ".wav", "flac": ".flac", "mp3": ".mp3", "opus": ".opus", "pcm": ".pcm"}
+ONLY_WITH_TEXTS = {"out_dir": None, "format": "wav", "concurrency": 8}
+"""Keys that act only in a batch, with their defaults (set otherwise, they are refused)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One valid line: its number, its file, its request as the server would take it, and
+    a voice clone's reference, decoded."""
+
+    line: int
+    out: Path
+    body: SpeechBody
+    reference: torch.Tensor | None = None
+
+
+def check_batch_keys(s: SynthConfig) -> None:
+    """Batch keys act only with `texts`, and one-request keys only without it."""
+    if s.texts is None:
+        for key, default in ONLY_WITH_TEXTS.items():
+            if getattr(s, key) != default:
+                raise ConfigError(f"synth.{key}", "acts only in a batch: set synth.texts=FILE")
+        return
+    if s.out_dir is None:
+        raise ConfigError("synth.out_dir", "a batch (synth.texts) writes its files there; set it")
+    for key in ("text", "out", "ref_audio", "ref_text"):
+        if getattr(s, key) != SynthConfig.model_fields[key].default:
+            raise ConfigError(f"synth.{key}", "each line of synth.texts has its own; leave it out")
+    if not Path(s.out_dir).is_dir():
+        raise ConfigError("synth.out_dir", f"{s.out_dir!r} is not a directory")
+
+
+def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[str]]:
+    """The valid lines of `synth.texts` and one message per bad one (its number first)."""
+    from omniflow.build.checks import request_info
+    from omniflow.serve.validation import default_voice, request_errors
+
+    s = spec.synth
+    assert s.texts is not None and s.out_dir is not None
+    try:
+        raw = Path(s.texts).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError("synth.texts", f"{s.texts!r}: {exc.strerror}") from None
+    info, items, bad, seen = request_info(graph), [], [], set()
+    for n, text in enumerate(raw, 1):
+        if not text.strip():
+            continue
+        try:
+            item = _parse(n, text, s, seen)
+            rid = item.pop("id")
+            fields = {"model": info.model, "response_format": s.format, **item}
+            body = SpeechBody.model_validate(fields)
+        except (ValueError, ValidationError) as exc:
+            bad.append(f"line {n}: {_message(exc)}")
+            continue
+        errors = request_errors(body, info, spec.server)
+        if errors:
+            bad.append(f"line {n}: " + "; ".join(e.message for e in errors))
+            continue
+        if body.task_type != "Base" and body.voice is None:
+            body.voice = default_voice(info.voices)
+        try:
+            reference = _reference(body, graph.model.codec.sample_rate)
+        except ValueError as exc:
+            bad.append(f"line {n}: ref_audio: {exc}")
+            continue
+        out = Path(s.out_dir) / (rid + EXTENSIONS[s.format])
+        items.append(Item(n, out, body, reference))
+    return items, bad
+
+
+def _reference(body: SpeechBody, rate: int) -> torch.Tensor | None:
+    """A line's reference recording, read and decoded as the server decodes one."""
+    if body.ref_audio is None:
+        return None
+    from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference
+
+    try:
+        raw = Path(body.ref_audio).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{body.ref_audio!r}: {exc.strerror}") from None
+    try:
+        return decode_reference(raw, rate)
+    except ReferenceAudioError as exc:
+        raise ValueError(f"{body.ref_audio!r} {exc}") from None
+
+
+def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
+    obj = json.loads(text)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    unknown = sorted(set(obj) - LINE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown keys {unknown}; a line takes {sorted(LINE_KEYS)}")
+    rid = obj.get("id")
+    if not isinstance(rid, str) or not SAFE_ID.fullmatch(rid):
+        raise ValueError("id must be a file name: letters, digits, '.', '_', '-' (<= 128)")
+    if rid in seen:
+        raise ValueError(f"id {rid!r} repeats an earlier line's")
+    seen.add(rid)
+    defaults = {"voice": s.voice, "language": s.language, "instructions": s.instructions}
+    fields = {**defaults, "seed": s.seed, **obj, "input": obj.get("text")}
+    fields.pop("text", None)
+    if "ref_audio" in obj:
+        fields["task_type"] = "Base"
+    return fields
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{e['loc'][0] if e['loc'] else 'line'}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
+def run_batch(spec: OmniflowSpec, graph: StageGraph) -> int:
+    """Check every line, then generate what is not written yet; the exit status."""
+    items, bad = read_lines(spec, graph)
+    for message in bad:
+        print(f"omniflow synth: {spec.synth.texts}: {message}", file=sys.stderr)
+    todo = [i for i in items if not i.out.exists()]
+    skipped = len(items) - len(todo)
+    if skipped:
+        print(f"omniflow synth: {skipped} files already written, skipped", file=sys.stderr)
+    if not todo:
+        return 1 if bad else 0
+    from omniflow.build.pipeline import build_pipeline
+
+    pipeline = build_pipeline(graph)
+    pipeline.start()
+    try:
+        written, failed, audio_s, wall = _generate_all(pipeline, todo, spec.synth)
+    except KeyboardInterrupt:
+        print("omniflow synth: interrupted; only complete files were written", file=sys.stderr)
+        return 2
+    finally:
+        pipeline.stop()
+    rtf = wall / audio_s if audio_s else float("nan")
+    print(
+        f"wrote {written} files to {spec.synth.out_dir} ({audio_s:.2f} s of audio), "
+        f"{skipped} skipped, {failed + len(bad)} failed; {wall:.2f} s wall, RTF {rtf:.3f}"
+    )
+    return 1 if failed or bad else 0
+
+
+def _generate_all(
+    pipeline: Pipeline, todo: list[Item], s: SynthConfig
+) -> tuple[int, int, float, float]:
+    """(files written, requests failed, seconds of audio, seconds of wall time)."""
+    events: queue.Queue[AudioEvent] = queue.Queue()
+    rate = pipeline.info().sample_rate
+    pending, live = list(reversed(todo)), {}
+    pcm: dict[str, list[np.ndarray]] = {}
+    written = failed = 0
+    audio_s, t0 = 0.0, time.monotonic()
+    bar = tqdm(total=len(todo), desc="synth", unit=" files", file=sys.stderr, dynamic_ncols=True)
+    try:
+        with bar, logging_redirect_tqdm():
+            while pending or live:
+                while pending and len(live) < s.concurrency:
+                    item = pending.pop()
+                    request = _request(pipeline, item)
+                    live[request.request_id] = item
+                    pcm[request.request_id] = []
+                    pipeline.submit(request, events.put)
+                ev = events.get()
+                if ev.pcm is not None:
+                    pcm[ev.request_id].append(ev.pcm)
+                if not ev.finished:
+                    continue
+                item, parts = live.pop(ev.request_id), pcm.pop(ev.request_id)
+                bar.update(1)
+                if ev.error is not None or not parts:
+                    failed += 1
+                    why = ev.error or "no audio"
+                    tqdm.write(f"omniflow synth: line {item.line}: failed: {why}", file=sys.stderr)
+                    continue
+                audio = np.concatenate(parts)
+                _write(item.out, encode_whole(audio, s.format, rate))
+                written, audio_s = written + 1, audio_s + audio.size / rate
+    finally:
+        for rid in live:  # interrupted: nothing half-written stays
+            pipeline.abort(rid)
+    return written, failed, audio_s, time.monotonic() - t0
+
+
+def _request(pipeline: Pipeline, item: Item) -> SpeechRequest:
+    b = item.body
+    embedding = codes = None
+    if item.reference is not None:
+        encoder = pipeline.reference_encoder()
+        if encoder is None:  # the line's rules refused a reference on a model without one
+            raise RuntimeError(f"line {item.line}: the model has no reference encoders")
+        voice = encoder.encode(item.reference)
+        embedding, codes = voice.speaker_embedding, voice.ref_codes
+    return SpeechRequest.create(
+        b.input,
+        id_prefix=f"synth-{item.out.stem}",
+        voice=b.voice if b.ref_audio is None else None,
+        language=b.language,
+        seed=b.seed,
+        max_new_tokens=b.max_new_tokens,
+        instructions=b.instructions,
+        speaker_embedding=embedding,
+        ref_codes=codes,
+        ref_text=b.ref_text,
+    )
+
+
+def _write(out: Path, data: bytes) -> None:
+    """`data` to `out` through a temporary name beside it, renamed when complete (with the
+    mode a new file gets, as synth's single file)."""
+    from omniflow.synth import new_file_mode
+
+    tmp = out.with_name(f".{out.name}.partial")
+    try:
+        tmp.write_bytes(data)
+        os.chmod(tmp, new_file_mode(out))
+        os.replace(tmp, out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

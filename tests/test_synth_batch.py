@@ -1,0 +1,93 @@
+"""`omniflow synth texts=LINES.jsonl out_dir=DIR`: many requests through one pipeline, a bad
+line reported by number while the rest go on, a rerun resuming, Ctrl-C leaving only whole
+files (`omniflow/synth_batch.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import soundfile
+
+from tests.test_cli_errors import omniflow, one_line_error
+
+BASE = ["synth", "pipeline=qwen3_tts_fused", "platform=cpu"]
+
+
+def write_lines(path, *lines: dict | str) -> str:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return str(path)
+
+
+def test_a_batch_writes_a_file_per_good_line_and_names_the_bad_ones(tmp_path):
+    texts = write_lines(
+        tmp_path / "in.jsonl",
+        {"id": "a", "text": "Hello there.", "seed": 1},
+        {"id": "b", "text": "Hi.", "voice": "nobody"},
+        "not json",
+        {"id": "c", "text": "A second sentence, longer.", "seed": 2, "voice": "ryan"},
+        {"id": "a", "text": "again"},
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    r = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "concurrency=2")
+    assert r.returncode == 1, r.stderr  # some lines failed
+    assert "line 2: " in r.stderr and "nobody" in r.stderr
+    assert "line 3: " in r.stderr
+    assert "line 5: " in r.stderr and "repeats" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a.wav", "c.wav"]
+    for name in ("a.wav", "c.wav"):
+        audio, rate = soundfile.read(out / name)
+        assert rate == 24000 and audio.size > 0
+    assert "wrote 2 files" in r.stdout and "3 failed" in r.stdout
+
+
+def test_a_rerun_skips_what_is_written(tmp_path):
+    texts = write_lines(tmp_path / "in.jsonl", {"id": "x", "text": "Hello.", "seed": 3})
+    out = tmp_path / "out"
+    out.mkdir()
+    first = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "format=flac")
+    assert first.returncode == 0, first.stderr
+    written = (out / "x.flac").stat().st_mtime_ns
+    again = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "format=flac")
+    assert again.returncode == 0, again.stderr
+    assert "1 files already written, skipped" in again.stderr
+    assert (out / "x.flac").stat().st_mtime_ns == written
+
+
+def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path):
+    texts = write_lines(tmp_path / "in.jsonl", {"id": "x", "text": "Hello."})
+    one_line_error(omniflow(*BASE, f"out_dir={tmp_path}"), "synth.out_dir", "synth.texts")
+    one_line_error(omniflow(*BASE, "concurrency=4"), "synth.concurrency")
+    one_line_error(omniflow(*BASE, f"texts={texts}"), "synth.out_dir")
+    one_line_error(
+        omniflow(*BASE, f"texts={texts}", f"out_dir={tmp_path}", "text=Hi"), "synth.text"
+    )
+
+
+def test_ctrl_c_leaves_only_whole_files(tmp_path):
+    lines = [{"id": f"n{i}", "text": "A sentence. " * 30, "seed": i} for i in range(30)]
+    texts = write_lines(tmp_path / "in.jsonl", *lines)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "omniflow", *BASE, f"texts={texts}", f"out_dir={out}"]
+    proc = subprocess.Popen(
+        [*cmd, "concurrency=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not any(p.suffix == ".wav" for p in out.iterdir()):  # wait for the first file
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "interrupted" in err
+    names = [p.name for p in out.iterdir()]
+    assert names and all(n.endswith(".wav") and not n.startswith(".") for n in names)
+    for n in names:
+        assert soundfile.read(out / n)[0].size > 0  # each one complete
+    assert len(names) < 30
