@@ -118,8 +118,14 @@ def check_overrides(command: str, overrides: list[str]) -> None:
 
 def cmd_config(args: Args) -> int:
     """Print the resolved graph with every derived value."""
-    graph = build_graph(compose(args.overrides, args.config_dir))
-    sys.stdout.write(yaml.safe_dump(graph.to_dict(), sort_keys=False))
+    spec = compose(args.overrides, args.config_dir)
+    graph = build_graph(spec)
+    data = graph.to_dict()
+    if spec.deploy.name != "local":  # printed where it acts (docs/deploy.md)
+        from omniflow.deploy.settings import printed, resolve_deploy
+
+        data |= printed(resolve_deploy(spec.deploy, graph))
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
     return 0
 
 
@@ -176,10 +182,18 @@ def cmd_serve(args: Args) -> int:
 
     spec = compose(args.overrides, args.config_dir)
     graph = build_graph(spec)
+    if spec.deploy.name == "ray":  # Ray Serve replicas (omniflow/deploy/, docs/deploy.md)
+        from omniflow.deploy.preflight import check_deploy
+
+        deploy = check_deploy(spec, graph)
     check_device(graph)
     check_port(spec.server)
     check_memory(graph)
     setup_logging(spec.server.log_level)
+    if spec.deploy.name == "ray":
+        from omniflow.deploy.launch import serve_on_ray
+
+        return serve_on_ray(spec, deploy)
 
     from omniflow.serve.run import run_serve
 
