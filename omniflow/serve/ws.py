@@ -37,7 +37,7 @@ from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import PipelineStats
 from omniflow.serve.bodies import raw_stream
 from omniflow.serve.encoders import encode_whole, mp3_stream
-from omniflow.serve.errors import ApiError, clip, unavailable
+from omniflow.serve.errors import ApiError, clip, encodable, unavailable
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
 from omniflow.serve.request_body import parse_json
 from omniflow.serve.sending import StreamBroken
@@ -175,7 +175,13 @@ async def close(websocket: WebSocket, code: int, reason: str) -> None:
 
 
 def error_event(err: ApiError) -> dict[str, Any]:
-    return {"type": "error", "message": err.message, "param": err.param, "code": str(err.status)}
+    param = None if err.param is None else encodable(clip(err.param))
+    return {
+        "type": "error",
+        "message": encodable(err.message),
+        "param": param,
+        "code": str(err.status),
+    }
 
 
 class Session:
@@ -196,6 +202,8 @@ class Session:
         self.received = 0
         """Characters of the current utterance received so far."""
         self.queue: asyncio.Queue[str | _Done] = asyncio.Queue()
+        self.queued_chars = 0
+        """Characters of the sentences queued and not yet taken by the speaker."""
         self.index = 0
         """The next sentence's index in the utterance being spoken."""
         self.current: list[int] | None = None
@@ -332,14 +340,27 @@ class Session:
                 "with input.done or input.cancel",
                 "text",
             )
+        unspoken = self.queued_chars + len(self.buffer) + len(text)
+        if unspoken > limit:
+            raise ApiError(
+                400,
+                f"{unspoken} characters would wait to be spoken (this utterance's and those "
+                f"ended before it); the limit is {limit} (server.max_input_chars): this piece "
+                "was dropped; send it again once more has been spoken",
+                "text",
+            )
         self.received += len(text)
         for sentence in self.buffer.feed(text):
-            self.queue.put_nowait(sentence)
+            self.enqueue(sentence)
+
+    def enqueue(self, sentence: str) -> None:
+        self.queue.put_nowait(sentence)
+        self.queued_chars += len(sentence)
 
     def end_utterance(self) -> None:
         rest = self.buffer.flush()
         if rest is not None:
-            self.queue.put_nowait(rest)
+            self.enqueue(rest)
         self.queue.put_nowait(DONE)
         self.received = 0
 
@@ -357,6 +378,7 @@ class Session:
         self.buffer.clear()
         self.received = 0
         self.queue = asyncio.Queue()
+        self.queued_chars = 0
         self.index = 0
         self.start_speaker()
 
@@ -400,6 +422,8 @@ class Session:
             if self.queue.empty():
                 self.last_active = time.monotonic()  # spoke all it had: idle from now
             item = await self.queue.get()
+            if isinstance(item, str):
+                self.queued_chars -= len(item)
             if isinstance(item, _Done):
                 await self.send_json({"type": "session.done", "total_sentences": self.index})
                 self.metrics.utterances.labels("done").inc()

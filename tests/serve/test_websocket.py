@@ -318,3 +318,32 @@ def test_rapid_barge_in_keeps_the_events_paired(live):
         assert events[0]["sentence_index"] == 0
     live.wait_idle()
     assert_released(live.pipeline.stats())
+
+
+def test_text_waiting_to_be_spoken_is_bounded():
+    """Utterances ended with input.done queue behind the one being spoken; what waits, all
+    of them together, is bounded by server.max_input_chars too."""
+    with LiveServer("server.max_input_chars=100") as server, connect(ws_url(server)) as ws:
+        configure(ws, response_format="pcm")
+        text(ws, "Sentence one is here. " * 4)  # 88 characters, 4 sentences
+        done(ws)
+        text(ws, "A second utterance, forty characters.. ")
+        events, _, end = utterance(ws)  # the first is spoken whole, the piece refused
+        (err,) = [e for e in events if e["type"] == "error"]
+        assert err["param"] == "text" and "would wait to be spoken" in err["message"]
+        assert end["total_sentences"] == 4
+        text(ws, "A second utterance, forty characters.. ")
+        done(ws)
+        events, _, end = utterance(ws)
+        assert end["total_sentences"] == 1
+        assert events[0]["sentence_text"] == "A second utterance, forty characters.."
+
+
+def test_an_error_quoting_a_lone_surrogate_is_sent(live):
+    with connect(ws_url(live)) as ws:
+        ws.send('{"type": "session.config", "voice": "\\ud800"}')
+        err = event(ws)
+        assert err["param"] == "voice" and "unknown voice" in err["message"]
+        configure(ws)
+        ws.send('{"type": "input.text", "text": "bad \\ud800"}')
+        assert "lone surrogate" in event(ws)["message"]
