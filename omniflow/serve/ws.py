@@ -309,7 +309,8 @@ class Session:
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
-            raise ApiError(400, f"{clip(param or '')}: {first['msg']}", param) from None
+            message = f"{clip(param)}: {first['msg']}" if param else first["msg"]
+            raise ApiError(400, message, param) from None
         from omniflow.serve.routes import default_task  # the route's own rule
 
         body = default_task(body, self.info)

@@ -344,6 +344,9 @@ def test_an_error_quoting_a_lone_surrogate_is_sent(live):
         ws.send('{"type": "session.config", "voice": "\\ud800"}')
         err = event(ws)
         assert err["param"] == "voice" and "unknown voice" in err["message"]
+        ws.send('{"type": "session.config", "\\ud800": 1}')  # a field name pydantic refuses
+        err = event(ws)
+        assert err["type"] == "error" and err["message"].startswith("Input should be")
         configure(ws)
         ws.send('{"type": "input.text", "text": "bad \\ud800"}')
         assert "lone surrogate" in event(ws)["message"]
