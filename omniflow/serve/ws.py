@@ -76,7 +76,11 @@ DONE = _Done()
 
 
 class SessionEnded(Exception):
-    """The session cannot go on (the client stopped reading, or left)."""
+    """The session cannot go on: the client left."""
+
+
+class ClientStalled(SessionEnded):
+    """The client took nothing for `server.stalled_client_timeout_s`."""
 
 
 class WsMetrics:
@@ -411,7 +415,7 @@ class Session:
         if exc is None:
             return
         if isinstance(exc, SessionEnded):
-            self.broken = "stalled" if "stopped reading" in str(exc) else "closed"
+            self.broken = "stalled" if isinstance(exc, ClientStalled) else "closed"
         else:
             self.broken = "error"
             log.error("websocket session failed", exc_info=exc)
@@ -546,7 +550,7 @@ class Session:
             try:
                 await asyncio.wait_for(sending, self.server.stalled_client_timeout_s)
             except TimeoutError:
-                raise SessionEnded("the client stopped reading") from None
+                raise ClientStalled("the client stopped reading") from None
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise SessionEnded(f"the client left: {exc}") from None
 
