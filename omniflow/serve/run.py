@@ -96,9 +96,13 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
 
 
 def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings from `server` (and `options`, uvicorn's own keywords)."""
+    """uvicorn's settings from `server` (and `options`, uvicorn's own keywords). The event
+    loop is asyncio's, not uvicorn's "auto" (uvloop wherever some other package installed
+    it): the intake's turns are passes of asyncio's loop (`serve.intake`), and the server's
+    timing under a burst was measured on it."""
     return uvicorn.Config(
         app,
+        loop="asyncio",
         log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
         timeout_keep_alive=server.keep_alive_timeout_s,
         h11_max_incomplete_event_size=server.max_header_bytes,

@@ -22,6 +22,7 @@ import pytest
 from omniflow.config.compose import compose
 from omniflow.serve.run import ServerThread
 from tests.serve.fake_pipeline import FakePipeline
+from tests.serve.test_keep_alive import idle_connection
 
 
 def serve(*overrides: str) -> ServerThread:
@@ -110,11 +111,11 @@ def test_a_head_sent_slowly_gets_a_408_json_at_the_timeout(kept_alive):
     """A byte every 0.1 s does not extend the deadline; on a kept-alive connection the
     deadline starts with the next request's first bytes."""
     with serve("server.header_timeout_s=0.5") as s:
-        sock = connect(s.port)
         if kept_alive:
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock = idle_connection(s.url)  # a request answered, the connection kept
             time.sleep(0.6)  # idle between requests: the keep-alive timeout's, not this one
+        else:
+            sock = connect(s.port)
         t0 = time.monotonic()
         for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: yes\r\n":
             try:
