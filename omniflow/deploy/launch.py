@@ -83,7 +83,12 @@ def stop(deploy: DeployConfig) -> None:
 def serve_on_ray(spec: OmniflowSpec, deploy: DeployConfig) -> int:
     """Serve until SIGINT or SIGTERM, then stop; exit status 0."""
     done = threading.Event()
-    url = start(spec, deploy)
+    try:
+        url = start(spec, deploy)
+    except RuntimeError as exc:  # a replica failed to build: Serve's reason, then its logs
+        log.error("the replicas did not start: %s", str(exc).splitlines()[0])
+        stop(deploy)
+        return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     log.info("%d replica(s) on Ray Serve; %s on %s", deploy.replicas, READY, url)
