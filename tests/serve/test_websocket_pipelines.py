@@ -5,6 +5,7 @@ HTTP route speaks the same request (seeded, the same PCM), a registered voice wo
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -13,9 +14,19 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.serve.conftest import LiveServer
+from tests.serve.conftest import LiveServer, assert_released
 from tests.serve.test_voice_clone_http import audio_file, b64
-from tests.serve.test_websocket import LONG, configure, done, event, recv, text, utterance, ws_url
+from tests.serve.test_websocket import (
+    LONG,
+    configure,
+    done,
+    event,
+    recv,
+    text,
+    utterance,
+    wait_for,
+    ws_url,
+)
 
 FIXED = {"seed": 5, "max_new_tokens": 6, "ignore_eos": True}
 
@@ -106,3 +117,29 @@ def test_a_long_utterance_is_not_idle():
         assert end["total_sentences"] == 4 and all(e["type"] != "error" for e in events)
         err = event(ws)
         assert err["type"] == "error" and err["code"] == "408"
+
+
+def test_a_client_that_stops_reading_is_dropped():
+    """server.stalled_client_timeout_s: a session whose client takes nothing while its audio
+    is sent is ended, and what it was speaking aborted. The client reads nothing: a small
+    receive buffer and a one-message queue on its side, a small send buffer on the server's
+    (accepted sockets inherit it from the listening one), make the server's sends wait."""
+    with LiveServer("server.stalled_client_timeout_s=0.5") as server:
+        server.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        with connect(ws_url(server), sock=sock, max_queue=1) as ws:
+            configure(ws, response_format="pcm", stream_audio=True)
+            text(ws, LONG * 2)
+            done(ws)
+            sessions = server.app.state.speech_sessions
+            ended = sessions.metrics.ended.labels("stalled")
+            wait_for(lambda: ended._value.get() == 1, 30)
+            wait_for(lambda: server.pipeline.stats().in_flight == 0)
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    recv(ws)
+            assert closed.value.rcvd is None or closed.value.rcvd.code == 1008
+        server.wait_idle()
+        assert_released(server.pipeline.stats())
