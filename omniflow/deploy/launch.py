@@ -18,6 +18,7 @@ from ray import serve
 
 from omniflow.config.schema import DeployConfig, OmniflowSpec
 from omniflow.deploy.replica import OmniflowReplica
+from omniflow.deploy.voices import voice_store
 from omniflow.serve.ready import READY, url_of
 
 log = logging.getLogger("omniflow.deploy")
@@ -40,7 +41,8 @@ def actor_options(deploy: DeployConfig) -> dict[str, Any]:
 
 
 def application(spec: OmniflowSpec, deploy: DeployConfig) -> Any:
-    """The Ray Serve application: `deploy.replicas` copies of `OmniflowReplica`."""
+    """The Ray Serve application: `deploy.replicas` copies of `OmniflowReplica`, sharing
+    one voice store."""
     return (
         serve.deployment(OmniflowReplica)
         .options(
@@ -49,7 +51,7 @@ def application(spec: OmniflowSpec, deploy: DeployConfig) -> Any:
             ray_actor_options=actor_options(deploy),
             max_ongoing_requests=spec.server.max_concurrent_requests,
         )
-        .bind(spec)
+        .bind(spec, voice_store(spec.server.max_voices))
     )
 
 

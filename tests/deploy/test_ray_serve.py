@@ -1,8 +1,9 @@
-"""`deploy=ray` on a local Ray cluster: two replicas of the tiny model behind Ray Serve's
-proxy, one cluster for the module (its start and the two replicas' builds: ~20 s on two
-cores). Streams of every format pass through unchanged, concurrent requests reach both
-replicas (the x-omniflow-replica header says which), and a seeded request gives the same
-PCM from either replica as from `omniflow serve` in-process."""
+"""`deploy=ray` on a local Ray cluster: two replicas of the tiny Base model behind Ray
+Serve's proxy, one cluster for the module (its start and the two replicas' builds: ~10-20 s
+on two cores). A voice registered through one replica is listed by and spoken with through
+both; streams of every format pass through unchanged; concurrent requests reach both
+replicas (the x-omniflow-replica header says which); a seeded request gives the same PCM
+from either replica as from `omniflow serve` in-process."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from omniflow.deploy.settings import resolve_deploy
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
-MODEL = "qwen3-tts-tiny"
+MODEL = "qwen3-tts-tiny-base"
 TEXT = "Hello there, this is a test of the replicas."
 SEEDED = {"seed": 11, "max_new_tokens": 12, "ignore_eos": True}
 
@@ -40,8 +41,8 @@ def url():
 
     port = free_port()
     spec = compose(
-        ["platform=cpu", "deploy=ray", "deploy.replicas=2", f"server.port={port}"]
-        + ["server.log_level=warning"]
+        ["platform=cpu", "model=qwen3_tts_tiny_base", "deploy=ray", "deploy.replicas=2"]
+        + [f"server.port={port}", "server.log_level=warning", "server.max_voices=3"]
     )
     deploy = resolve_deploy(spec.deploy, build_graph(spec))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -50,6 +51,45 @@ def url():
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def register(url: str) -> httpx.Response:
+    from tests.serve.test_voice_registry_http import LOW
+
+    body = {"name": "me", "ref_audio": LOW, "ref_text": "A low tone."}
+    return httpx.post(f"{url}/v1/audio/voices", json=body, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def voice(url) -> str:
+    response = register(url)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def until_both(call) -> dict[str, httpx.Response]:
+    """`call()` one request at a time until both replicas have answered one."""
+    seen: dict[str, httpx.Response] = {}
+    for _ in range(30):
+        response = call()
+        seen[response.headers[REPLICA_HEADER]] = response
+        if len(seen) == 2:
+            return seen
+    raise AssertionError(f"only {list(seen)} answered")
+
+
+def test_a_voice_registered_through_one_replica_is_on_both(url, voice):
+    listings = until_both(lambda: httpx.get(f"{url}/v1/audio/voices", timeout=30))
+    for response in listings.values():
+        assert response.json()["voices"] == [voice]
+    spoken = until_both(lambda: speech(url, voice=voice, response_format="pcm", **SEEDED))
+    assert all(r.status_code == 200 and r.content for r in spoken.values())
+    # max_voices bounds all replicas together: 3 in all, the 4th refused wherever it lands
+    assert [register(url).status_code for _ in range(3)] == [201, 201, 409]
+    extra = [v for v in httpx.get(f"{url}/v1/audio/voices").json()["voices"] if v != voice]
+    deleted = [httpx.delete(f"{url}/v1/audio/voices/{v}").status_code for v in extra]
+    assert deleted == [200, 200]
+    assert httpx.get(f"{url}/v1/audio/voices").json()["voices"] == [voice]
 
 
 def speech(url: str, **body) -> httpx.Response:
@@ -62,7 +102,7 @@ def speech(url: str, **body) -> httpx.Response:
         return response
 
 
-def test_concurrent_streams_of_every_format_reach_both_replicas(url):
+def test_concurrent_streams_of_every_format_reach_both_replicas(url, voice):
     kinds = [
         {"response_format": "pcm", "stream": True},
         {"response_format": "wav", "stream": True},
@@ -70,7 +110,7 @@ def test_concurrent_streams_of_every_format_reach_both_replicas(url):
         {"response_format": "pcm", "stream_format": "sse"},
     ] * 3
     with ThreadPoolExecutor(len(kinds)) as pool:
-        responses = list(pool.map(lambda kind: speech(url, **kind), kinds))
+        responses = list(pool.map(lambda kind: speech(url, voice=voice, **kind), kinds))
     for kind, response in zip(kinds, responses, strict=True):
         assert response.status_code == 200, response.text
         assert response.headers.get("transfer-encoding") == "chunked", kind  # streamed
@@ -89,21 +129,19 @@ def test_concurrent_streams_of_every_format_reach_both_replicas(url):
     assert len(replicas) == 2, replicas
 
 
-def test_seeded_pcm_is_the_same_from_either_replica_and_in_process(url):
+def test_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
     from tests.serve.conftest import LiveServer
 
-    by_replica: dict[str, bytes] = {}
-    for _ in range(20):  # one at a time (each alone in its batch), until both have answered
-        response = speech(url, response_format="pcm", stream=True, **SEEDED)
+    def pcm(at: str, voice: str) -> httpx.Response:
+        return speech(at, voice=voice, response_format="pcm", stream=True, **SEEDED)
+
+    by_replica = until_both(lambda: pcm(url, voice))  # each alone in its batch
+    with LiveServer("model=qwen3_tts_tiny_base") as local:
+        expected = pcm(local.url, register(local.url).json()["id"])
+        assert REPLICA_HEADER not in expected.headers  # in-process: no replica header
+    for response in by_replica.values():
         assert response.status_code == 200, response.text
-        by_replica[response.headers[REPLICA_HEADER]] = response.content
-        if len(by_replica) == 2:
-            break
-    assert len(by_replica) == 2, by_replica.keys()
-    with LiveServer() as local:
-        expected = speech(local.url, response_format="pcm", stream=True, **SEEDED).content
-        assert REPLICA_HEADER not in speech(local.url, input="Hi.").headers  # local: none
-    assert all(pcm == expected for pcm in by_replica.values())
+        assert response.content == expected.content
 
 
 def test_health_and_models_answer_through_the_proxy(url):
