@@ -107,10 +107,10 @@ def test_two_sentences_split_across_deltas(live):
     assert [s["sentence_text"] for s in starts] == ["Hello there.", "How are you?", "Fine"]
     assert all(s["format"] == "pcm" and s["sample_rate"] == 24000 for s in starts)
     for d in (e for e in events if e["type"] == "audio.done"):
-        assert d["error"] is None
+        assert d["error"] is False and d["utterance_index"] == 0 and "message" not in d
         assert d["total_bytes"] == audio[d["sentence_index"]] > 0
         assert d["total_bytes"] % 2 == 0  # PCM16
-    assert end == {"type": "session.done", "total_sentences": 3}
+    assert end == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
     live.wait_idle()
     assert_released(live.pipeline.stats())
 
@@ -127,10 +127,10 @@ def test_streamed_wav_sends_audio_in_pieces(live):
         while isinstance(message := recv(ws), bytes):
             frames.append(message)
         end = json.loads(message)
-        assert end["type"] == "audio.done" and end["error"] is None
+        assert end["type"] == "audio.done" and end["error"] is False
         assert end["total_bytes"] == sum(map(len, frames))
         assert len(frames) > 1 and frames[0][:4] == b"RIFF"
-        assert event(ws) == {"type": "session.done", "total_sentences": 1}
+        assert event(ws) == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
 
 
 def test_bad_messages_are_errors_and_the_session_goes_on(live):
@@ -176,7 +176,8 @@ def test_utterance_text_is_limited(live):
         err = event(ws)
         assert err["param"] == "text" and f"the limit is {limit}" in err["message"]
         ws.send(json.dumps({"type": "input.cancel"}))
-        assert event(ws) == {"type": "session.done", "total_sentences": 0, "cancelled": True}
+        cancelled = {"type": "session.done", "utterance_index": 0, "total_sentences": 0}
+        assert event(ws) == {**cancelled, "cancelled": True}
         text(ws, "Short. ")  # a fresh utterance has the whole limit again
         done(ws)
         _, _, end = utterance(ws)
@@ -195,8 +196,10 @@ def test_cancel_aborts_at_once_and_frees_the_request(live):
         while isinstance(message := recv(ws), bytes):
             pass
         cut = json.loads(message)
-        assert cut["type"] == "audio.done" and cut["error"] == "cancelled"
-        assert event(ws) == {"type": "session.done", "total_sentences": 1, "cancelled": True}
+        assert cut["type"] == "audio.done" and cut["error"] is True
+        assert cut["message"] == "cancelled"
+        cancelled = {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+        assert event(ws) == {**cancelled, "cancelled": True}
         wait_for(lambda: live.pipeline.stats().in_flight == 0)
         live.wait_idle()
         assert_released(live.pipeline.stats())
@@ -205,7 +208,8 @@ def test_cancel_aborts_at_once_and_frees_the_request(live):
         done(ws)
         events, audio, end = utterance(ws)
         assert events[0]["sentence_index"] == 0 and events[0]["sentence_text"] == "Again."
-        assert end == {"type": "session.done", "total_sentences": 1}
+        assert events[0]["utterance_index"] == 1
+        assert end == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
 
 
 def test_closing_the_socket_aborts_the_utterance(live):
@@ -228,7 +232,7 @@ def test_many_utterances_on_one_socket(live):
             text(ws, "sentence!")
             done(ws)
             events, audio, end = utterance(ws)
-            assert end == {"type": "session.done", "total_sentences": 2}
+            assert end == {"type": "session.done", "utterance_index": n, "total_sentences": 2}
             assert [e["sentence_index"] for e in events] == [0, 0, 1, 1]
             assert events[2]["sentence_text"] == "Second sentence!"
             assert all(audio[i] > 0 for i in (0, 1))
@@ -257,7 +261,8 @@ def test_idle_session_is_closed():
     with LiveServer("server.ws_idle_timeout_s=0.3") as server, connect(ws_url(server)) as ws:
         configure(ws)
         err = event(ws)  # nothing sent: after 0.3 s, an error, then the close
-        assert err["type"] == "error" and "no message for 0.3 s" in err["message"]
+        assert err["type"] == "error"
+        assert err["message"].startswith("Idle timeout: no message received")
         with pytest.raises(ConnectionClosed) as closed:
             recv(ws)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
@@ -314,7 +319,8 @@ def test_rapid_barge_in_keeps_the_events_paired(live):
         text(ws, "Still clean.")
         done(ws)
         events, _, end = utterance(ws)
-        assert end == {"type": "session.done", "total_sentences": 1}
+        assert end["type"] == "session.done" and end["total_sentences"] == 1
+        assert end["utterance_index"] > 0 and "cancelled" not in end
         assert events[0]["sentence_index"] == 0
     live.wait_idle()
     assert_released(live.pipeline.stats())
@@ -350,3 +356,40 @@ def test_an_error_quoting_a_lone_surrogate_is_sent(live):
         configure(ws)
         ws.send('{"type": "input.text", "text": "bad \\ud800"}')
         assert "lone surrogate" in event(ws)["message"]
+
+
+def test_session_close_ends_the_connection(live):
+    """vLLM-Omni's `session.close`: the server closes the socket."""
+    from websockets.exceptions import ConnectionClosedOK
+
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm")
+        text(ws, "Hello there.")
+        done(ws)
+        _, _, end = utterance(ws)
+        assert end["total_sentences"] == 1
+        ws.send(json.dumps({"type": "session.close"}))
+        with pytest.raises(ConnectionClosedOK):
+            recv(ws)
+
+
+def test_config_while_input_is_buffered_is_refused_and_the_text_kept(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm")
+        text(ws, "Hello there")  # no sentence end yet: buffered
+        ws.send(json.dumps({"type": "session.config", "voice": "ryan"}))
+        err = event(ws)
+        assert err["type"] == "error" and "while input is buffered" in err["message"]
+        done(ws)
+        events, _, end = utterance(ws)
+        assert events[0]["sentence_text"] == "Hello there" and end["total_sentences"] == 1
+
+
+def test_vllm_omni_field_names_are_taken(live):
+    """`initial_codec_chunk_frames` is vLLM-Omni's name for initial_chunk_frames."""
+    with connect(ws_url(live)) as ws:
+        configure(ws, response_format="pcm", initial_codec_chunk_frames=2)
+        text(ws, "Hello there.")
+        done(ws)
+        events, audio, end = utterance(ws)
+        assert end["total_sentences"] == 1 and audio[0] > 0

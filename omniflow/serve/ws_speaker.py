@@ -1,0 +1,201 @@
+"""The speaker half of a WebSocket speech session (`serve/ws_session.py` is the reader):
+the task that takes queued sentences in order, submits each as one speech request, and
+sends `audio.start`, its audio and `audio.done`, whole, even when a cancel interrupts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from starlette.websockets import WebSocketDisconnect
+
+from omniflow.core.events import AudioEvent
+from omniflow.serve.bodies import raw_stream
+from omniflow.serve.encoders import encode_whole, mp3_stream
+from omniflow.serve.errors import ApiError, unavailable
+from omniflow.serve.sending import StreamBroken
+from omniflow.serve.streaming import SHUTDOWN_MESSAGE, merge_waiting
+from omniflow.serve.text import check_speakable
+from omniflow.serve.validation import validate
+from omniflow.serve.ws_events import (
+    ClientStalled,
+    SessionEnded,
+    _Done,
+    audio_done,
+    session_done,
+)
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("omniflow.serve")
+
+
+class Speaker:
+    """Mixed into `Session`: the speaker task and the sending of every message (one at a
+    time, under the session's send lock)."""
+
+    def start_speaker(self) -> None:
+        self.speaker = asyncio.create_task(self.speak_all())
+        self.speaker.add_done_callback(self.speaker_ended)
+
+    async def stop_speaker(self) -> None:
+        task, self.speaker = self.speaker, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def speaker_ended(self, task: asyncio.Task[None]) -> None:
+        """A speaker that failed ends the session (the reader is cancelled)."""
+        if task.cancelled() or task is not self.speaker:
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, SessionEnded):
+            self.broken = "stalled" if isinstance(exc, ClientStalled) else "closed"
+        else:
+            self.broken = "error"
+            log.error("websocket session failed", exc_info=exc)
+        if self.reader is not None:
+            self.reader.cancel()
+
+    async def speak_all(self) -> None:
+        while True:
+            if self.queue.empty():
+                self.last_active = time.monotonic()  # spoke all it had: idle from now
+            item = await self.queue.get()
+            if isinstance(item, str):
+                self.queued_chars -= len(item)
+            if isinstance(item, _Done):
+                await self.send_json(session_done(self.utterance, self.index))
+                self.utterance += 1
+                self.metrics.utterances.labels("done").inc()
+                self.index = 0
+                continue
+            try:
+                check_speakable(item, "text")
+            except ApiError:
+                continue  # punctuation left alone ("...", a closing quote): nothing to say
+            await self.speak(self.index, item)
+
+    async def speak(self, index: int, text: str) -> None:
+        """One sentence: audio.start, its audio, audio.done (with the error, if it failed)."""
+        assert self.template is not None
+        body = self.template.model_copy(update={"input": text})
+        fmt = body.response_format
+        self.current = [index, 0]
+        await self.send_event(
+            {
+                "type": "audio.start",
+                "utterance_index": self.utterance,
+                "sentence_index": index,
+                "sentence_text": text,
+                "format": fmt,
+                "sample_rate": self.info.sample_rate,
+            }
+        )
+        try:
+            validate(body, self.info, self.server, registered=self.clone is not None)
+            if self.service.responses.closing:
+                raise unavailable(SHUTDOWN_MESSAGE)
+            rid, events, _ = self.service.submit(body, self.clone)
+        except ApiError as err:
+            self.metrics.sentences.labels("refused").inc()
+            error: str | None = err.message
+        else:
+            error = await self.stream(rid, events, fmt)
+        sent, self.current = self.current[1], None
+        self.index = index + 1
+        await self.send_event(audio_done(self.utterance, index, sent, error))
+
+    async def stream(self, rid: str, events: asyncio.Queue[AudioEvent], fmt: str) -> str | None:
+        """Send one request's audio; its error (None: all of it was sent)."""
+        sessions, metrics = self.sessions, self.service.metrics
+        sessions.speaking += 1
+        metrics.request_started()
+        ending: list[AudioEvent] = []
+        sr = self.info.sample_rate
+        try:
+            audio = self.audio(rid, events, ending)
+            if self.stream_audio:
+                chunks = raw_stream(audio, "pcm" if fmt == "mp3" else fmt, sr)
+                if fmt == "mp3":
+                    chunks = mp3_stream(chunks, sr)
+                try:
+                    async for chunk in chunks:
+                        await self.send_bytes(chunk)
+                except StreamBroken:
+                    pass  # the error is the ending's
+            else:
+                parts = [ev.pcm async for ev in audio if ev.pcm is not None]
+                if parts and not ending[-1].error:
+                    await self.send_bytes(encode_whole(np.concatenate(parts), fmt, sr))
+        finally:
+            sessions.speaking -= 1
+            if not ending:  # cancelled, or the client went away: free it now
+                self.service.pipeline.abort(rid)
+                outcome = "abort"
+            else:
+                last = ending[-1]
+                outcome = {"abort": "abort", "error": "error"}.get(last.finish_reason or "", "ok")
+            metrics.requests.labels(outcome).inc()
+            metrics.request_ended()
+            self.metrics.sentences.labels(outcome).inc()
+        last = ending[-1]
+        if last.error:
+            return f"generation failed: {last.error}"
+        if last.finish_reason == "abort":
+            return "aborted"
+        return None
+
+    async def audio(
+        self, rid: str, events: asyncio.Queue[AudioEvent], ending: list[AudioEvent]
+    ) -> AsyncIterator[AudioEvent]:
+        """The request's events to its end (kept in `ending`), its audio credited to the
+        pipeline once sent on (backpressure)."""
+        while True:
+            ev = merge_waiting(await events.get(), events)
+            if ev.finished:
+                ending.append(ev)
+            if ev.pcm is not None:
+                self.service.metrics.audio_seconds.inc(ev.pcm.size / self.info.sample_rate)
+            yield ev
+            if ev.pcm is not None:
+                self.service.pipeline.consumed(rid, ev.pcm.size)
+            if ev.finished:
+                return
+
+    async def send_event(self, data: dict[str, Any]) -> None:
+        """A sentence's `audio.start` or `audio.done` from the speaker, sent whole even if
+        an `input.cancel` cancels the speaker meanwhile: the cancel's own events then follow
+        it (the send lock is first come, first served), so every `audio.start` the client
+        sees has one `audio.done`."""
+        sending = asyncio.ensure_future(self.send_json(data))
+        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.shield(sending)
+
+    async def send_json(self, data: dict[str, Any]) -> None:
+        await self._send(self.ws.send_json(data))
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._send(self.ws.send_bytes(data))
+        if self.current is not None:
+            self.current[1] += len(data)
+
+    async def _send(self, sending: Any) -> None:
+        """One message, whole, within `server.stalled_client_timeout_s`: a client that takes
+        nothing for that long ends the session."""
+        async with self.send_lock:
+            try:
+                await asyncio.wait_for(sending, self.server.stalled_client_timeout_s)
+            except TimeoutError:
+                raise ClientStalled("the client stopped reading") from None
+            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+                raise SessionEnded(f"the client left: {exc}") from None
