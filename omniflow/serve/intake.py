@@ -29,9 +29,9 @@ waits there, not in the loop."""
 TURN_REQUESTS = 8
 """Requests with a body started per turn of the event loop (`Intake`)."""
 AT_ONCE = (b"GET ", b"HEAD ")
-"""Requests that start without a turn: no body to read, and every GET route answers from
-memory in well under a millisecond, so they cannot make a turn long; a health check on a
-kept-alive connection then never queues behind a burst of speech requests."""
+"""Requests that start without a turn: no body to read or parse, and the GET routes answer
+from what the server holds (a static docs asset is read on a worker thread), so they cannot
+make a turn long; a health check then never queues behind a burst of speech requests."""
 
 
 class Waiting(Protocol):
