@@ -1,6 +1,6 @@
 """What `/docs` and `/openapi.json` say about the speech route.
 
-The route parses its body itself (`routes.parse_body`: every parse error in the API's JSON
+The route parses its body itself (`request_body.parse_body`: every parse error in the API's JSON
 shape, and other frameworks' fields judged before the schema), so FastAPI cannot infer the
 request schema from the route's signature; it is declared here from the same pydantic model
 that validates the body, so the docs cannot drift from what is accepted.
@@ -16,7 +16,7 @@ from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
-    """An OpenAPI request body for a route that parses its own (`routes.parse_body`)."""
+    """An OpenAPI request body for a route that parses its own (`request_body.parse_body`)."""
     return {
         "required": True,
         "content": {"application/json": {"schema": model.model_json_schema()}},

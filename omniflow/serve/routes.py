@@ -99,7 +99,8 @@ class SpeechService:
                 body = default_task(await self.references.parse(place, raw, SpeechBody), self.info)
                 saved = self.voices.saved(body)
                 validate(body, self.info, self.server, registered=saved is not None)
-                admit(self.pipeline.stats(), self.server)
+                sessions = request.app.state.speech_sessions  # open WebSocket sessions count
+                admit(sessions.load(self.pipeline.stats()), self.server)
                 clone = saved or await self.clone_from_reference(body, place)
             rid, events, submitted = self.submit(body, clone)
         except ApiError as err:

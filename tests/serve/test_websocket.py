@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 
+import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -278,6 +279,10 @@ def test_sessions_count_against_the_in_flight_cap():
                 with pytest.raises(ConnectionClosed) as closed:
                     recv(second)
                 assert closed.value.rcvd.code == 1013
+            # the HTTP route counts the open session too
+            body = {"model": "qwen3-tts-tiny", "input": "Hi.", "voice": "vivian"}
+            r = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=30)
+            assert r.status_code == 429, r.text
         wait_for(lambda: server.app.state.speech_sessions.open == 0)
         with connect(ws_url(server)) as third:  # the place is free again
             configure(third)
