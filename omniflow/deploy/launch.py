@@ -17,6 +17,7 @@ import ray
 from ray import serve
 
 from omniflow.config.schema import DeployConfig, OmniflowSpec
+from omniflow.deploy.board import new_board
 from omniflow.deploy.replica import OmniflowReplica
 from omniflow.deploy.voices import voice_store
 from omniflow.serve.ready import READY, url_of
@@ -42,7 +43,7 @@ def actor_options(deploy: DeployConfig) -> dict[str, Any]:
 
 def application(spec: OmniflowSpec, deploy: DeployConfig) -> Any:
     """The Ray Serve application: `deploy.replicas` copies of `OmniflowReplica`, sharing
-    one voice store."""
+    one voice store and one board of reports."""
     return (
         serve.deployment(OmniflowReplica)
         .options(
@@ -51,7 +52,7 @@ def application(spec: OmniflowSpec, deploy: DeployConfig) -> Any:
             ray_actor_options=actor_options(deploy),
             max_ongoing_requests=spec.server.max_concurrent_requests,
         )
-        .bind(spec, voice_store(spec.server.max_voices))
+        .bind(spec, voice_store(spec.server.max_voices), new_board())
     )
 
 

@@ -15,7 +15,9 @@ from ray import serve
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
+from omniflow.deploy.board import Report, Reporter, health_of
 from omniflow.deploy.header import ReplicaHeader
+from omniflow.deploy.overview import Overview
 from omniflow.deploy.voices import SharedVoices
 from omniflow.logs import setup_logging
 from omniflow.serve.run import make_app
@@ -26,17 +28,35 @@ log = logging.getLogger("omniflow.deploy")
 @serve.ingress()
 class OmniflowReplica:
     """A replica of the whole pipeline; `spec` is the validated config the CLI composed,
-    `voices` the handle of the voice store every replica shares (deploy/voices.py)."""
+    `voices` the handle of the voice store every replica shares (deploy/voices.py), `board`
+    that of the replicas' reports (deploy/board.py), which /health and /metrics answer from
+    (deploy/overview.py)."""
 
-    def __init__(self, spec: OmniflowSpec, voices: Any) -> None:
+    def __init__(self, spec: OmniflowSpec, voices: Any, board: Any) -> None:
         setup_logging(spec.server.log_level)
         self.name = serve.get_replica_context().replica_tag
         graph = build_graph(spec)
         self.served = make_app(build_pipeline(graph), spec.server)
-        self.served.add_middleware(ReplicaHeader, name=self.name)
         service = self.served.state.service
         service.voices.registry = SharedVoices(voices, spec.server.max_voices)
+        self.served.add_middleware(Overview, name=self.name, board=board, own=self.report)
+        self.served.add_middleware(ReplicaHeader, name=self.name)  # outermost: on every answer
+        self.reporter = Reporter(board, self.name, self.state)
         log.info("replica %s built (%s, %s)", self.name, graph.model.name, graph.platform.name)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return self.served
+
+    def state(self) -> tuple[dict, int, str]:
+        """This replica's /health body and status code and its /metrics text."""
+        service = self.served.state.service
+        body, code = health_of(service.health())
+        return body, code, bytes(service.metrics_response().body).decode()
+
+    def report(self) -> Report:
+        return Report(*self.state(), age_s=0.0)
+
+    def __del__(self) -> None:
+        reporter = getattr(self, "reporter", None)
+        if reporter is not None:
+            reporter.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -144,9 +145,22 @@ def test_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
         assert response.content == expected.content
 
 
-def test_health_and_models_answer_through_the_proxy(url):
-    health = httpx.get(f"{url}/health", timeout=30)
-    assert health.status_code == 200 and health.json()["status"] == "ok"
-    assert REPLICA_HEADER in health.headers
+def test_health_and_metrics_cover_both_replicas(url, voice):
+    deadline = time.monotonic() + 10
+    while True:  # each replica reports every second
+        health = httpx.get(f"{url}/health", timeout=30)
+        if len(health.json().get("replicas", {})) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert health.status_code == 200, health.text
+    body = health.json()
+    assert body["status"] == "ok" and body["model"] == MODEL and body["in_flight"] == 0
+    assert all(r["status"] == "ok" for r in body["replicas"].values())
+    assert health.headers[REPLICA_HEADER] in body["replicas"]
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    for name in body["replicas"]:
+        assert f'omniflow_replica_up{{replica="{name}"}} 1' in metrics
+        assert f'omniflow_requests_total{{replica="{name}",' in metrics
+    assert metrics.count("# TYPE omniflow_requests_total counter") == 1
     models = httpx.get(f"{url}/v1/models", timeout=30).json()
     assert models["data"][0]["id"] == MODEL
