@@ -105,3 +105,17 @@ def _must_not_run(*_):
 def test_schema_error_is_a_config_error():
     with pytest.raises(ConfigError, match="deploy.replicas"):
         compose(["deploy=ray", "deploy.replicas=-3"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["bench", "platform=cpu", "deploy=ray"], "deploy: bench runs its pipeline in"),
+        (["synth", "deploy=ray"], "deploy: not a synth key"),
+        (["synth", "deploy.replicas=2"], "deploy.replicas: acts only with deploy=ray"),
+    ],
+)
+def test_commands_that_run_their_own_pipeline_refuse_deploy_ray(capsys, argv, words):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err
