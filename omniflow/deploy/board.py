@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 REPORT_S = 1.0
-STALE_S = 5.0
+STALE_S = 3.0
 FORGET_S = 60.0
 
 

@@ -4,7 +4,8 @@ the request: its own state now, the others' from the board (deploy/board.py, at 
 
 `/health`: the body `omniflow serve` answers (`status`, `model`, `in_flight`, the sum over
 the replicas) plus `replicas`, each replica's own answer by id, or `unreachable` with the
-seconds since it was last heard from; `status` is `ok` when every replica is, `degraded`
+seconds since it was last heard from (until as many replicas as deployed report again: Ray
+Serve restarts a dead one under a new id); `status` is `ok` when every replica is, `degraded`
 (still 200) when some are not, `unavailable` (503) when none is.
 
 `/metrics`: every replica's series with a `replica` label, each family's HELP and TYPE once,
@@ -29,8 +30,9 @@ class Overview:
     """ASGI middleware: GET /health and /metrics over all replicas. `own()` is this
     replica's state now, as a `Report`."""
 
-    def __init__(self, app: Any, name: str, board: Any, own: Any) -> None:
+    def __init__(self, app: Any, name: str, board: Any, own: Any, replicas: int) -> None:
         self.app, self.name, self.board, self.own = app, name, board, own
+        self.replicas = replicas
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         path = scope.get("path")
@@ -41,8 +43,15 @@ class Overview:
             reports = await asyncio.wait_for(self.board.snapshot.remote(), BOARD_TIMEOUT_S)
         except Exception:  # noqa: BLE001  # no board: this replica alone, said so below
             reports = {}
-        reports = {**reports, self.name: self.own()}
+        reports = current({**reports, self.name: self.own()}, self.replicas)
         await PATHS[path](reports)(scope, receive, send)
+
+
+def current(reports: dict[str, Report], replicas: int) -> dict[str, Report]:
+    """The reports without the unheard-from replicas once as many replicas as deployed are
+    reporting (Ray Serve has replaced the dead ones, under new ids)."""
+    fresh = {n: r for n, r in reports.items() if r.age_s <= STALE_S}
+    return fresh if len(fresh) >= replicas else reports
 
 
 def health(reports: dict[str, Report]) -> JSONResponse:

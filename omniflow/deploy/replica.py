@@ -39,7 +39,9 @@ class OmniflowReplica:
         self.served = make_app(build_pipeline(graph), spec.server)
         service = self.served.state.service
         service.voices.registry = SharedVoices(voices, spec.server.max_voices)
-        self.served.add_middleware(Overview, name=self.name, board=board, own=self.report)
+        self.served.add_middleware(
+            Overview, name=self.name, board=board, own=self.report, replicas=spec.deploy.replicas
+        )
         self.served.add_middleware(ReplicaHeader, name=self.name)  # outermost: on every answer
         self.reporter = Reporter(board, self.name, self.state)
         log.info("replica %s built (%s, %s)", self.name, graph.model.name, graph.platform.name)

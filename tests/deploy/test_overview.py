@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("ray")  # board.py defines a Ray actor class (no cluster started)
 
 from omniflow.deploy.board import STALE_S, Report  # noqa: E402
-from omniflow.deploy.overview import health, metrics  # noqa: E402
+from omniflow.deploy.overview import current, health, metrics  # noqa: E402
 
 TEXT = """# HELP omniflow_requests_total Speech requests by outcome
 # TYPE omniflow_requests_total counter
@@ -55,3 +55,9 @@ def test_metrics_label_every_series_by_replica():
     assert 'omniflow_requests_total{replica="a",outcome="ok"} 3.0' in text
     assert 'omniflow_requests_in_flight{replica="b"} 1.0' in text
     assert 'omniflow_replica_up{replica="c"} 0' in text and 'replica="c",' not in text
+
+
+def test_a_replaced_replica_is_dropped_once_enough_report():
+    dead = report(age_s=STALE_S + 1)
+    assert set(current({"a": report(), "b": dead}, 2)) == {"a", "b"}  # not yet replaced
+    assert set(current({"a": report(), "b": dead, "c": report()}, 2)) == {"a", "c"}

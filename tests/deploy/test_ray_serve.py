@@ -164,3 +164,63 @@ def test_health_and_metrics_cover_both_replicas(url, voice):
     assert metrics.count("# TYPE omniflow_requests_total counter") == 1
     models = httpx.get(f"{url}/v1/models", timeout=30).json()
     assert models["data"][0]["id"] == MODEL
+
+
+def test_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice):
+    """Last in the module: it kills a replica. Its streams end cut short (one error each:
+    a raw stream's 200 has gone out), the other replica's complete and it keeps serving,
+    /health says degraded meanwhile, and Ray Serve starts a new replica."""
+    import queue
+    import threading
+
+    body = {"model": MODEL, "input": TEXT, "voice": voice, "response_format": "pcm"}
+    body |= {"stream": True, "max_new_tokens": 300, "ignore_eos": True, "seed": 1}
+    started: queue.Queue = queue.Queue()
+    ends: dict[int, tuple[str, str]] = {}
+
+    def one(i: int) -> None:
+        with (
+            httpx.Client(timeout=120) as client,
+            client.stream("POST", f"{url}/v1/audio/speech", json=body) as response,
+        ):
+            replica = response.headers[REPLICA_HEADER]
+            chunks = response.iter_bytes()
+            next(chunks)
+            started.put(replica)
+            try:
+                for _ in chunks:
+                    pass
+                ends[i] = (replica, "complete")
+            except httpx.RemoteProtocolError:
+                ends[i] = (replica, "cut")
+
+    threads = []
+    for i in range(4):  # opened one after the other: the router sees each one's load
+        threads.append(threading.Thread(target=one, args=(i,), daemon=True))
+        threads[-1].start()
+        started.get(timeout=60)
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    replicas = {n.rsplit("#", 1)[-1]: n for n in names if n.startswith("SERVE_REPLICA::")}
+    assert len(replicas) == 2, names
+    victim = sorted(replicas)[0]
+    ray.kill(ray.get_actor(replicas[victim], namespace="serve"), no_restart=True)
+
+    def health() -> dict:
+        return httpx.get(f"{url}/health", timeout=30).json()
+
+    deadline = time.monotonic() + 10  # unheard from for STALE_S, not yet replaced
+    while (now := health())["replicas"].get(victim, {}).get("status") != "unreachable":
+        assert time.monotonic() < deadline, now
+        time.sleep(0.5)
+    assert now["status"] == "degraded"
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(ends) == 4, ends
+    assert {state for replica, state in ends.values() if replica == victim} == {"cut"}
+    assert {state for replica, state in ends.values() if replica != victim} == {"complete"}
+    assert speech(url, voice=voice, response_format="pcm", **SEEDED).status_code == 200
+    deadline = time.monotonic() + 60
+    while (now := health())["status"] != "ok":
+        assert time.monotonic() < deadline, now
+        time.sleep(1)
+    assert len(now["replicas"]) == 2 and victim not in now["replicas"]
