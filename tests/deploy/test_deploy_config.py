@@ -5,6 +5,8 @@ printed resolved by `omniflow config deploy=ray`, each mistake one line and exit
 from __future__ import annotations
 
 import importlib.util
+import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -119,3 +121,21 @@ def test_commands_that_run_their_own_pipeline_refuse_deploy_ray(capsys, argv, wo
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+
+
+# every key `omniflow config deploy=ray` prints -> (file under omniflow/ that reads it, field)
+DEPLOY_READ = {
+    "deploy.name": ("cli.py", "name"),
+    "deploy.replicas": ("deploy/launch.py", "replicas"),
+    "deploy.resources_per_replica": ("deploy/launch.py", "resources_per_replica"),
+    "deploy.address": ("deploy/launch.py", "address"),
+}
+
+
+def test_every_printed_deploy_key_is_read(capsys):
+    assert cli.main(["config", "platform=cpu", "deploy=ray"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)["deploy"]
+    assert {f"deploy.{k}" for k in printed} == set(DEPLOY_READ)
+    root = Path(cli.__file__).parent
+    for key, (where, field) in DEPLOY_READ.items():
+        assert re.search(rf"\.{field}\b", (root / where).read_text()), key
