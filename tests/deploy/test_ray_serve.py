@@ -83,7 +83,7 @@ def test_a_voice_registered_through_one_replica_is_on_both(url, voice):
     listings = until_both(lambda: httpx.get(f"{url}/v1/audio/voices", timeout=30))
     for response in listings.values():
         assert response.json()["voices"] == [voice]
-    spoken = until_both(lambda: speech(url, voice=voice, response_format="pcm", **SEEDED))
+    spoken = until_both(lambda: openai_speech(url, voice))
     assert all(r.status_code == 200 and r.content for r in spoken.values())
     # max_voices bounds all replicas together: 3 in all, the 4th refused wherever it lands
     assert [register(url).status_code for _ in range(3)] == [201, 201, 409]
@@ -91,6 +91,18 @@ def test_a_voice_registered_through_one_replica_is_on_both(url, voice):
     deleted = [httpx.delete(f"{url}/v1/audio/voices/{v}").status_code for v in extra]
     assert deleted == [200, 200]
     assert httpx.get(f"{url}/v1/audio/voices").json()["voices"] == [voice]
+
+
+def openai_speech(url: str, voice: str) -> httpx.Response:
+    """A streamed PCM request through the real `openai` client (its raw httpx response)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL, voice=voice, input=TEXT, response_format="pcm", extra_body=SEEDED
+    ) as response:
+        response.read()
+        return response.http_response
 
 
 def speech(url: str, **body) -> httpx.Response:
