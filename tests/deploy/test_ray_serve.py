@@ -79,7 +79,7 @@ def until_both(call) -> dict[str, httpx.Response]:
     raise AssertionError(f"only {list(seen)} answered")
 
 
-def test_a_voice_registered_through_one_replica_is_on_both(url, voice):
+def check_a_voice_registered_through_one_replica_is_on_both(url, voice):
     listings = until_both(lambda: httpx.get(f"{url}/v1/audio/voices", timeout=30))
     for response in listings.values():
         assert response.json()["voices"] == [voice]
@@ -115,7 +115,7 @@ def speech(url: str, **body) -> httpx.Response:
         return response
 
 
-def test_concurrent_streams_of_every_format_reach_both_replicas(url, voice):
+def check_concurrent_streams_of_every_format_reach_both_replicas(url, voice):
     kinds = [
         {"response_format": "pcm", "stream": True},
         {"response_format": "wav", "stream": True},
@@ -142,7 +142,7 @@ def test_concurrent_streams_of_every_format_reach_both_replicas(url, voice):
     assert len(replicas) == 2, replicas
 
 
-def test_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
+def check_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
     from tests.serve.conftest import LiveServer
 
     def pcm(at: str, voice: str) -> httpx.Response:
@@ -157,7 +157,7 @@ def test_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
         assert response.content == expected.content
 
 
-def test_health_and_metrics_cover_both_replicas(url, voice):
+def check_health_and_metrics_cover_both_replicas(url, voice):
     deadline = time.monotonic() + 10
     while True:  # each replica reports every second
         health = httpx.get(f"{url}/health", timeout=30)
@@ -178,7 +178,7 @@ def test_health_and_metrics_cover_both_replicas(url, voice):
     assert models["data"][0]["id"] == MODEL
 
 
-def test_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice):
+def check_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice):
     """Last in the module: it kills a replica. Its streams end cut short (one error each:
     a raw stream's 200 has gone out), the other replica's complete and it keeps serving,
     /health says degraded meanwhile, and Ray Serve starts a new replica."""
@@ -236,3 +236,14 @@ def test_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url,
         assert time.monotonic() < deadline, now
         time.sleep(1)
     assert len(now["replicas"]) == 2 and victim not in now["replicas"]
+
+
+def test_two_replicas_behind_one_port(url, voice):
+    """The checks above, in this order, in one test: one cluster for all of them even when
+    pytest-xdist would hand a module's tests to different workers (each would start its
+    own cluster), and the replica kill last."""
+    check_a_voice_registered_through_one_replica_is_on_both(url, voice)
+    check_concurrent_streams_of_every_format_reach_both_replicas(url, voice)
+    check_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice)
+    check_health_and_metrics_cover_both_replicas(url, voice)
+    check_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice)
