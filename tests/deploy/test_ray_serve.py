@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import ray  # noqa: E402 - the dev extra installs it (omniflow[ray]): CI runs these
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.deploy.header import REPLICA_HEADER
 from omniflow.deploy.settings import resolve_deploy
 
-ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 MODEL = "qwen3-tts-tiny-base"
