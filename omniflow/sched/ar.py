@@ -129,11 +129,16 @@ class ARScheduler:
         return out
 
     def first_audio_wait_s(self) -> float | None:
-        """Expected seconds before a request added now is seated: 0 with a seat free for
-        it, else the requests ahead of it times the measured interval between seats freeing
-        (None: no seat has freed yet). Read from another thread: an estimate."""
+        """Expected seconds before a request added now is seated and heard on time: the
+        requests ahead of it times the measured interval between seats freeing (None: no
+        seat has freed yet), or, while steps take longer than the audio they make and a
+        stream is late, how late it is. Read from another thread: an estimate."""
         ahead = len(self.waiting) + 1 - (self.config.max_num_seqs - len(self.running))
-        return self.seats.wait_s(ahead)
+        wait = self.seats.wait_s(ahead)
+        if self.playback is None:
+            return wait
+        late = self.playback.late_s((r.request_id, len(r.output_tokens)) for r in self.running)
+        return late if late > (wait or 0.0) else wait
 
     def seats_free(self) -> bool:
         """A request added now could be seated next step (`max_num_seqs` not reached)."""

@@ -64,6 +64,16 @@ class PlaybackClock:
         slacks = [s for rid, n in streams if (s := self.slack(rid, n, at)) is not None]
         return min(slacks, default=None)
 
+    def late_s(self, streams: Iterable[tuple[str, int]]) -> float:
+        """How far behind real time the stage is for `streams` (request, frames made): the
+        tightest stream's lateness while a step takes longer than a frame of audio lasts,
+        else 0. A stage that slow cannot catch up by itself, and another stream would push
+        the others further past their deadlines."""
+        if self.step_s is None or self.step_s <= self.frame_s:
+            return 0.0
+        least = self.min_slack(streams)
+        return 0.0 if least is None or least >= 0 else -least
+
     def observe_step(self, seconds: float, steps: int) -> None:
         """A result covering `steps` decode steps took `seconds` of wall time."""
         if steps <= 0 or seconds <= 0:

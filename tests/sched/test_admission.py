@@ -64,3 +64,23 @@ def test_the_orchestrator_refuses_what_would_wait_past_the_limit():
             assert c.events[-1].finish_reason in ("stop", "length")
     finally:
         orch.stop()
+
+
+def test_a_stage_slower_than_real_time_with_a_late_stream_waits_by_its_lateness():
+    """Admission also guards the running streams: while a step takes longer than the audio
+    it makes and a stream is late, a new request would wait (be refused) by that much."""
+    from omniflow.sched.playback import PlaybackClock
+
+    now = [10.0]
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.04, now=lambda: now[0])
+    cfg = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, num_kv_blocks=64)
+    s = ARScheduler(cfg, window_k=8, playback=clock)
+    s.add_request(req("a", prompt_len=4, max_new=50))
+    s.schedule()
+    clock.frames_made("a", 0, at=10.0)
+    s.requests["a"].output_tokens.extend([1, 2])  # two frames made: due by 10.12
+    now[0] = 10.5  # 0.38 s late
+    clock.step_s = 0.05  # faster than real time: it catches up by itself
+    assert s.first_audio_wait_s() == 0.0  # a seat is free, nobody is pushed
+    clock.step_s = 0.1  # slower than real time
+    assert s.first_audio_wait_s() == pytest.approx(0.38)
