@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import ray  # noqa: E402 - the dev extra installs it (omniflow[ray]): CI runs these
+import ray  # the dev extra installs it (omniflow[ray]): CI runs these tests
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
