@@ -27,10 +27,7 @@ class BarAwareHandler(logging.StreamHandler):
     """A stream handler whose lines print above this process's progress bars."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not getattr(tqdm, "_instances", None):  # no bar drawn: a plain write
-            super().emit(record)
-            return
-        try:
+        try:  # tqdm.write clears and redraws any bars; with none it is a plain write
             tqdm.write(self.format(record), file=self.stream)
             self.flush()
         except (OSError, ValueError):  # logging's contract: a failing handler reports it

@@ -19,6 +19,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from ray.exceptions import RayError
 
 from omniflow.deploy.board import STALE_S, Report
 
@@ -41,7 +42,7 @@ class Overview:
             return
         try:
             reports = await asyncio.wait_for(self.board.snapshot.remote(), BOARD_TIMEOUT_S)
-        except Exception:  # noqa: BLE001  # no board: this replica alone, said so below
+        except (TimeoutError, RayError):  # no board: this replica alone, said so below
             reports = {}
         reports = current({**reports, self.name: self.own()}, self.replicas)
         await PATHS[path](reports)(scope, receive, send)

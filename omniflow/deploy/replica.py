@@ -33,6 +33,8 @@ class OmniflowReplica:
     (deploy/overview.py)."""
 
     def __init__(self, spec: OmniflowSpec, voices: Any, board: Any) -> None:
+        self.reporter: Reporter | None = None
+        """Set once the replica is built (a build that fails leaves nothing to stop)."""
         setup_logging(spec.server.log_level)
         self.name = serve.get_replica_context().replica_tag
         graph = build_graph(spec)
@@ -59,6 +61,5 @@ class OmniflowReplica:
         return Report(*self.state(), age_s=0.0)
 
     def __del__(self) -> None:
-        reporter = getattr(self, "reporter", None)
-        if reporter is not None:
-            reporter.stop()
+        if self.reporter is not None:
+            self.reporter.stop()
