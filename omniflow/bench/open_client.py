@@ -76,6 +76,9 @@ class Request:
     stall_s: float
     """The player's stalls: how many, their total and the largest."""
     largest_stall_s: float
+    chunks: tuple[tuple[float, int], ...] = ()
+    """Every audio chunk as (seconds since sending, bytes): where first audio and stalls
+    came from (the `--out` file's timeline)."""
 
 
 @dataclass
@@ -143,6 +146,9 @@ def record(
         stalls=len(played),
         stall_s=sum(s.length_s for s in played),
         largest_stall_s=max((s.length_s for s in played), default=0.0),
+        chunks=tuple(
+            (round(t - trace.sent, 6), n) for t, n in zip(trace.times, trace.sizes, strict=True)
+        ),
     )
 
 
@@ -334,7 +340,11 @@ def write_requests(path: str | Path, plan: Plan, requests: Sequence[Request]) ->
 
 def read_requests(path: str | Path) -> tuple[Plan, list[Request]]:
     data = json.loads(Path(path).read_text())
-    return Plan(**data["plan"]), [Request(**r) for r in data["requests"]]
+    requests = [
+        Request(**(r | {"chunks": tuple((t, n) for t, n in r.get("chunks", ()))}))
+        for r in data["requests"]
+    ]
+    return Plan(**data["plan"]), requests
 
 
 def main() -> None:

@@ -14,7 +14,15 @@ import pytest
 import uvicorn
 
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_client import Request, peak_in_flight, percentiles, run, summarize
+from omniflow.bench.open_client import (
+    Request,
+    peak_in_flight,
+    percentiles,
+    read_requests,
+    run,
+    summarize,
+    write_requests,
+)
 
 TENTH = 4800  # 0.1 s of 24 kHz s16le audio
 
@@ -104,11 +112,23 @@ def test_each_arrival_gets_its_outcome_and_the_warm_up_is_not_counted():
     assert late.stalls == 1 and 0.1 < late.stall_s == late.largest_stall_s < 1.5
     assert prompt.stalls == 0 and prompt.audio_bytes == 2 * TENTH
     assert 0 < prompt.first_audio_s <= prompt.e2e_s
+    # the timeline: each chunk's time since sending and its bytes; the gap shows in it
+    assert [n for _, n in late.chunks] == [TENTH, TENTH]
+    assert late.chunks[0][0] == pytest.approx(late.first_audio_s, abs=1e-5)
+    assert late.chunks[1][0] - late.chunks[0][0] > 0.39
+    assert reqs[1].chunks == () and sum(n for _, n in prompt.chunks) == prompt.audio_bytes
     s = summarize(reqs, plan)
     assert (s["requests"], s["succeeded"], s["rejected"], s["failed"]) == (6, 2, 2, 2)
     assert s["underrun_requests"] == 1 and s["underrun_fraction"] == 0.5
     assert s["stall_ms"]["largest"] == pytest.approx(1e3 * late.stall_s)
     assert sum(e["count"] for e in s["errors"]) == 4
+
+
+def test_the_out_file_keeps_every_record_and_its_timeline(tmp_path):
+    plan = Plan(rps=2, arrivals="poisson", duration_s=1, warmup_s=0, drain_s=1)
+    reqs = [record(0, chunks=((0.01, 960), (0.05, 1920))), record(1)]
+    write_requests(tmp_path / "r.json", plan, reqs)
+    assert read_requests(tmp_path / "r.json") == (plan, reqs)
 
 
 def record(i: int, **kw) -> Request:

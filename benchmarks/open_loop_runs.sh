@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Open-loop first audio and stalls of several servers, one after the other on one GPU: the
+# same seeded arrivals from this tree's load generator (omniflow/bench/open_client.py)
+# against `omniflow serve` of each variant. A variant is LABEL,TREE[,OVERRIDES]: a tree
+# imported through PYTHONPATH (an older one may predate the open-loop bench) and server
+# overrides on top of SERVE_ARGS.
+#   RATES="10 20" benchmarks/open_loop_runs.sh OUT_DIR old,snap_old new,snap k0,snap,pipeline.stages.talker.window_k=0
+# Per variant and rate: LABEL_rpsR.json (the summary), LABEL_rpsR_requests.json (every
+# request with its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it).
+set -euo pipefail
+out=$1; shift
+rates=${RATES:-10 20}
+client=$(cd "$(dirname "$0")/.." && pwd)
+serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
+mkdir -p "$out"
+port=8101
+for variant in "$@"; do
+  IFS=, read -r label tree overrides <<< "$variant"
+  PYTHONPATH="$tree:${PYTHONPATH:-}" python3 -m omniflow serve $serve_args ${overrides:-} \
+    server.port=$port > "$out/serve_$label.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do grep -q "omniflow ready" "$out/serve_$label.log" && break; sleep 0.5; done
+  for rps in $rates; do
+    PYTHONPATH="$client:${PYTHONPATH:-}" python3 -m omniflow.bench.open_client \
+      --url "http://127.0.0.1:$port" --rps "$rps" --duration-s "${DURATION_S:-20}" \
+      --warmup-s "${WARMUP_S:-5}" --drain-s 30 --model qwen3-tts-12hz-1.7b-customvoice \
+      --out "$out/${label}_rps${rps}_requests.json" \
+      > "$out/${label}_rps$rps.json" 2> "$out/${label}_rps$rps.err" || true
+    python3 -c "import httpx,sys; print(httpx.get(sys.argv[1]).text)" \
+      "http://127.0.0.1:$port/metrics" > "$out/${label}_rps$rps.metrics" || true
+  done
+  kill -INT $pid; wait $pid || true
+  port=$((port + 1))
+done
