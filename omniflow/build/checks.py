@@ -45,7 +45,7 @@ def request_info(graph: StageGraph) -> PipelineInfo:
     """What the built pipeline's `info()` will say, from the config alone: its source
     stage's voices and languages, the most frames a request may ask for (the source stage's
     `max_model_len`; on CUDA the KV sizing may lower it, which the server then applies),
-    and its task (Base where the model has a speaker encoder)."""
+    and its task (`ModelConfig.task_type`)."""
     model = graph.model
     source = next(s for s in graph.stages.values() if s.upstream is None)
     facts = PROMPT_FACTS.get(source.arch)
@@ -61,7 +61,7 @@ def request_info(graph: StageGraph) -> PipelineInfo:
         max_new_tokens=limit,
         supports_instructions=model.supports_instructions,
         stages=tuple(graph.stages),
-        task_types=("Base",) if model.speaker_encoder is not None else ("CustomVoice",),
+        task_types=(model.task_type,),
     )
 
 

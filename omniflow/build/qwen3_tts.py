@@ -181,6 +181,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         cfg.max_model_len,
         supports_instructions=ctx.graph.model.supports_instructions,
         clone=bundle.clone_shape,
+        voice_design=ctx.graph.model.voice_design,
     )
     make_request: Callable[[SpeechRequest], Any] = processor.make_request
     if ctx.graph.model.load == "dummy":

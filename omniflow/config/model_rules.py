@@ -52,8 +52,31 @@ def resolve_model(
                 f"must equal model.codec.codebook_size ({model.codec.codebook_size})",
             )
         )
+    if model.voice_design:
+        _check_voice_design(model, errors)
     dtype = platform.dtype if platform else model.dtype
     return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
+
+
+def _check_voice_design(model: ModelConfig, errors: list[ConfigError]) -> None:
+    """A VoiceDesign model takes its voice from the request's description (an instruction
+    turn), and has no encoders to clone a voice with."""
+    if not model.supports_instructions:
+        errors.append(
+            ConfigError(
+                "model.supports_instructions",
+                "is false, but a VoiceDesign model (model.voice_design) reads each request's "
+                "voice description as an instruction; set it true",
+            )
+        )
+    if model.speaker_encoder is not None or model.codec_encoder is not None:
+        errors.append(
+            ConfigError(
+                "model.voice_design",
+                "a VoiceDesign model has no voice-clone encoders; leave out "
+                "model.speaker_encoder and model.codec_encoder (or model.voice_design)",
+            )
+        )
 
 
 def _check_large_dummy(

@@ -289,8 +289,9 @@ def resolve_ref_context(
             errors.append(
                 ConfigError(
                     rkey,
-                    f"model {model.name!r} is a CustomVoice model (no speaker encoder), which "
-                    "takes no voice clone requests, so none can carry reference codes to "
+                    f"model {model.name!r} is a {model.task_type} model (no speaker "
+                    "encoder), which takes no voice clone requests, so none can carry reference "
+                    "codes to "
                     "prime the decoder; leave it unset or use a Base model",
                 )
             )

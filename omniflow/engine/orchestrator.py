@@ -97,7 +97,7 @@ class Orchestrator:
             max_new_tokens=f.max_new_tokens,
             supports_instructions=f.supports_instructions,
             stages=tuple(self._engines),
-            task_types=("Base",) if self.reference_encoder() is not None else ("CustomVoice",),
+            task_types=(self.graph.model.task_type,),
         )
 
     def reference_encoder(self) -> ReferenceEncoder | None:

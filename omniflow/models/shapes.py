@@ -148,6 +148,11 @@ class ModelConfig(Frozen):
     supports_instructions: bool = Field(
         True, description="Style instructions are part of the prompt (the 0.6B model has none)."
     )
+    voice_design: bool = Field(
+        False,
+        description="A VoiceDesign model (the checkpoint's tts_model_type 'voice_design'): no "
+        "preset speakers; each request describes its voice in `instructions`.",
+    )
     talker: TalkerShape = Field(description="Talker shape.")
     code_predictor: CodePredictorShape = Field(description="Code predictor shape.")
     codec: CodecShape = Field(description="Codec decoder shape.")
@@ -159,3 +164,11 @@ class ModelConfig(Frozen):
         description="Base models (voice clone): the speaker encoder's shape; unset: a "
         "CustomVoice model, which refuses voice-clone requests.",
     )
+
+    @property
+    def task_type(self) -> str:
+        """The speech task the model serves (the API's `task_type`): Base where it has a
+        speaker encoder (voice clone), VoiceDesign where it is declared so, else CustomVoice."""
+        if self.speaker_encoder is not None:
+            return "Base"
+        return "VoiceDesign" if self.voice_design else "CustomVoice"

@@ -8,9 +8,10 @@ prompt's text layout (docs/reference.md). `task_type: "Base"` is a voice clone: 
 is required, `ref_text` too unless `x_vector_only_mode` is true (then it must be left out:
 the embedding-only layout has no transcript), and `voice` and `instructions` are refused
 (the reference is the voice), unless `voice` is a registered voice (voices.py), which
-stands for all three reference fields. Any other task names a `voice` (unset: the default
-speaker, validation.py) and no reference field. Each refusal is a 400 naming the field, so
-nothing a client sends is silently ignored.
+stands for all three reference fields. `task_type: "VoiceDesign"` describes the voice in
+`instructions` (required) and names no `voice`. CustomVoice names a `voice` (unset: the
+default speaker, validation.py). Neither takes a reference field. Each refusal is a 400
+naming the field, so nothing a client sends is silently ignored.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ def task_field_errors(body: SpeechBody, registered: bool = False) -> list[ApiErr
     the request's `voice` is a registered voice of this Base model. A CustomVoice request
     without a voice is valid: it gets the default speaker (validation.py)."""
     if body.task_type != "Base":
-        return _clone_field_errors(
+        clone = _clone_field_errors(
             body,
             "is a voice-clone field: it needs task_type 'Base' (and a Base model); this "
             f"request's task_type is {body.task_type!r}",
         )
+        return _design_errors(body) + clone if body.task_type == "VoiceDesign" else clone
     errors: list[ApiError] = []
     if body.instructions:
         errors.append(
@@ -57,6 +59,32 @@ def task_field_errors(body: SpeechBody, registered: bool = False) -> list[ApiErr
         )
     except ApiError as exc:
         errors.append(exc)
+    return errors
+
+
+def _design_errors(body: SpeechBody) -> list[ApiError]:
+    """VoiceDesign: `instructions` describe the voice (required, as vLLM-Omni requires it),
+    so no preset `voice` is named."""
+    errors = []
+    if body.voice is not None:
+        errors.append(
+            ApiError(
+                400,
+                f"voice {clip(body.voice)!r} is not used with task_type 'VoiceDesign': a "
+                "VoiceDesign model has no preset voices, instructions describe the voice; "
+                "leave out voice",
+                "voice",
+            )
+        )
+    if not (body.instructions and body.instructions.strip()):
+        errors.append(
+            ApiError(
+                400,
+                "task_type 'VoiceDesign' needs instructions: the voice described in natural "
+                "language (e.g. 'a warm, low female voice, speaking slowly')",
+                "instructions",
+            )
+        )
     return errors
 
 

@@ -44,7 +44,7 @@ def validate(
     errors = request_errors(body, info, server, registered)
     if errors:
         raise combined(errors)
-    if body.task_type != "Base" and body.voice is None:
+    if body.task_type == "CustomVoice" and body.voice is None:
         body.voice = default_voice(info.voices)
 
 
@@ -111,6 +111,11 @@ def _task_errors(
                 f"model {info.model} does not support voice cloning (task_type Base needs a "
                 "Base model)"
             )
+        elif body.task_type == "VoiceDesign":
+            message = (
+                f"model {info.model} does not design voices from a description (task_type "
+                "VoiceDesign needs a VoiceDesign model, e.g. qwen3_tts_1_7b_voicedesign)"
+            )
         else:
             message = (
                 f"task_type {body.task_type!r} is not served by {info.model}; it serves "
@@ -132,7 +137,7 @@ def _task_errors(
 
 def _check_voice(body: SpeechBody, info: PipelineInfo) -> None:
     voices = list(info.voices)
-    preset = body.task_type != "Base"  # a voice clone's voice was checked with its task
+    preset = body.task_type == "CustomVoice"  # the others' voice was checked with their task
     if preset and body.voice is not None and body.voice.lower() not in voices:
         raise ApiError(400, f"unknown voice {clip(body.voice)!r}; known: {voices}", "voice")
 

@@ -63,6 +63,8 @@ READ: dict[str, tuple[str, str]] = {
     "model.codec_dtype": ("build/qwen3_tts.py", "codec_dtype"),
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
     "model.supports_instructions": ("build/qwen3_tts.py", "supports_instructions"),
+    # the front end's VoiceDesign rules; the task it serves (ModelConfig.task_type)
+    "model.voice_design": ("build/qwen3_tts.py", "voice_design"),
     "model.codec.sample_rate": ("engine/orchestrator.py", "sample_rate"),
     # Base presets: the decoding stage primes each voice-clone request's decoder slot with it
     # (CustomVoice presets refuse it: see REFUSED)

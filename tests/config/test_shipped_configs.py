@@ -31,8 +31,10 @@ def test_the_shipped_groups_are_the_expected_ones():
         "qwen3_tts_0_6b_base",
         "qwen3_tts_1_7b",
         "qwen3_tts_1_7b_base",
+        "qwen3_tts_1_7b_voicedesign",
         "qwen3_tts_tiny",
         "qwen3_tts_tiny_base",
+        "qwen3_tts_tiny_voicedesign",
     ]
 
 

@@ -7,7 +7,8 @@ it. So every hyperparameter the official code reads is compared here, and a mism
 `CheckpointError` naming both keys:
 
 - a **preset value** (`model.talker.rope_theta`, ...) must equal the config's value;
-- a Base preset (encoders stated) needs `tts_model_type: base`; the encoders' own shapes
+- a Base preset (encoders stated) needs `tts_model_type: base`, a VoiceDesign preset
+  `voice_design` (and only it); the encoders' own shapes
   are compared by their loaders (`speaker_encoder.check_speaker_encoder_config`,
   `CodecEncoderShape.from_config`);
 - a **fact omniflow implements** (SiLU, no attention biases, no sliding window in the talker,
@@ -165,13 +166,29 @@ def _model_type(cfg: dict, model: ModelConfig) -> None:
     """A Base preset (it states `model.speaker_encoder`) needs a Base checkpoint: the official
     code builds the speaker encoder, and clones voices, only for `tts_model_type: base`
     (unset there means None). The other way round is accepted: a CustomVoice preset reads a
-    Base checkpoint's talker and codec, which are laid out alike (it then has no speakers)."""
+    Base checkpoint's talker and codec, which are laid out alike (it then has no speakers).
+    A VoiceDesign checkpoint and a VoiceDesign preset (`model.voice_design`) go together only:
+    the official code designs voices for `voice_design` alone, and that checkpoint has no
+    speakers for a CustomVoice preset to serve."""
     kind = cfg.get("tts_model_type")
     if model.speaker_encoder is not None and kind != "base":
         raise ConfigMismatch(
             f"model.speaker_encoder is set (a Base preset) but the checkpoint's config.json "
             f"has tts_model_type = {kind!r}; a voice-clone model needs a Base checkpoint "
             "(tts_model_type 'base'), or serve this one with a CustomVoice preset"
+        )
+    if model.voice_design and kind != "voice_design":
+        raise ConfigMismatch(
+            f"model.voice_design is true (a VoiceDesign preset) but the checkpoint's "
+            f"config.json has tts_model_type = {kind!r}; a VoiceDesign preset needs a "
+            "VoiceDesign checkpoint (tts_model_type 'voice_design'), or serve this one with "
+            "model.voice_design=false"
+        )
+    if kind == "voice_design" and not model.voice_design:
+        raise ConfigMismatch(
+            "the checkpoint's config.json has tts_model_type = 'voice_design' (a VoiceDesign "
+            "model: no preset speakers, each request describes its voice), but "
+            "model.voice_design is false; serve it with model=qwen3_tts_1_7b_voicedesign"
         )
 
 

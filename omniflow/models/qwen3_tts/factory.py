@@ -20,7 +20,7 @@ from omniflow.models.qwen3_tts.processor import CloneShape
 from omniflow.models.qwen3_tts.reference import ReferenceEncoders, build_reference_encoders
 from omniflow.models.qwen3_tts.talker import Talker
 from omniflow.models.qwen3_tts.tokenizer import BPETokenizer, ByteTokenizer, TextTokenizer
-from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.qwen3_tts.vocab import CodecVocab, dummy_vocab
 from omniflow.models.shapes import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     if buffers:  # `to_empty` would leave them without their computed values
         raise TypeError(f"talker weights have buffers {buffers}: build them with values")
     weights = weights.to(dtype=dtype).to_empty(device=device)
-    vocab = CodecVocab()
+    vocab = dummy_vocab(config.voice_design)
     tts_ids = (151671, 151672, 151673)
     if config.load == "checkpoint":
         assert config.path is not None
@@ -66,9 +66,11 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
         log.info("loaded talker weights from %s", directory)
     else:
         init_dummy(weights, config.seed)
-        # a Base model (it has a speaker encoder) loads a Base checkpoint: the CustomVoice
-        # preset would serve preset speakers, not voice clones
-        preset = "qwen3_tts_1_7b_base" if config.speaker_encoder is not None else "qwen3_tts_1_7b"
+        # a Base model (it has a speaker encoder) loads a Base checkpoint, a VoiceDesign model
+        # a VoiceDesign one: the CustomVoice preset would serve preset speakers instead
+        preset = {"Base": "qwen3_tts_1_7b_base", "VoiceDesign": "qwen3_tts_1_7b_voicedesign"}.get(
+            config.task_type, "qwen3_tts_1_7b"
+        )
         log.warning(
             "model %s uses dummy weights (seed %d): the audio is noise, not speech. "
             "Load a checkpoint with model=%s model.path=DIR",

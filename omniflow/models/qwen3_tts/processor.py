@@ -52,14 +52,17 @@ class TalkerProcessor:
         max_model_len: int,
         supports_instructions: bool = True,
         clone: CloneShape | None = None,
+        voice_design: bool = False,
     ) -> None:
         """`clone`: the reference shape voice-clone requests must match; None refuses them
-        (a CustomVoice model has no speaker encoder)."""
+        (a CustomVoice model has no speaker encoder). `voice_design`: a VoiceDesign model,
+        whose requests describe their voice in `instructions` and name no preset voice."""
         self.tokenizer = tokenizer
         self.vocab = vocab
         self.max_model_len = max_model_len
         self.supports_instructions = supports_instructions
         self.clone = clone
+        self.voice_design = voice_design
         self.voices = tuple(sorted(vocab.speakers))
         self.languages = ("auto", *vocab.public_languages)
 
@@ -102,6 +105,13 @@ class TalkerProcessor:
         )
 
     def _voice_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
+        """CustomVoice (a preset speaker, optional style instruction) or VoiceDesign (the
+        official `generate_voice_design`: the description's user turn, no speaker id)."""
+        if self.voice_design:
+            if speech.voice is not None:
+                raise PromptError("a VoiceDesign request names no voice: instructions describe it")
+            if not (speech.instructions and speech.instructions.strip()):
+                raise PromptError("a VoiceDesign request needs instructions (the voice described)")
         instruct = None
         if speech.instructions:
             if not self.supports_instructions:

@@ -12,7 +12,7 @@ from pathlib import Path
 from omniflow.errors import ConfigError
 from omniflow.models.qwen3_tts.loader import read_config, vocab_from_config
 from omniflow.models.qwen3_tts.prompt import PromptError, codec_prefix
-from omniflow.models.qwen3_tts.vocab import CodecVocab
+from omniflow.models.qwen3_tts.vocab import CodecVocab, dummy_vocab
 from omniflow.models.shapes import ModelConfig
 
 
@@ -20,7 +20,7 @@ def model_vocab(model: ModelConfig) -> CodecVocab:
     """The speakers, languages and codec ids the built talker will have."""
     if model.load == "checkpoint" and model.path is not None:
         return vocab_from_config(read_config(Path(model.path)))[0]
-    return CodecVocab()
+    return dummy_vocab(model.voice_design)
 
 
 def check_voice_and_language(model: ModelConfig, voice: str | None, language: str) -> None:

@@ -82,6 +82,14 @@ class CodecVocab:
         return tuple(i for i in range(vocab_size - 1024, vocab_size) if i != self.eos)
 
 
+def dummy_vocab(voice_design: bool) -> CodecVocab:
+    """The tables of a model with dummy weights: the published CustomVoice ones; a VoiceDesign
+    model's have no speakers (the published VoiceDesign config.json's `spk_id` is empty)."""
+    if voice_design:
+        return CodecVocab(speakers={}, dialects={})
+    return CodecVocab()
+
+
 @dataclass(frozen=True)
 class TextSpecials:
     """Text-side special ids (the tokenizer's)."""
