@@ -1,7 +1,7 @@
 """`omniflow synth text="..." out=hello.wav`: one offline request to an audio file.
 
 Bare keys (`text=`, `out=`, `seed=`, `voice=`, `language=`, `max_new_tokens=`,
-`ignore_eos=`, `instructions=`, and for a voice clone on a Base model `ref_audio=FILE`,
+`ignore_eos=`, `instructions=`, `speed=`, and for a voice clone on a Base model `ref_audio=FILE`,
 `ref_text=`, `x_vector_only_mode=`) are the `synth` section's; any other override configures the
 pipeline. The output format follows `out`'s extension and is encoded as the server encodes
 whole responses (serve/encoders.py). Everything that can be checked before generating is:
@@ -40,6 +40,7 @@ from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.preflight import check_device, check_memory
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
+from omniflow.serve.speed import stretch
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
@@ -152,6 +153,7 @@ def check_request(graph: StageGraph, spec: OmniflowSpec, fmt: str) -> SpeechBody
         "seed": s.seed,
         "max_new_tokens": s.max_new_tokens,
         "ignore_eos": s.ignore_eos,
+        "speed": s.speed,
         "ref_audio": s.ref_audio,
         "ref_text": s.ref_text,
         "x_vector_only_mode": s.x_vector_only_mode or None,
@@ -219,6 +221,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     tmp = reserve(s.out)
     try:
         audio, finish, elapsed, rate = _generate(graph, s, body.voice, reference)
+        audio = stretch(audio, body.speed, rate)
         Path(tmp).write_bytes(encode_whole(audio, fmt, rate))
         os.chmod(tmp, new_file_mode(Path(s.out)))
         os.replace(tmp, s.out)

@@ -1,8 +1,8 @@
 """`omniflow synth texts=LINES.jsonl out_dir=DIR`: many requests through one pipeline.
 
 Each line is a JSON object: `id` (the file's name), `text`, and optionally `voice`,
-`language`, `instructions`, `seed`, `max_new_tokens`, `ref_audio` + `ref_text` (a voice clone
-on a Base model). Every line is checked by the server's request rules before anything is
+`language`, `instructions`, `seed`, `max_new_tokens`, `speed`, `ref_audio` + `ref_text` (a
+voice clone on a Base model). Every line is checked by the server's request rules before anything is
 built; a bad line is reported with its number and the rest go on. Up to `synth.concurrency`
 requests are in flight at once (the engine batches them), each file is written to a
 temporary name and renamed when complete, a file already in `out_dir` is skipped (a rerun
@@ -33,6 +33,7 @@ from omniflow.core.speech import SpeechRequest
 from omniflow.errors import ConfigError
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
+from omniflow.serve.speed import stretch
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from omniflow.core.pipeline import Pipeline
 
 LINE_KEYS = {"id", "text", "voice", "language", "instructions", "seed", "max_new_tokens"}
-LINE_KEYS |= {"ref_audio", "ref_text"}
+LINE_KEYS |= {"speed", "ref_audio", "ref_text"}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 EXTENSIONS = {"wav": ".wav", "flac": ".flac", "mp3": ".mp3", "opus": ".opus", "pcm": ".pcm"}
 ONLY_WITH_TEXTS = {"out_dir": None, "format": "wav", "concurrency": 8}
@@ -144,7 +145,7 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
         raise ValueError(f"id {rid!r} repeats an earlier line's")
     seen.add(rid)
     defaults = {"voice": s.voice, "language": s.language, "instructions": s.instructions}
-    fields = {**defaults, "seed": s.seed, **obj, "input": obj.get("text")}
+    fields = {**defaults, "seed": s.seed, "speed": s.speed, **obj, "input": obj.get("text")}
     fields.pop("text", None)
     if "ref_audio" in obj:
         fields["task_type"] = "Base"
@@ -219,7 +220,7 @@ def _generate_all(
                     why = ev.error or "no audio"
                     tqdm.write(f"omniflow synth: line {item.line}: failed: {why}", file=sys.stderr)
                     continue
-                audio = np.concatenate(parts)
+                audio = stretch(np.concatenate(parts), item.body.speed, rate)
                 _write(item.out, encode_whole(audio, s.format, rate))
                 written, audio_s = written + 1, audio_s + audio.size / rate
     finally:

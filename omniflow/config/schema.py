@@ -278,6 +278,9 @@ class SynthConfig(Frozen):
     seed: int | None = Field(None, description="Sampling seed.")
     max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
     ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
+    speed: float = Field(
+        1.0, description="0.25-4.0: the speech faster or slower, its pitch kept (README, Speed)."
+    )
     texts: str | None = Field(
         None,
         description="Batch: a JSONL file, one request a line (id, text, and optionally voice, "

@@ -61,7 +61,14 @@ class SpeechBody(BaseModel):
         "(POST /v1/audio/voices). A voice clone from ref_audio names none.",
     )
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
-    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Only 1.0 is supported.")
+    speed: float = Field(
+        1.0,
+        ge=0.25,
+        le=4.0,
+        strict=True,
+        description="Playback speed, 0.25-4.0: the speech time-scaled, its pitch kept "
+        "(whole and streamed responses alike; README, Speed).",
+    )
     instructions: str | None = Field(
         None, description="Style instruction (models that declare support; not the 0.6B)."
     )

@@ -38,6 +38,7 @@ from omniflow.serve.errors import ApiError, unavailable
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
 from omniflow.serve.sending import PacedStream
+from omniflow.serve.speed import TimeStretch, stretch_event
 
 DISCONNECT_POLL_S = 0.25
 SHUTDOWN_MESSAGE = "the server is shutting down"
@@ -152,6 +153,8 @@ class SpeechResponse:
         self.stopping = False
         """The server is shutting down: an error now is a 503, not a 500."""
         self.stream: PacedStream | None = None
+        self.stretcher: TimeStretch | None = None
+        """The request's `speed` (None at 1.0), set when the response starts."""
         metrics.request_started()
 
     def account(self, ev: AudioEvent) -> None:
@@ -198,6 +201,7 @@ class SpeechResponse:
             raise self.failed(first.error)
         self.account(first)
         self.first_made = first.made_at
+        self.stretcher = TimeStretch.of(body.speed, self.sample_rate)
         fmt, sr = body.response_format, self.sample_rate
         if body.stream_format == "sse":
             return self.streamed(sse(self.audio_events(first, False), fmt, sr), "text/event-stream")
@@ -237,17 +241,19 @@ class SpeechResponse:
         """The request's events from `first` to its end; `poll` watches for a client that
         left (a streamed response notices that itself, when a write fails). A streamed
         response (`poll` false) plays its audio on a zero-buffer player as it goes out: audio
-        sent later than that player needs it is a stall the server saw (/metrics)."""
+        sent later than that player needs it is a stall the server saw (/metrics). The audio
+        is at the request's `speed` (speed.py); the pipeline is credited what it made."""
         ev = first
         player = None if poll else ZeroBufferPlayer()
         try:
             while True:
-                if ev.pcm is not None:
-                    seconds = ev.pcm.size / self.sample_rate
+                out = stretch_event(self.stretcher, ev)
+                if out.pcm is not None:
+                    seconds = out.pcm.size / self.sample_rate
                     self.metrics.audio_seconds.inc(seconds)
                     if player is not None:
                         self.metrics.stalled(player.feed(time.perf_counter(), seconds))
-                yield ev
+                yield out
                 if ev.pcm is not None:  # sent on: room for more (backpressure credit)
                     self.pipeline.consumed(self.rid, ev.pcm.size)
                 if ev.finished:

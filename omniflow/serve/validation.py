@@ -65,7 +65,6 @@ def request_errors(
     errors += _task_errors(body, info, server, registered)
     check(lambda: _check_voice(body, info))
     check(lambda: _check_language(body, info))
-    check(lambda: _check_speed(body))
     errors += _instruction_errors(body, info, server)
     check(lambda: _check_length(body, info))
     check(lambda: _check_format(body))
@@ -147,16 +146,6 @@ def _check_language(body: SpeechBody, info: PipelineInfo) -> None:
     if body.language.lower() not in languages:
         raise ApiError(
             400, f"unknown language {clip(body.language)!r}; known: {languages}", "language"
-        )
-
-
-def _check_speed(body: SpeechBody) -> None:
-    if body.speed != 1.0:
-        raise ApiError(
-            400,
-            "speed other than 1.0 is not supported (no time-stretch is "
-            "applied, rather than a silent change)",
-            "speed",
         )
 
 

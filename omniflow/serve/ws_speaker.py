@@ -19,6 +19,7 @@ from omniflow.serve.bodies import raw_stream
 from omniflow.serve.encoders import encode_whole, mp3_stream
 from omniflow.serve.errors import ApiError, unavailable
 from omniflow.serve.sending import StreamBroken
+from omniflow.serve.speed import TimeStretch, stretch_event
 from omniflow.serve.streaming import SHUTDOWN_MESSAGE, merge_waiting
 from omniflow.serve.text import check_speakable
 from omniflow.serve.validation import validate
@@ -110,20 +111,22 @@ class Speaker:
             self.metrics.sentences.labels("refused").inc()
             error: str | None = err.message
         else:
-            error = await self.stream(rid, events, fmt)
+            error = await self.stream(rid, events, fmt, body.speed)
         sent, self.current = self.current[1], None
         self.index = index + 1
         await self.send_event(audio_done(self.utterance, index, sent, error))
 
-    async def stream(self, rid: str, events: asyncio.Queue[AudioEvent], fmt: str) -> str | None:
-        """Send one request's audio; its error (None: all of it was sent)."""
+    async def stream(
+        self, rid: str, events: asyncio.Queue[AudioEvent], fmt: str, speed: float
+    ) -> str | None:
+        """Send one request's audio, at `speed`; its error (None: all of it was sent)."""
         sessions, metrics = self.sessions, self.service.metrics
         sessions.speaking += 1
         metrics.request_started()
         ending: list[AudioEvent] = []
         sr = self.info.sample_rate
         try:
-            audio = self.audio(rid, events, ending)
+            audio = self.audio(rid, events, ending, TimeStretch.of(speed, sr))
             if self.stream_audio:
                 chunks = raw_stream(audio, "pcm" if fmt == "mp3" else fmt, sr)
                 if fmt == "mp3":
@@ -156,17 +159,22 @@ class Speaker:
         return None
 
     async def audio(
-        self, rid: str, events: asyncio.Queue[AudioEvent], ending: list[AudioEvent]
+        self,
+        rid: str,
+        events: asyncio.Queue[AudioEvent],
+        ending: list[AudioEvent],
+        stretcher: TimeStretch | None,
     ) -> AsyncIterator[AudioEvent]:
-        """The request's events to its end (kept in `ending`), its audio credited to the
-        pipeline once sent on (backpressure)."""
+        """The request's events to its end (kept in `ending`), stretched to the session's
+        `speed` (speed.py), its audio credited to the pipeline once sent on (backpressure)."""
         while True:
             ev = merge_waiting(await events.get(), events)
             if ev.finished:
                 ending.append(ev)
-            if ev.pcm is not None:
-                self.service.metrics.audio_seconds.inc(ev.pcm.size / self.info.sample_rate)
-            yield ev
+            out = stretch_event(stretcher, ev)
+            if out.pcm is not None:
+                self.service.metrics.audio_seconds.inc(out.pcm.size / self.info.sample_rate)
+            yield out
             if ev.pcm is not None:
                 self.service.pipeline.consumed(rid, ev.pcm.size)
             if ev.finished:
