@@ -138,9 +138,9 @@ class ModelConfig(Frozen):
     dtype: Dtype | None = Field(None, description="Weights/activations dtype; unset: platform's.")
     codec_dtype: Dtype = Field(
         "float32",
-        description="The streaming codec decoder's dtype (float32: exact PCM; bfloat16: a "
-        "faster decoder at large batches on a GPU, PCM within bf16 rounding; measured: see "
-        "docs/performance.md).",
+        description="The streaming codec decoder's dtype (float32: exact PCM; bfloat16 or "
+        "float16: a faster decoder at large batches on a GPU, PCM within a stated bound of "
+        "float32's, measured: see docs/performance.md).",
     )
     tokenizer: Literal["auto", "byte", "bpe"] = Field(
         "auto", description="auto: the checkpoint's BPE with a path, else byte-level."
