@@ -63,6 +63,7 @@ def talker_engine(
     *,
     async_scheduling: bool = False,
     max_num_seqs: int = 8,
+    max_resident_seqs: int | None = None,
     max_num_batched_tokens: int = 256,
     max_model_len: int = 512,
     block_size: int = 4,
@@ -81,6 +82,7 @@ def talker_engine(
     test) the model is built there in `dtype`; `bundle`: another CPU model (`eos_bundle`)."""
     cfg = SchedulerConfig(
         max_num_seqs=max_num_seqs,
+        max_resident_seqs=max_resident_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         block_size=block_size,
@@ -93,7 +95,7 @@ def talker_engine(
         name = str(dtype).removeprefix("torch.")
         bundle = build_talker(tiny_model_config().model_copy(update={"dtype": name}), device)
     frame_sample = partial(draw_fixed_policy, top_k=SUBTALKER_TOP_K) if frame_graphs else None
-    decoder = tiny_decoder(max_num_seqs) if stream_decode else None
+    decoder = tiny_decoder(max_resident_seqs or max_num_seqs) if stream_decode else None
     model = build_ar_model(
         bundle,
         decoder,

@@ -146,7 +146,8 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
     bundle = _bundle(ctx)
     cfg = stage.scheduler
     assert isinstance(cfg, SchedulerConfig)  # an AR stage's scheduler has the KV cache
-    decoder = _stream_decoder(ctx, cfg.max_num_seqs) if stage.stream_decode else None
+    residents = cfg.max_resident_seqs or cfg.max_num_seqs  # each holds a decoder slot
+    decoder = _stream_decoder(ctx, residents) if stage.stream_decode else None
     # platform.cuda_graphs: the talker's decode step and the code predictor's 15 steps
     # replay as CUDA graphs per batch bucket.
     graphs = ctx.graph.platform.cuda_graphs

@@ -122,6 +122,43 @@ def resolved_playback_margin(stage: StageConfig, k: int) -> int | None:
     return stage.playback_margin_ms
 
 
+def check_resident_seqs(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
+    """More residents than rows take turns by playback deadline: without a playback clock
+    (windows sized by slack) nothing would choose who sits out, so the key could not act."""
+    if not isinstance(stage, ARStageConfig):
+        return
+    s = stage.scheduler
+    if s.max_resident_seqs is None:
+        return
+    rkey = f"{key}.scheduler.max_resident_seqs"
+    if s.max_resident_seqs < s.max_num_seqs:
+        errors.append(
+            ConfigError(
+                rkey,
+                f"{s.max_resident_seqs} is below max_num_seqs {s.max_num_seqs}: every running "
+                "request holds a seat; set it >= max_num_seqs (or null)",
+            )
+        )
+    elif s.max_resident_seqs > s.max_num_seqs and not stage.stream_decode:
+        errors.append(
+            ConfigError(
+                rkey,
+                f"above max_num_seqs {s.max_num_seqs} needs stream_decode: true (the fused "
+                "pipeline): the stage holds each resident stream's decoder, which a separate "
+                "code2wav stage's max_num_seqs would have to match",
+            )
+        )
+    elif s.max_resident_seqs > s.max_num_seqs and resolved_playback_margin(stage, k) is None:
+        errors.append(
+            ConfigError(
+                rkey,
+                f"above max_num_seqs {s.max_num_seqs}, streams take turns by playback deadline: "
+                f"that needs playback_margin_ms and window_k >= 2 (window_k is {k}, "
+                f"playback_margin_ms {stage.playback_margin_ms})",
+            )
+        )
+
+
 def resolved_window_admits(stage: StageConfig) -> bool:
     return isinstance(stage, ARStageConfig) and stage.window_admits
 

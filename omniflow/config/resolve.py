@@ -10,6 +10,7 @@ from __future__ import annotations
 from omniflow.config.decode_rules import (
     check_audio_chunks,
     check_prompt_graphs,
+    check_resident_seqs,
     check_window,
     check_window_admits,
     resolved_audio_chunk_frames,
@@ -68,6 +69,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, resolved_window_k(stage, cap, platform), errors)
             check_window_admits(key, stage, resolved_window_k(stage, cap, platform), errors)
+            check_resident_seqs(key, stage, resolved_window_k(stage, cap, platform), errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(

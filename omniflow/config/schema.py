@@ -44,6 +44,15 @@ class SchedulerConfig(StepLimits):
     )
     block_size: int = Field(16, ge=1, description="Tokens per KV-cache block.")
     num_kv_blocks: int = Field(2048, ge=1, description="KV-cache blocks in the stage's pool.")
+    max_resident_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="Most requests the stage holds at once (KV, decoder state). Above "
+        "max_num_seqs, streams take turns for the max_num_seqs rows of a step by earliest "
+        "playback deadline: one far ahead of its playback sits out a step so a new arrival "
+        "or a stream near its deadline is seated (needs playback_margin_ms and windows); "
+        "requests beyond what the measured step time keeps playing wait. null: max_num_seqs.",
+    )
 
 
 class UpstreamConfig(Frozen):

@@ -102,7 +102,11 @@ class SamplingStaging:
     """Builds the `SamplingBatch` of one sampling call from persistent staging buffers: one
     in-place fill and one copy per field, no per-row tensors (see `device/staging.py`)."""
 
-    def __init__(self, max_rows: int, policy: TokenPolicy, device: torch.device) -> None:
+    def __init__(
+        self, max_rows: int, policy: TokenPolicy, device: torch.device, max_requests: int = 0
+    ) -> None:
+        """`max_rows`: rows of one sampling call; `max_requests`: requests whose penalty
+        histories are kept at once (more than the rows when streams take turns; 0: rows)."""
         self.policy = policy
         self.device = device
         self.staging = st = Staging(device)
@@ -116,7 +120,7 @@ class SamplingStaging:
         """(row, id) pairs banned on top of the suppressed ids."""
         self.slots = st.buffer((max_rows,), torch.int64)
         """Each row's `PenaltyHistory` slot."""
-        self.history = PenaltyHistory(policy.vocab_size, max_rows, device)
+        self.history = PenaltyHistory(policy.vocab_size, max(max_rows, max_requests), device)
         self.suppress = torch.zeros(policy.vocab_size, dtype=torch.bool, device=device)
         self.suppress[list(policy.suppressed_ids)] = True
 

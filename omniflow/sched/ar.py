@@ -1,7 +1,8 @@
 """The autoregressive scheduler: continuous batching over a paged KV cache.
 
-Each `schedule()` builds one `StepPlan` under a token budget and a sequence cap: running
-requests first (oldest first), then waiting ones; a waiting context (a prompt, or a
+Each `schedule()` builds one `StepPlan` under a token budget and a row cap: running
+requests first (oldest first; by playback deadline when more are resident than a step has
+rows, `sched/seating.py`), then waiting ones; a waiting context (a prompt, or a
 preempted request's recompute) that would fit whole next step, beside the running requests
 and this step's admissions, waits for it rather than being split now; longer ones (a long
 prompt) are prefilled in chunks. When KV blocks run out the newest running request is
@@ -38,6 +39,13 @@ from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
+from omniflow.sched.seating import (
+    first_audio_wait_s,
+    preemption_victim,
+    resident_capacity,
+    row_order,
+    rows_for_arrivals,
+)
 from omniflow.sched.window import Candidate, WindowStats, plan_window
 
 
@@ -129,20 +137,14 @@ class ARScheduler:
         return out
 
     def first_audio_wait_s(self) -> float | None:
-        """Expected seconds before a request added now is seated and heard on time: the
-        requests ahead of it times the measured interval between seats freeing (None: no
-        seat has freed yet), or, while steps take longer than the audio they make and a
-        stream is late, how late it is. Read from another thread: an estimate."""
-        ahead = len(self.waiting) + 1 - (self.config.max_num_seqs - len(self.running))
-        wait = self.seats.wait_s(ahead)
-        if self.playback is None:
-            return wait
-        late = self.playback.late_s((r.request_id, len(r.output_tokens)) for r in self.running)
-        return late if late > (wait or 0.0) else wait
+        """Expected seconds before a request added now is seated and heard on time
+        (`seating.first_audio_wait_s`). Read from another thread: an estimate."""
+        residents = resident_capacity(self.config, self.playback)
+        return first_audio_wait_s(self.waiting, self.running, residents, self.seats, self.playback)
 
     def seats_free(self) -> bool:
-        """A request added now could be seated next step (`max_num_seqs` not reached)."""
-        return len(self.running) < self.config.max_num_seqs
+        """A request added now could be seated next step (`resident_capacity` not reached)."""
+        return len(self.running) < resident_capacity(self.config, self.playback)
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
@@ -183,20 +185,21 @@ class ARScheduler:
         preempted_now = False
         computed_before: dict[str, int] = {}
 
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        rows = self.config.max_num_seqs
+        residents = resident_capacity(self.config, self.playback)
+        kept = rows_for_arrivals(self.waiting, self._paused, residents - len(self.running))
+        for req in row_order(self.running, rows - kept, self.playback):
+            if budget <= 0 or len(scheduled) >= rows - kept:
+                break
+            if req not in self.running:
+                continue  # preempted above to make room for another
             n = self._tokens_to_schedule(req, budget)
             if n == 0:
-                i += 1
                 continue
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             while blocks is None:
-                victim = self._preemption_victim(req)
-                j = self.running.index(victim)
-                del self.running[j]
-                if j < i:
-                    i -= 1  # a paused request ahead of `req` (never planned while paused)
+                victim = preemption_victim(self.running, req, self._paused, scheduled)
+                self.running.remove(victim)
                 self._preempt(victim)
                 preempted_now = True
                 if victim is req:
@@ -208,7 +211,6 @@ class ARScheduler:
             new_blocks[req.request_id] = blocks
             computed_before[req.request_id] = req.num_computed_tokens
             budget -= n
-            i += 1
 
         # The room a waiting context would have next step: what the running requests leave
         # now, less one token for each request admitted below (it decodes next step).
@@ -219,7 +221,8 @@ class ARScheduler:
                 hold
                 or budget <= 0
                 or preempted_now
-                or len(self.running) >= self.config.max_num_seqs
+                or len(self.running) >= residents
+                or len(scheduled) >= rows
             ):
                 break
             if req.request_id in self._paused:
@@ -285,14 +288,6 @@ class ARScheduler:
         streams = [(rid, len(self.requests[rid].output_tokens)) for rid in scheduled]
         return self.playback.window_steps(self.window_k, streams, self.playback.now())
 
-    def _preemption_victim(self, req: Request) -> Request:
-        """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
-        progress until its consumer reads, and recomputes when resumed), else the newest."""
-        for r in reversed(self.running):
-            if r is not req and r.request_id in self._paused:
-                return r
-        return self.running[-1]
-
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
         """Tokens of `req` to compute now, clipped to the budget. A step that reaches the end
         of its known tokens samples one, so it is planned only while the request may grow:
@@ -334,7 +329,8 @@ class ARScheduler:
         expected = self._expected.pop(plan.step_id, {})
         now = 0.0
         if self.playback is not None:
-            now = self.playback.step_done(plan.step_id, result.window_steps or 1)
+            rows = len(plan.num_scheduled_tokens)
+            now = self.playback.step_done(plan.step_id, result.window_steps or 1, rows)
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
             if result.window_steps > 1:

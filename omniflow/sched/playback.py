@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 STEP_EWMA = 0.2
 """Weight of the newest step-time sample in the running estimate."""
 
+ROTATION_LOAD = 0.8
+"""Of a frame's playback time, the share that steps may take when more streams than rows
+take turns (earliest deadline first): the rest absorbs step-time jitter and prefills."""
+
+
+def rows_bucket(rows: int) -> int:
+    """The batch-size class a step time is kept under: the next power of two (1, 2, 4, ...),
+    as decode graphs are captured, so a step time stands for the sizes that cost the same."""
+    return 1 << max(0, rows - 1).bit_length()
+
 
 @dataclass
 class PlaybackClock:
@@ -27,19 +37,22 @@ class PlaybackClock:
     """Request -> when its first frame was made."""
     step_s: float | None = None
     """Running estimate of one decode step's wall time (None until measured)."""
+    step_s_by_rows: dict[int, float] = field(default_factory=dict)
+    """The same estimate per batch-size class (`rows_bucket`)."""
     _planned_at: dict[int, float] = field(default_factory=dict)
     _ended_at: float = 0.0
 
     def planned(self, step_id: int) -> None:
         self._planned_at[step_id] = self.now()
 
-    def step_done(self, step_id: int, steps: int) -> float:
+    def step_done(self, step_id: int, steps: int, rows: int = 1) -> float:
         """A planned step's result is in: its wall time (from when it was planned or when
-        the step before it ended, whichever is later) joins the estimate. Returns now."""
+        the step before it ended, whichever is later) joins the estimate for its `rows`.
+        Returns now."""
         now = self.now()
         planned = self._planned_at.pop(step_id, None)
         if planned is not None:
-            self.observe_step(now - max(planned, self._ended_at), steps)
+            self.observe_step(now - max(planned, self._ended_at), steps, rows)
         self._ended_at = now
         return now
 
@@ -74,21 +87,44 @@ class PlaybackClock:
         least = self.min_slack(streams)
         return 0.0 if least is None or least >= 0 else -least
 
-    def observe_step(self, seconds: float, steps: int) -> None:
-        """A result covering `steps` decode steps took `seconds` of wall time."""
+    def observe_step(self, seconds: float, steps: int, rows: int = 1) -> None:
+        """A result covering `steps` decode steps of `rows` requests took `seconds`."""
         if steps <= 0 or seconds <= 0:
             return
         sample = seconds / steps
-        self.step_s = (
-            sample if self.step_s is None else (1 - STEP_EWMA) * self.step_s + STEP_EWMA * sample
-        )
+        self.step_s = _ewma(self.step_s, sample)
+        bucket = rows_bucket(rows)
+        self.step_s_by_rows[bucket] = _ewma(self.step_s_by_rows.get(bucket), sample)
+
+    def step_s_at(self, rows: int) -> float | None:
+        """The step time of `rows` rows: their class's estimate, else the nearest larger
+        class measured (an upper bound), else the overall estimate (None: none yet)."""
+        bucket = rows_bucket(rows)
+        larger = sorted(b for b in self.step_s_by_rows if b >= bucket)
+        return self.step_s_by_rows[larger[0]] if larger else self.step_s
+
+    def rotation_capacity(self, rows: int) -> int:
+        """How many streams `rows` rows can keep playing when they take turns: each stream
+        needs a frame per `frame_s`, and a step of `rows` rows gives `rows` frames, so up to
+        rows * frame_s / step time streams (less `ROTATION_LOAD`'s reserve); `rows` itself
+        before any step is measured."""
+        step = self.step_s_at(rows)
+        if step is None:
+            return rows
+        return max(rows, math.floor(ROTATION_LOAD * rows * self.frame_s / step))
 
     def window_steps(self, cap: int, streams: Iterable[tuple[str, int]], at: float) -> int:
         """The most steps (<= cap) a window may run: its audio arrives at its end, so every
         scheduled stream's slack must cover them. `streams`: (request, frames made)."""
-        if self.step_s is None:
+        streams = list(streams)
+        step = self.step_s_at(len(streams))
+        if step is None:
             return cap  # nothing measured yet: the gates alone decide
         slacks = [s for rid, n in streams if (s := self.slack(rid, n, at)) is not None]
         if not slacks:
             return cap
-        return max(1, min(cap, math.floor(min(slacks) / self.step_s)))
+        return max(1, min(cap, math.floor(min(slacks) / step)))
+
+
+def _ewma(old: float | None, sample: float) -> float:
+    return sample if old is None else (1 - STEP_EWMA) * old + STEP_EWMA * sample

@@ -73,7 +73,12 @@ class ARModelRunner:
                 max_batch=scheduler.max_num_seqs,
             )
         )
-        self.sampling = SamplingStaging(scheduler.max_num_seqs, model.token_policy, device)
+        self.sampling = SamplingStaging(
+            scheduler.max_num_seqs,
+            model.token_policy,
+            device,
+            max_requests=scheduler.max_resident_seqs or 0,
+        )
         self.ops = StepOps(model, self.decode_batch, self.sampling)
         self.arrivals = Arrivals()
         """Set by the engine when a request arrives that the next step could seat: a

@@ -1,0 +1,84 @@
+"""Who holds a row of the next step. While every resident request fits in a step's
+`max_num_seqs` rows they run oldest first; with more residents (`max_resident_seqs`) they
+take turns by earliest playback deadline: a stream that has not started playing (a new
+arrival) or is near its deadline runs, one far ahead of its playback sits the step out
+(docs/architecture.md, earliest deadline first)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from omniflow.config.schema import SchedulerConfig
+from omniflow.core.request import Request
+from omniflow.sched.ar_admission import SeatGaps
+from omniflow.sched.playback import PlaybackClock
+
+
+def resident_capacity(config: SchedulerConfig, playback: PlaybackClock | None) -> int:
+    """How many requests may be resident now: `max_num_seqs`, or up to `max_resident_seqs`
+    as many as the rows keep playing at the measured step time (`rotation_capacity`)."""
+    rows = config.max_num_seqs
+    cap = config.max_resident_seqs or rows
+    if cap <= rows or playback is None:
+        return rows
+    return min(cap, playback.rotation_capacity(rows))
+
+
+def row_order(
+    running: Sequence[Request], rows: int, playback: PlaybackClock | None
+) -> list[Request]:
+    """The order in which running requests are offered a row: as they came while all fit,
+    else by slack (not yet playing first, then the tightest), arrival breaking ties."""
+    if len(running) <= rows or playback is None:
+        return list(running)
+    at = playback.now()
+
+    def deadline(r: Request) -> tuple[float, int]:
+        slack = playback.slack(r.request_id, len(r.output_tokens), at)
+        return (-math.inf if slack is None else slack, r.arrival)
+
+    return sorted(running, key=deadline)
+
+
+def rows_for_arrivals(
+    waiting: Iterable[Request], paused: Collection[str], free_residents: int
+) -> int:
+    """Rows kept this step for waiting requests that may become resident now: they have no
+    audio yet, the earliest deadline of all, so running streams get the rows they leave."""
+    ready = sum(1 for r in waiting if r.request_id not in paused and not r.num_placeholders)
+    return max(0, min(ready, free_residents))
+
+
+def preemption_victim(
+    running: Sequence[Request],
+    req: Request,
+    paused: Collection[str],
+    scheduled: Mapping[str, int],
+) -> Request:
+    """Who gives up its KV when `req` cannot grow: the newest paused request (it makes no
+    progress until its consumer reads, and recomputes when resumed), else the newest not
+    already planned this step, else `req` itself."""
+    others = [r for r in reversed(running) if r is not req and r.request_id not in scheduled]
+    for r in others:
+        if r.request_id in paused:
+            return r
+    return others[0] if others else req
+
+
+def first_audio_wait_s(
+    waiting: Collection[Request],
+    running: Collection[Request],
+    residents: int,
+    seats: SeatGaps,
+    playback: PlaybackClock | None,
+) -> float | None:
+    """Expected seconds before a request added now is seated and heard on time: the requests
+    ahead of it times the measured interval between seats freeing (None: no seat has freed
+    yet), or, while steps take longer than the audio they make and a stream is late, how
+    late it is (admission control refuses past `server.max_first_audio_wait_s`)."""
+    wait = seats.wait_s(len(waiting) + 1 - (residents - len(running)))
+    if playback is None:
+        return wait
+    late = playback.late_s((r.request_id, len(r.output_tokens)) for r in list(running))
+    return late if late > (wait or 0.0) else wait
