@@ -1,12 +1,14 @@
 """Make the reference fixtures: the official qwen-tts outputs omniflow is compared with.
 
     python3 scripts/make_reference_fixtures.py                      # tiny preset (committed)
+    python3 scripts/make_reference_fixtures.py --preset qwen3_tts_tiny_voicedesign  # committed
     python3 scripts/make_reference_fixtures.py --preset qwen3_tts_0_6b --out OUT_DIR
 
 Needs the official package beside omniflow (tests/reference/official.py says how to install
 it). For a preset it builds the official model and speech tokenizer from the preset's shapes,
 re-draws every tensor by name (tests/reference/weights.py), saves them with the official
-classes in the published layout, and records under tests/reference/fixtures/<preset>/:
+classes in the published layout, and records under tests/reference/fixtures/<preset>/ (a
+VoiceDesign preset: the official VoiceDesign model and its cases, official_design.py):
 
     config.json, speech_tokenizer_config.json   the config files the official classes wrote
     keys.json                                   every tensor name and shape they saved
@@ -35,13 +37,8 @@ from safetensors.torch import save_file  # noqa: E402
 
 from omniflow.config.compose import compose  # noqa: E402
 from omniflow.config.resolve import build_graph  # noqa: E402
-from tests.reference import official  # noqa: E402
-from tests.reference.cases import (  # noqa: E402
-    FIXTURES,
-    GREEDY_CASES,
-    GREEDY_MAX_NEW_TOKENS,
-    SEED,
-)
+from tests.reference import official, official_design  # noqa: E402
+from tests.reference.cases import FIXTURES, GREEDY_MAX_NEW_TOKENS, SEED  # noqa: E402
 from tests.reference.weights import draw_all, fingerprint  # noqa: E402
 
 
@@ -53,7 +50,8 @@ def saved_shapes(path: Path) -> dict[str, list[int]]:
 def make(preset: str, out_dir: Path, command: str) -> None:
     torch.manual_seed(0)
     model = build_graph(compose(["platform=cpu", f"model={preset}"])).model
-    tts, codec = official.build(model, SEED)
+    side = official_design if model.voice_design else official
+    tts, codec = side.build(model, SEED)
     target = out_dir / preset
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,7 +64,7 @@ def make(preset: str, out_dir: Path, command: str) -> None:
             saved / "speech_tokenizer" / "config.json", target / "speech_tokenizer_config.json"
         )
     (target / "keys.json").write_text(json.dumps({"talker": talker_keys, "codec": codec_keys}))
-    tensors = official.outputs(tts, codec, model)
+    tensors = side.outputs(tts, codec, model)
     save_file(tensors, str(target / "outputs.safetensors"))
     decoder = {k: v for k, v in codec_keys.items() if k.startswith("decoder.")}
     meta = {
@@ -79,7 +77,9 @@ def make(preset: str, out_dir: Path, command: str) -> None:
             "decoder": fingerprint(draw_all({k: tuple(v) for k, v in decoder.items()}, SEED)),
         },
         "greedy_frames": {
-            name: int(tensors[f"greedy/{name}/codes"].shape[0]) for name in GREEDY_CASES
+            key.split("/")[1]: int(value.shape[0])
+            for key, value in tensors.items()
+            if key.startswith("greedy/")
         },
         "greedy_max_new_tokens": GREEDY_MAX_NEW_TOKENS,
     }

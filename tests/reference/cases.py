@@ -71,6 +71,21 @@ CLONE_CASES = (
 )
 
 
+DESIGN_PRESET = "qwen3_tts_tiny_voicedesign"
+"""The VoiceDesign fixture's preset: the tiny shapes, saved by the official classes as a
+VoiceDesign model (tts_model_type voice_design, no speakers)."""
+DESIGN_CASES = (
+    # the official generate_voice_design's defaults: whole text, language Auto
+    PromptCase("vd_auto_whole", "Hello there.", None, "auto", "A warm, low female voice."),
+    PromptCase("vd_en_stream", "Good morning!", None, "english", "A cheerful young man.", False),
+    PromptCase("vd_zh_whole", "你好，北京。", None, "chinese", "稚嫩的女声，音调偏高。"),
+    PromptCase("vd_de_stream", "Guten Tag.", None, "german", "Calm, slow, deep.", False),
+)
+"""VoiceDesign requests: a description (the instruction turn) and no speaker."""
+DESIGN_LOGIT_CASES = ("vd_auto_whole", "vd_en_stream")
+DESIGN_GREEDY_CASES = ("vd_auto_whole", "vd_en_stream")
+
+
 def clone_inputs(case: CloneCase, hidden: int, codebook: int) -> dict[str, torch.Tensor]:
     """The case's speaker embedding [hidden] and reference codes [ref_frames, 16]."""
     out = {"speaker": random_hidden(f"clone/{case.name}", (hidden,))}

@@ -89,8 +89,17 @@ class Loaded:
     bundle: TalkerBundle
     codec: SpeechTokenizerWeights
     model: ModelConfig
-    encoder: CodecEncoderWeights
-    speaker: SpeakerEncoderWeights
+    encoder: CodecEncoderWeights | None
+    speaker: SpeakerEncoderWeights | None
+    """Both None: a VoiceDesign checkpoint (`load_talker`), which has no speaker encoder."""
+
+
+def load_talker(model: ModelConfig) -> Loaded:
+    """The talker alone (a VoiceDesign checkpoint has no speaker encoder to load)."""
+    assert model.path is not None
+    d = Path(model.path)
+    codec = load_codec(model.codec, d, 0)
+    return Loaded(build_talker(model, CPU), codec, model, None, None)
 
 
 def load(model: ModelConfig) -> Loaded:
@@ -119,7 +128,9 @@ def processor(loaded: Loaded, max_model_len: int = 512) -> TalkerProcessor:
     clone = CloneShape(
         m.talker.hidden_size, m.code_predictor.num_code_groups, m.codec.codebook_size
     )
-    return TalkerProcessor(b.tokenizer, b.vocab, max_model_len, clone=clone)
+    return TalkerProcessor(
+        b.tokenizer, b.vocab, max_model_len, clone=clone, voice_design=m.voice_design
+    )
 
 
 def speech(case: PromptCase, rid: str = "ref", **kw) -> SpeechRequest:
