@@ -8,8 +8,9 @@ librosa, ...): docs/speed.md, with the measured comparison.
 
 The output of a request is exactly round(samples / speed) long: the last frames are flushed
 through zeros at the end and the result cut (or padded with silence) to that length; the
-integer hops are picked so the stretcher's own ratio is within 0.3 % of `speed`, so the cut
-or the pad is at most that. Speed 1.0 builds nothing: the audio passes through untouched.
+integer hops are picked so the stretcher's own ratio is within 0.2 % of `speed` (exact at
+the usual speeds), so the cut or the pad is at most that. Speed 1.0 builds nothing: the
+audio passes through untouched.
 """
 
 from __future__ import annotations
