@@ -94,7 +94,9 @@ def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[
         try:
             item = _parse(n, text, s, seen)
             rid = item.pop("id")
-            fields = {"model": info.model, "response_format": s.format, **item}
+            # the served task unless the line clones (as synth's one request: synth.py)
+            task = info.task_types[0]
+            fields = {"model": info.model, "response_format": s.format, "task_type": task, **item}
             body = SpeechBody.model_validate(fields)
         except (ValueError, ValidationError) as exc:
             bad.append(f"line {n}: {_message(exc)}")

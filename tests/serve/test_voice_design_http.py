@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import wave
 
 import httpx
@@ -115,3 +116,18 @@ def test_synth_designs_a_voice_and_refuses_a_missing_description(tmp_path, capsy
         run_synth([*args, "voice=vivian", "instructions=x", f"out={tmp_path / 'y.wav'}"], None)
     assert exc.value.key == "synth.voice"
     assert not (tmp_path / "x.wav").exists() and not (tmp_path / "y.wav").exists()
+
+
+def test_a_batch_designs_each_line_s_voice_and_reports_a_line_without_one(tmp_path, capsys):
+    from omniflow.synth import run_synth
+
+    lines = tmp_path / "in.jsonl"
+    rows = [
+        {"id": "a", "text": "Hi.", "instructions": DESCRIPTION, "seed": 1},
+        {"id": "b", "text": "Hi."},
+    ]
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["model=qwen3_tts_tiny_voicedesign", "platform=cpu", f"texts={lines}"]
+    assert run_synth([*args, f"out_dir={tmp_path}"], None) == 1  # a line failed
+    assert (tmp_path / "a.wav").stat().st_size > 44 and not (tmp_path / "b.wav").exists()
+    assert "line 2: task_type 'VoiceDesign' needs instructions" in capsys.readouterr().err
