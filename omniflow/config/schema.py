@@ -274,7 +274,9 @@ class SynthConfig(Frozen):
         None, description="Speaker; unset: vivian, or none with ref_audio (a voice clone)."
     )
     language: str = Field("auto", description="Language, or auto.")
-    instructions: str | None = Field(None, description="Style instruction.")
+    instructions: str | None = Field(
+        None, description="Style instruction; on a VoiceDesign model, the voice described."
+    )
     ref_audio: str | None = Field(
         None, description="Voice clone (a Base model): the reference recording's file."
     )

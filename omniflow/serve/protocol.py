@@ -70,7 +70,9 @@ class SpeechBody(BaseModel):
         "(whole and streamed responses alike; README, Speed).",
     )
     instructions: str | None = Field(
-        None, description="Style instruction (models that declare support; not the 0.6B)."
+        None,
+        description="Style instruction (models that declare support; not the 0.6B); for "
+        "task_type VoiceDesign, the voice described in natural language (required).",
     )
     stream_format: Literal["audio", "sse"] | None = Field(
         None, description="audio: raw bytes as they are produced; sse: server-sent events."
@@ -80,8 +82,9 @@ class SpeechBody(BaseModel):
     task_type: Literal["CustomVoice", "Base", "VoiceDesign"] = Field(
         "CustomVoice",
         description="Qwen3-TTS task: CustomVoice (a preset voice) on CustomVoice models, Base "
-        "(voice clone from ref_audio or a registered voice) on Base models. Unset: the "
-        "served model's task (CustomVoice on a model that serves it, else Base).",
+        "(voice clone from ref_audio or a registered voice) on Base models, VoiceDesign (the "
+        "voice described in instructions, no voice) on VoiceDesign models. Unset: the "
+        "served model's task (CustomVoice on a model that serves it, else its own).",
     )
     seed: int | None = Field(None, ge=0, lt=2**62, strict=True, description="Sampling seed.")
     max_new_tokens: int | None = Field(
