@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from omniflow.core.live import LiveInput
+
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
@@ -107,6 +109,16 @@ class Request:
     num_placeholders: int = 0
     """Tokens scheduled whose sample has not come back yet (async scheduling, windows)."""
     error: str | None = None
+    live: LiveInput | None = None
+    """Input still arriving (incremental text): it bounds the tokens it may sample."""
+
+    @property
+    def input_room(self) -> int | None:
+        """Tokens it may still sample before more input must arrive (None: no bound)."""
+        if self.live is None:
+            return None
+        allowed = self.live.tokens_allowed()
+        return None if allowed is None else max(0, allowed - self.num_generated)
 
     @property
     def num_tokens(self) -> int:

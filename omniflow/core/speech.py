@@ -43,6 +43,9 @@ class SpeechRequest:
     encoder's), with `ref_text` its transcript. None with a speaker embedding: x-vector only."""
     ref_text: str | None = None
     """Transcript of the reference audio (in-context cloning)."""
+    incremental: bool = False
+    """`text` is what has arrived so far: more follows through `Pipeline.extend`, the last
+    piece marked done (docs/websocket.md, incremental mode)."""
 
     @property
     def is_clone(self) -> bool:
@@ -70,6 +73,7 @@ class SpeechRequest:
         speaker_embedding: tuple[float, ...] | None = None,
         ref_codes: tuple[tuple[int, ...], ...] | None = None,
         ref_text: str | None = None,
+        incremental: bool = False,
     ) -> SpeechRequest:
         """The one way front ends build a request from user-level fields.
 
@@ -97,4 +101,5 @@ class SpeechRequest:
             speaker_embedding=speaker_embedding,
             ref_codes=ref_codes,
             ref_text=ref_text,
+            incremental=incremental,
         )

@@ -42,6 +42,11 @@ class Scheduler(Protocol):
         """Plan a paused request again."""
         ...
 
+    def extend_input(self, request_id: str, text: str, done: bool) -> list[StageOutput]:
+        """More input for a live request (`core/live.py`): nothing, or its one error output
+        when it cannot take it (not live, or the text does not fit). An ended one: nothing."""
+        ...
+
     def first_audio_wait_s(self) -> float | None:
         """Expected seconds before a request added now is seated (None: no estimate);
         read from another thread (admission control)."""

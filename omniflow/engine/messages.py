@@ -67,8 +67,17 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class ExtendInput:
+    """More text for a request started as incremental (`core/live.py`); `done`: the last."""
+
+    request_id: str
+    text: str
+    done: bool
+
+
+@dataclass(frozen=True)
 class Wake:
     """Does nothing but wake the loop (shutdown, tests waiting for drops to apply)."""
 
 
-EngineMessage = Add | Abort | ReceiveFrames | Hold | Pause | Resume | Wake
+EngineMessage = Add | Abort | ReceiveFrames | Hold | Pause | Resume | ExtendInput | Wake

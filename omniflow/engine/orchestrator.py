@@ -43,7 +43,7 @@ from omniflow.engine.flow import (
     edge_bound,
     samples_per_frame,
 )
-from omniflow.engine.messages import Add
+from omniflow.engine.messages import Add, ExtendInput
 from omniflow.engine.parts import SpeechFrontend, StageParts
 from omniflow.engine.routing import Begin, Emitted, End, Router, Took, Topology
 from omniflow.engine.stage_engine import StageEngine
@@ -197,6 +197,11 @@ class Orchestrator:
         else:
             event = AudioEvent(request_id, finished=True, finish_reason="error", error=error)
         self.router.post_and_wait(End(request_id, event))  # its terminal event is out on return
+
+    def extend(self, request_id: str, text: str, done: bool) -> None:
+        """More text for an incremental request: to the source stage, whose scheduler holds
+        it (`core/live.py`); the engine thread applies it between steps."""
+        self._engines[self._source].send(ExtendInput(request_id, text, done))
 
     def consumed(self, request_id: str, samples: int) -> None:
         """The consumer of a flow-controlled request took `samples` of its audio (a request

@@ -28,7 +28,16 @@ from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.engine.connector import ChunkIntake
 from omniflow.engine.contracts import Runner, Scheduler
-from omniflow.engine.messages import Abort, Add, EngineMessage, Hold, Pause, ReceiveFrames, Resume
+from omniflow.engine.messages import (
+    Abort,
+    Add,
+    EngineMessage,
+    ExtendInput,
+    Hold,
+    Pause,
+    ReceiveFrames,
+    Resume,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +123,8 @@ class StepLoop:
             case Resume(request_id=rid):
                 self.scheduler.resume(rid)
                 return []
+            case ExtendInput(request_id=rid, text=text, done=done):
+                return self.scheduler.extend_input(rid, text, done)
         return []  # Wake: nothing to apply, the loop just looks again
 
     def stats(self) -> StageStats:

@@ -29,7 +29,6 @@ from collections.abc import Callable
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.ar_admission import SeatGaps, admissible_waiting, hold_for_window
@@ -40,7 +39,9 @@ from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.seating import (
+    extend_live,
     first_audio_wait_s,
+    playing,
     preemption_victim,
     resident_capacity,
     row_order,
@@ -111,6 +112,18 @@ class ARScheduler:
         self._finish(request, FINISHED_BY_REASON[reason])
         return True
 
+    def extend_input(self, request_id: str, text: str, done: bool) -> list[StageOutput]:
+        """More text for a live request; a text-starved stream's playback clock starts again
+        (it was waiting for text, not late). One error output when it cannot take it."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return []  # ended already: the text has nowhere to go
+        error = extend_live(req, text, done, self.playback)
+        if error is None:
+            return []
+        self.finish(request_id, "error", error)
+        return [StageOutput(request_id, finished=True, finish_reason="error", error=error)]
+
     def pause(self, request_id: str) -> None:
         """Hold the request out of planning; it keeps its KV blocks and its place. A request
         not (or no longer) here is ignored: the pause raced with its end."""
@@ -148,11 +161,8 @@ class ARScheduler:
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
-        w = self.window_stats
-        windows = None
-        if self.window_k:
-            counts = (w.planned_windows, w.executed_windows, w.executed_steps)
-            windows = WindowCounters(*counts, dict(w.refusals), w.admitting_windows, dict(w.sizes))
+        windows = self.window_stats.counters() if self.window_k else None
+        clock = self.playback
         return SchedulerGauges(
             running=len(self.running),
             waiting=len(self.waiting),
@@ -161,14 +171,7 @@ class ARScheduler:
             windows=windows,
             preemptions=self.num_preemptions,
             paused=len(self._paused),
-            min_slack_s=self._min_slack(),
-        )
-
-    def _min_slack(self) -> float | None:
-        if self.playback is None:
-            return None
-        return self.playback.min_slack(
-            (r.request_id, len(r.output_tokens)) for r in list(self.running)
+            min_slack_s=None if clock is None else clock.min_slack(playing(self.running)),
         )
 
     @property
@@ -305,9 +308,11 @@ class ARScheduler:
         return n
 
     def _may_grow(self, req: Request) -> bool:
+        """Below its limits, and not text-starved (its next step's text has arrived)."""
         return (
             req.num_generated < req.sampling.max_new_tokens
             and req.num_tokens < self.config.max_model_len
+            and req.input_room != 0
         )
 
     def _preempt(self, req: Request) -> None:

@@ -106,6 +106,11 @@ class GenerationScheduler:
         if req is not None:
             req.deadline = float("inf")
 
+    def extend_input(self, request_id: str, text: str, done: bool) -> list[StageOutput]:
+        """A chunk-receiving stage's input is frames, never text: a live request's text goes
+        to the source stage (the orchestrator sends it there), so this is a caller's bug."""
+        raise TypeError(f"a generation stage takes no live text (request {request_id!r})")
+
     def pause(self, request_id: str) -> None:
         """Schedule none of the request's chunks until `resume` (its consumer is behind); the
         pause is announced downstream as `held`, as the AR scheduler does."""

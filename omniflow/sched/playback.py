@@ -61,6 +61,12 @@ class PlaybackClock:
         if frames_before == 0 and request_id not in self.started:
             self.started[request_id] = at
 
+    def resume(self, request_id: str, frames: int) -> None:
+        """Text reached a stream that waited for it: its next frame is due a frame from now,
+        as for a stream that has just started (it was not late, it had nothing to say)."""
+        if request_id in self.started:
+            self.started[request_id] = self.now() - (frames - 1) * self.frame_s
+
     def forget(self, request_id: str) -> None:
         self.started.pop(request_id, None)
 

@@ -66,6 +66,12 @@ def preemption_victim(
     return others[0] if others else req
 
 
+def playing(running: Iterable[Request]) -> list[tuple[str, int]]:
+    """(request, frames made) of the streams with a playback deadline: a text-starved one
+    (its input has not arrived) has none until it does."""
+    return [(r.request_id, len(r.output_tokens)) for r in list(running) if r.input_room != 0]
+
+
 def first_audio_wait_s(
     waiting: Collection[Request],
     running: Collection[Request],
@@ -80,5 +86,20 @@ def first_audio_wait_s(
     wait = seats.wait_s(len(waiting) + 1 - (residents - len(running)))
     if playback is None:
         return wait
-    late = playback.late_s((r.request_id, len(r.output_tokens)) for r in list(running))
+    late = playback.late_s(playing(running))
     return late if late > (wait or 0.0) else wait
+
+
+def extend_live(req: Request, text: str, done: bool, playback: PlaybackClock | None) -> str | None:
+    """Give a live request more text (`core/live.py`); a text-starved stream's playback
+    clock starts again, as it was waiting for text, not late. Why it cannot, or None."""
+    if req.live is None:
+        return f"request {req.request_id!r} takes no more input: it was not started incremental"
+    starved = req.input_room == 0
+    try:
+        req.live.extend(text, done)
+    except ValueError as exc:
+        return str(exc)
+    if starved and playback is not None:
+        playback.resume(req.request_id, len(req.output_tokens))
+    return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import Request
 from omniflow.sched.kv_cache import KVCacheManager
 
@@ -30,6 +31,11 @@ class WindowStats:
     refusals: Counter[str] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)
     """Planned windows by length (the longest request's steps)."""
+
+    def counters(self) -> WindowCounters:
+        """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
+        done = (self.planned_windows, self.executed_windows, self.executed_steps)
+        return WindowCounters(*done, dict(self.refusals), self.admitting_windows, dict(self.sizes))
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,12 @@ def plan_window(
     sizes: dict[str, int] = {}
     for c in candidates:
         r = c.request
+        room = r.input_room  # a live request: only as far as its text has arrived
         sizes[r.request_id] = min(
             k,
             r.sampling.max_new_tokens - r.num_generated,
             max_model_len - r.num_tokens,
+            k if room is None else room,
         )
     if max(sizes.values()) < 2:
         stats.refusals["clamped"] += 1

@@ -86,21 +86,20 @@ def test_streams_take_turns_and_keep_their_codes():
     engine.scheduler.playback = PlaybackClock(0.08, 0.04, now=lambda: next(ticks) * 0.001)
     for r in reqs:
         engine.add_request(proc.make_request(r))
-    outputs, most_resident, most_rows = [], 0, 0
+    rows_planned: list[int] = []
+    plan_step = engine.scheduler.schedule
+
+    def spy():
+        plan = plan_step()
+        rows_planned.append(len(plan.num_scheduled_tokens))
+        return plan
+
+    engine.scheduler.schedule = spy
+    outputs, most_resident = [], 0
     while engine.has_work:
-        plan_rows = []
-        real = engine.scheduler.schedule
-
-        def spy():
-            plan = real()
-            plan_rows.append(len(plan.num_scheduled_tokens))
-            return plan
-
-        engine.scheduler.schedule = spy
         outputs.extend(engine.step())
-        engine.scheduler.schedule = real
-        most_rows = max([most_rows, *plan_rows])
         most_resident = max(most_resident, len(engine.scheduler.running))
+    most_rows = max(rows_planned)
     assert most_resident == 3 and most_rows == 2  # three streams shared two rows
     assert collect(outputs) == want
 

@@ -4,12 +4,13 @@ fill the sampling parameters with the model's rules (EOS, suppressed ids, min 2 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from omniflow.core.request import Request, SamplingParams
 from omniflow.core.speech import SpeechRequest
+from omniflow.models.qwen3_tts.live_text import LiveText
 from omniflow.models.qwen3_tts.prompt import (
     PromptError,
     TalkerPrompt,
@@ -72,7 +73,14 @@ class TalkerProcessor:
         return self.max_model_len
 
     def make_request(self, speech: SpeechRequest) -> Request:
-        prompt = self._clone_prompt(speech) if speech.is_clone else self._voice_prompt(speech)
+        live = self._live_text(speech) if speech.incremental else None
+        chat = self._chat_ids(speech.text, live)
+        if speech.is_clone:
+            prompt = self._clone_prompt(speech, chat)
+        else:
+            prompt = self._voice_prompt(speech, chat)
+        if live is not None:
+            prompt = replace(prompt, trailing_text=(), live=live)
         room = self.max_model_len - prompt.prompt_len
         if room < 1:
             raise ValueError(
@@ -102,9 +110,32 @@ class TalkerProcessor:
             payload=prompt,
             sampling=sampling,
             seed=seed,
+            live=live,
         )
 
-    def _voice_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
+    def _live_text(self, speech: SpeechRequest) -> LiveText:
+        """Incremental text: the streaming layout (one text token a decode step), which an
+        in-context clone cannot take (its prompt holds text as long as its reference)."""
+        if speech.non_streaming_mode:
+            raise PromptError("an incremental request uses the streaming text layout")
+        if speech.ref_codes is not None:
+            raise PromptError(
+                "an in-context voice clone (reference codes and transcript) cannot take "
+                "incremental text; use a preset voice or a speaker-embedding clone"
+            )
+        return LiveText(self._body_ids, self.tokenizer.specials.tts_eos, speech.text)
+
+    def _body_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode_chat(text)[ROLE_LEN:-SUFFIX_LEN]
+
+    def _chat_ids(self, text: str, live: LiveText | None) -> list[int]:
+        """The chat string's ids; for live text, around the committed tokens so far."""
+        if live is None:
+            return self.tokenizer.encode_chat(text)
+        frame = self.tokenizer.encode_chat("")
+        return [*frame[:ROLE_LEN], *live.ids, *frame[ROLE_LEN:]]
+
+    def _voice_prompt(self, speech: SpeechRequest, chat: list[int]) -> TalkerPrompt:
         """CustomVoice (a preset speaker, optional style instruction) or VoiceDesign (the
         official `generate_voice_design`: the description's user turn, no speaker id)."""
         if self.voice_design:
@@ -120,7 +151,7 @@ class TalkerProcessor:
         if speech.ref_codes is not None or speech.ref_text is not None:
             raise PromptError("ref_codes and ref_text need a speaker_embedding (voice clone)")
         return build_prompt(
-            self.tokenizer.encode_chat(speech.text),
+            chat,
             self.tokenizer.specials,
             self.vocab,
             speech.voice,
@@ -129,7 +160,7 @@ class TalkerProcessor:
             non_streaming=_layout(speech, DEFAULT_NON_STREAMING),
         )
 
-    def _clone_prompt(self, speech: SpeechRequest) -> TalkerPrompt:
+    def _clone_prompt(self, speech: SpeechRequest, chat: list[int]) -> TalkerPrompt:
         """A Base-model prompt: in context with ref_codes + ref_text, else x-vector only."""
         shape = self.clone
         if shape is None:
@@ -163,7 +194,7 @@ class TalkerProcessor:
         elif speech.ref_text is not None:
             raise PromptError("ref_text needs ref_codes (or leave it out: x-vector only)")
         return build_clone_prompt(
-            self.tokenizer.encode_chat(speech.text),
+            chat,
             self.tokenizer.specials,
             self.vocab,
             speech.language,
@@ -176,5 +207,7 @@ class TalkerProcessor:
 
 def _layout(speech: SpeechRequest, default: bool) -> bool:
     """The request's `non_streaming_mode`, or where it leaves it out the task's default (the
-    official generate function's)."""
+    official generate function's); incremental text is always streamed."""
+    if speech.incremental:
+        return False
     return default if speech.non_streaming_mode is None else speech.non_streaming_mode

@@ -32,6 +32,7 @@ then the F reference frames, each the sum of its 16 codebook embeddings):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -55,6 +56,12 @@ class PromptLayout:
     mask: np.ndarray
 
 
+class LiveTrailing(Protocol):
+    """Trailing text still arriving (`live_text.LiveText`)."""
+
+    def trailing_at(self, step: int, pad_id: int) -> int: ...
+
+
 @dataclass(frozen=True)
 class TalkerPrompt:
     """One request's talker inputs: the prompt positions and the trailing text."""
@@ -73,6 +80,9 @@ class TalkerPrompt:
     """Voice clone: the speaker encoder's [hidden] vector, added at `speaker_pos` in place
     of a speaker id (that position's codec id is NO_CODEC)."""
     speaker_pos: int = -1
+    live: LiveTrailing | None = field(default=None, compare=False)
+    """Incremental text (`live_text.py`): the trailing text as it arrives, in place of
+    `trailing_text`."""
     layout_cache: dict[int, PromptLayout] = field(default_factory=dict, compare=False, repr=False)
     """`layout` per code-group count (filled on first use)."""
 
@@ -108,6 +118,8 @@ class TalkerPrompt:
 
     def trailing_at(self, step: int) -> int:
         """Text id added at decode step `step`."""
+        if self.live is not None:
+            return self.live.trailing_at(step, self.pad_text_id)
         return self.trailing_text[step] if step < len(self.trailing_text) else self.pad_text_id
 
 

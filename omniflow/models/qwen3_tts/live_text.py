@@ -1,0 +1,66 @@
+"""A request's text while it is still being written (incremental mode, docs/websocket.md).
+
+In the streaming text layout (`non_streaming_mode=False`) the prompt holds the text's first
+token and decode step s adds token s + 1, then `tts_eos`, then `tts_pad`. Text arriving in
+pieces therefore extends the request while it runs; only tokens that cannot change when more
+text comes are committed (`core/live.py` `settled_text`, checked against the tokens of all the
+text received), so the committed tokens are those of the whole text tokenized at once: the
+request makes the codes it would make with its whole text sent in the streaming layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omniflow.core.live import settled_text
+from omniflow.models.qwen3_tts.prompt import PromptError
+
+
+class LiveText:
+    """The committed text tokens of one request, growing on the engine thread."""
+
+    def __init__(self, encode: Callable[[str], list[int]], eos_id: int, text: str) -> None:
+        """`encode`: the text body's ids (no chat role or suffix); `text`: received so far."""
+        self._encode = encode
+        self.eos_id = eos_id
+        self.text = text
+        self.done = False
+        self.ids: list[int] = []
+        """The committed ids; ids[0] is in the prompt, ids[s + 1] goes in at decode step s."""
+        self._settle()
+        if not self.ids:
+            raise PromptError(
+                "an incremental request starts with at least one whole word (text followed "
+                "by a space); send more text before it starts"
+            )
+
+    def tokens_allowed(self) -> int | None:
+        """Tokens it may sample: the prefill's, then one per committed token after the first
+        (None once the text is done: then the end-of-text and padding follow)."""
+        return None if self.done else len(self.ids)
+
+    def extend(self, text: str, done: bool) -> None:
+        if self.done:
+            raise ValueError("the request's text has ended: no text may follow input.done")
+        self.text += text
+        self.done = done
+        self._settle()
+
+    def trailing_at(self, step: int, pad_id: int) -> int:
+        """The text id added at decode step `step` (the scheduler plans none past the text)."""
+        i = step + 1
+        if i < len(self.ids):
+            return self.ids[i]
+        if not self.done:
+            raise RuntimeError(f"decode step {step} planned before its text arrived")
+        return self.eos_id if i == len(self.ids) else pad_id
+
+    def _settle(self) -> None:
+        body = self.text if self.done else settled_text(self.text)
+        ids = self._encode(body) if body.strip() else []
+        if not self.done and ids != self._encode(self.text)[: len(ids)]:
+            return  # the next characters may still join these tokens: wait for more text
+        if ids[: len(self.ids)] != self.ids:
+            raise ValueError(
+                "the text's tokens changed at an already spoken position; send text in whole words"
+            )
+        self.ids = ids

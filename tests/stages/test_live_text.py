@@ -1,0 +1,134 @@
+"""Incremental text (`core/live.py`, `models/qwen3_tts/live_text.py`): a request that starts
+with its first words and gets the rest while it runs makes the codes of its whole text sent
+at once in the streaming layout; it sits out (text-starved) without a deadline while its text
+has not arrived, and costs the others nothing; text it cannot take ends it with an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.engine.messages import ExtendInput
+from omniflow.models.qwen3_tts.live_text import LiveText
+from omniflow.models.qwen3_tts.prompt import PromptError
+from omniflow.sched.playback import PlaybackClock
+from tests.factories import speech, talker_engine
+from tests.stages.test_talker_engine import collect
+
+TEXT = "The quick brown fox jumps, twice."
+PIECES = ["The qu", "ick brown ", "fox", " jumps,", " twice."]
+
+
+def whole(rid: str = "a", seed: int = 5) -> object:
+    return speech(
+        rid, TEXT, seed=seed, max_new_tokens=40, ignore_eos=True, non_streaming_mode=False
+    )
+
+
+def run_live(steps_between: int, **engine_kw) -> tuple[dict, list[int], object]:
+    """Feed PIECES with `steps_between` engine steps after each; returns the codes, the
+    frames made before the text was done, and the engine."""
+    engine, proc = talker_engine(**engine_kw)
+    first = speech(
+        "a", PIECES[0] + PIECES[1], seed=5, max_new_tokens=40, ignore_eos=True, incremental=True
+    )
+    engine.add_request(proc.make_request(first))
+    outputs, before_done = [], []
+    for i, piece in enumerate([*PIECES[2:], ""]):
+        for _ in range(steps_between):
+            outputs.extend(engine.step())
+        before_done.append(sum(len(o.tokens) for o in outputs))
+        outputs.extend(engine.apply(ExtendInput("a", piece, done=i == len(PIECES) - 2)))
+    outputs.extend(engine.run_until_idle())
+    return collect(outputs), before_done, engine
+
+
+@pytest.mark.parametrize(
+    "engine_kw", [{}, {"async_scheduling": True}, {"window_k": 4, "async_scheduling": True}]
+)
+def test_text_in_pieces_makes_the_codes_of_the_whole_text(engine_kw):
+    engine, proc = talker_engine(**engine_kw)
+    engine.add_request(proc.make_request(whole()))
+    want = collect(engine.run_until_idle())
+    got, before_done, _ = run_live(6, **engine_kw)
+    assert got == want and len(got["a"]) == 40
+    assert 0 < before_done[-1] < 40  # audio was made before the text was done
+
+
+def test_a_starved_request_waits_for_its_text_and_the_others_go_on():
+    engine, proc = talker_engine()
+    engine.add_request(
+        proc.make_request(
+            speech(
+                "live", "Hello there ", seed=1, max_new_tokens=40, ignore_eos=True, incremental=True
+            )
+        )
+    )
+    engine.add_request(
+        proc.make_request(speech("other", seed=2, max_new_tokens=20, ignore_eos=True))
+    )
+    outputs = []
+    for _ in range(40):
+        outputs.extend(engine.step())
+    made = collect(outputs)
+    # "Hello there" is committed ("there" ends at the space): its first token in the prompt,
+    # then one decode step per later token: 11 tokens allow 11 frames, no more
+    assert len(made["live"]) == len("Hello there") and len(made["other"]) == 20
+    assert engine.scheduler.requests["live"].input_room == 0  # starved, still resident
+    outputs = engine.apply(ExtendInput("live", "you.", done=True)) + engine.run_until_idle()
+    assert len(collect(outputs)["live"]) == 40 - len("Hello there")
+
+
+def test_a_starved_stream_has_no_deadline_and_resumes_a_frame_ahead():
+    now = [100.0]
+    engine, proc = talker_engine(window_k=4)
+    clock = engine.scheduler.playback = PlaybackClock(0.08, 0.04, now=lambda: now[0])
+    engine.add_request(
+        proc.make_request(
+            speech("live", "Hi you ", seed=1, max_new_tokens=30, incremental=True, ignore_eos=True)
+        )
+    )
+    for _ in range(10):
+        engine.step()
+    assert engine.scheduler.requests["live"].input_room == 0
+    now[0] = 200.0  # long after its audio ran out: it waited for text, it is not late
+    assert engine.stats().min_slack_s is None
+    engine.apply(ExtendInput("live", "there.", done=False))
+    frames = len(engine.scheduler.requests["live"].output_tokens)
+    # its next frame is due a frame from now, as after a first frame: 80 - 40 ms of slack
+    assert clock.slack("live", frames, 200.0) == pytest.approx(0.08 - 0.04)
+
+
+def test_text_it_cannot_take_ends_it_with_an_error():
+    engine, proc = talker_engine()
+    engine.add_request(proc.make_request(speech("plain", seed=1, max_new_tokens=8)))
+    out = engine.apply(ExtendInput("plain", "more", done=False))
+    assert out[0].finish_reason == "error" and "not started incremental" in out[0].error
+    engine.add_request(
+        proc.make_request(speech("live", "Hi you ", seed=1, max_new_tokens=8, incremental=True))
+    )
+    assert engine.apply(ExtendInput("live", "", done=True)) == []
+    out = engine.apply(ExtendInput("live", "late", done=False))
+    assert out[0].finish_reason == "error" and "input.done" in out[0].error
+    assert engine.apply(ExtendInput("gone", "x", done=True)) == []  # ended: ignored
+
+
+def test_only_settled_tokens_are_committed():
+    def encode(text: str) -> list[int]:  # "ab" is one token only when whole, like a BPE merge
+        return [ord(c) for c in text.replace("ab", "\x01")]
+
+    live = LiveText(encode, eos_id=0, text="x a")
+    assert live.ids == [ord("x")] and live.tokens_allowed() == 1
+    live.extend("b c", done=False)  # "x ab c": "x ab" settled
+    assert live.ids == encode("x ab")
+    live.extend("", done=True)
+    assert live.ids == encode("x ab c") and live.tokens_allowed() is None
+    assert live.trailing_at(len(live.ids) - 1, pad_id=9) == 0  # then the end of text
+    assert live.trailing_at(len(live.ids), pad_id=9) == 9  # then padding
+    with pytest.raises(PromptError, match="whole word"):
+        LiveText(encode, eos_id=0, text="Hel")
+
+
+def test_an_incremental_request_refuses_the_whole_text_layout():
+    _, proc = talker_engine()
+    with pytest.raises(PromptError, match="streaming text layout"):
+        proc.make_request(speech("a", "Hi you ", incremental=True, non_streaming_mode=True))
