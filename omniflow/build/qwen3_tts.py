@@ -39,6 +39,7 @@ from omniflow.models.qwen3_tts.ar_model import SUBTALKER_TOP_K, build_ar_model
 from omniflow.models.qwen3_tts.codec_loader import load_codec
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.factory import DTYPES, TalkerBundle, build_talker
+from omniflow.models.qwen3_tts.live_text import LiveText
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.processor import DEFAULT_MAX_NEW_TOKENS, TalkerProcessor
 from omniflow.platforms.base import PLATFORMS
@@ -88,6 +89,11 @@ def text_length_requests(
     `ignore_eos` keeps its exact `max_new_tokens`."""
 
     def make_request(speech: SpeechRequest) -> Request:
+        if speech.incremental and not speech.ignore_eos:
+            request = make(speech)  # its text is not all here: capped once it is
+            assert isinstance(request.live, LiveText)
+            request.live.cap = speech_frames
+            return request
         if not speech.ignore_eos:
             cap = min(speech_frames(speech.text), DEFAULT_MAX_NEW_TOKENS)
             if speech.max_new_tokens is not None:

@@ -26,6 +26,11 @@ class LiveInput(Protocol):
         """More input, and whether it is the last; ValueError when it cannot be taken."""
         ...
 
+    def length_cap(self) -> int | None:
+        """Once the input is complete, the most tokens it may make in all (dummy weights
+        follow the text's length, `build/qwen3_tts.py`); None: no cap of its own."""
+        ...
+
 
 def settled_text(text: str) -> str:
     """The part of arriving text whose tokens cannot change when more arrives: up to the last

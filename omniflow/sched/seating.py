@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request
@@ -102,4 +103,8 @@ def extend_live(req: Request, text: str, done: bool, playback: PlaybackClock | N
         return str(exc)
     if starved and playback is not None:
         playback.resume(req.request_id, len(req.output_tokens))
+    cap = req.live.length_cap()
+    if cap is not None:  # at least one more token: the step that ends it
+        most = max(req.num_generated + 1, min(req.sampling.max_new_tokens, cap))
+        req.sampling = replace(req.sampling, max_new_tokens=most)
     return None

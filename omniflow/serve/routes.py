@@ -149,13 +149,14 @@ class SpeechService:
         return encoder.encode(audio)
 
     def submit(
-        self, body: SpeechBody, clone: Clone | None = None
+        self, body: SpeechBody, clone: Clone | None = None, incremental: bool = False
     ) -> tuple[str, asyncio.Queue[AudioEvent], float]:
         """Hand the request to the pipeline; its events arrive on the returned queue. Also
         returns when it was handed over (`time.perf_counter`, taken just before, since a
         pipeline may make events before its `submit` returns): the first audio's intake
         part ends there. `clone`: a voice clone's reference (then `voice`, if any, named the
-        registered voice it came from, and is no preset speaker)."""
+        registered voice it came from, and is no preset speaker). `incremental`: its text
+        is what has arrived so far; the rest follows through `Pipeline.extend`."""
         loop = asyncio.get_running_loop()
         if self.handoff is None or self.handoff.loop is not loop:
             self.handoff = LoopHandoff(loop)
@@ -173,6 +174,7 @@ class SpeechService:
             speaker_embedding=clone.speaker_embedding if clone is not None else None,
             ref_codes=clone.ref_codes if clone is not None else None,
             ref_text=clone.ref_text if clone is not None else None,
+            incremental=incremental,
         )
         submitted = time.perf_counter()
         try:

@@ -33,6 +33,7 @@ from omniflow.serve.ws_events import (
     error_event,
     session_done,
 )
+from omniflow.serve.ws_live import LiveUtterance
 from omniflow.serve.ws_speaker import Speaker
 
 if TYPE_CHECKING:
@@ -55,10 +56,16 @@ class Session(Speaker):
         """The session's request, `input` aside (None: not configured yet)."""
         self.clone: Clone | None = None
         self.stream_audio = False
+        self.incremental = False
+        """Text goes into one running request per utterance (`ws_live.py`)."""
+        self.live: LiveUtterance | None = None
+        """The utterance whose text is arriving (incremental mode)."""
+        self.speaking_live: LiveUtterance | None = None
+        """The live utterance being spoken (its text may still be arriving)."""
         self.buffer = SentenceBuffer()
         self.received = 0
         """Characters of the current utterance received so far."""
-        self.queue: asyncio.Queue[str | _Done] = asyncio.Queue()
+        self.queue: asyncio.Queue[str | LiveUtterance | _Done] = asyncio.Queue()
         self.queued_chars = 0
         """Characters of the sentences queued and not yet taken by the speaker."""
         self.index = 0
@@ -118,8 +125,10 @@ class Session(Speaker):
 
     def speaking(self) -> bool:
         """Whether the server has something to do: a sentence or an input.done queued or
-        being spoken."""
-        return self.current is not None or not self.queue.empty()
+        being spoken; a live utterance still waiting for the client's text is not (the
+        idle timeout runs)."""
+        waiting = self.speaking_live is not None and not self.speaking_live.done
+        return (self.current is not None or not self.queue.empty()) and not waiting
 
     async def handle(self, message: dict[str, Any]) -> None:
         text = message.get("text")
@@ -167,13 +176,9 @@ class Session(Speaker):
         stream_audio = fields.pop("stream_audio", False)
         if not isinstance(stream_audio, bool):
             raise ApiError(400, "stream_audio must be true or false", "stream_audio")
-        if fields.pop("incremental", False) is not False:
-            raise ApiError(
-                400,
-                "incremental mode is not implemented yet: leave it out, and text is spoken a "
-                "sentence at a time",
-                "incremental",
-            )
+        incremental = fields.pop("incremental", False)
+        if not isinstance(incremental, bool):
+            raise ApiError(400, "incremental must be true or false", "incremental")
         if "initial_codec_chunk_frames" in fields:  # vLLM-Omni's name for it
             fields.setdefault("initial_chunk_frames", fields.pop("initial_codec_chunk_frames"))
         fields.setdefault("model", self.info.model)
@@ -198,7 +203,22 @@ class Session(Speaker):
                 "(flac and opus are sent a whole sentence at a time: stream_audio false)",
                 "response_format",
             )
+        if incremental and body.non_streaming_mode:
+            raise ApiError(
+                400,
+                "incremental text is fed one token a step (the streaming layout): leave "
+                "non_streaming_mode out or false",
+                "non_streaming_mode",
+            )
+        if incremental and saved is not None and saved.ref_codes is not None:
+            raise ApiError(
+                400,
+                "an in-context voice clone cannot take incremental text (its prompt holds text "
+                "as long as its reference): register the voice with x_vector_only_mode",
+                "voice",
+            )
         self.template, self.clone, self.stream_audio = body, saved, stream_audio
+        self.incremental = incremental
 
     def take_text(self, payload: dict[str, Any]) -> None:
         text = payload.get("text")
@@ -224,6 +244,12 @@ class Session(Speaker):
                 "text",
             )
         self.received += len(text)
+        if self.incremental:
+            self.live = self.live or LiveUtterance()
+            if self.live.take(text, self.service.pipeline):
+                self.live.queued = True
+                self.queue.put_nowait(self.live)
+            return
         for sentence in self.buffer.feed(text):
             self.enqueue(sentence)
 
@@ -232,6 +258,11 @@ class Session(Speaker):
         self.queued_chars += len(sentence)
 
     def end_utterance(self) -> None:
+        if self.incremental:
+            live, self.live = self.live or LiveUtterance(), None
+            if live.end(self.service.pipeline):
+                live.queued = True
+                self.queue.put_nowait(live)
         rest = self.buffer.flush()
         if rest is not None:
             self.enqueue(rest)
@@ -251,6 +282,7 @@ class Session(Speaker):
         self.utterance += 1
         self.metrics.utterances.labels("cancelled").inc()
         self.buffer.clear()
+        self.live = None
         self.received = 0
         self.queue = asyncio.Queue()
         self.queued_chars = 0

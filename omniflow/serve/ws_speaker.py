@@ -30,6 +30,7 @@ from omniflow.serve.ws_events import (
     audio_done,
     session_done,
 )
+from omniflow.serve.ws_live import LiveUtterance
 
 if TYPE_CHECKING:
     pass
@@ -80,18 +81,23 @@ class Speaker:
                 self.metrics.utterances.labels("done").inc()
                 self.index = 0
                 continue
+            if isinstance(item, LiveUtterance):
+                await self.speak(self.index, item.pending, item)
+                continue
             try:
                 check_speakable(item, "text")
             except ApiError:
                 continue  # punctuation left alone ("...", a closing quote): nothing to say
             await self.speak(self.index, item)
 
-    async def speak(self, index: int, text: str) -> None:
-        """One sentence: audio.start, its audio, audio.done (with the error, if it failed)."""
+    async def speak(self, index: int, text: str, live: LiveUtterance | None = None) -> None:
+        """One sentence, or a live utterance: audio.start, its audio, audio.done (with the
+        error, if it failed). A live utterance's request takes the text received by the
+        time it is submitted, and the rest as it comes (`ws_live.py`)."""
         assert self.template is not None
-        body = self.template.model_copy(update={"input": text})
-        fmt = body.response_format
+        fmt = self.template.response_format
         self.current = [index, 0]
+        self.speaking_live = live
         await self.send_event(
             {
                 "type": "audio.start",
@@ -102,17 +108,21 @@ class Speaker:
                 "sample_rate": self.info.sample_rate,
             }
         )
+        body = self.template.model_copy(update={"input": text if live is None else live.pending})
         try:
             validate(body, self.info, self.server, registered=self.clone is not None)
             if self.service.responses.closing:
                 raise unavailable(SHUTDOWN_MESSAGE)
-            rid, events, _ = self.service.submit(body, self.clone)
+            rid, events, _ = self.service.submit(body, self.clone, incremental=live is not None)
         except ApiError as err:
             self.metrics.sentences.labels("refused").inc()
             error: str | None = err.message
         else:
+            if live is not None:
+                live.started(rid, self.service.pipeline)
             error = await self.stream(rid, events, fmt, body.speed)
         sent, self.current = self.current[1], None
+        self.speaking_live = None
         self.index = index + 1
         await self.send_event(audio_done(self.utterance, index, sent, error))
 

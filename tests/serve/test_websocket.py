@@ -153,8 +153,10 @@ def test_bad_messages_are_errors_and_the_session_goes_on(live):
         assert err["param"] == "voice" and "unknown voice 'nobody'" in err["message"]
         configure(ws, response_format="flac", stream_audio=True)
         assert event(ws)["param"] == "response_format"
-        configure(ws, incremental=True)
+        configure(ws, incremental="yes")
         assert event(ws)["param"] == "incremental"
+        configure(ws, incremental=True, non_streaming_mode=True)
+        assert event(ws)["param"] == "non_streaming_mode"
         configure(ws, input="Hi.")
         assert event(ws)["param"] == "input"
         configure(ws, seed="7")

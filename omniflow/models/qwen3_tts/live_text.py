@@ -26,6 +26,8 @@ class LiveText:
         self.done = False
         self.ids: list[int] = []
         """The committed ids; ids[0] is in the prompt, ids[s + 1] goes in at decode step s."""
+        self.cap: Callable[[str], int] | None = None
+        """Frames its whole text allows (dummy weights' speaking-rate length), or None."""
         self._settle()
         if not self.ids:
             raise PromptError(
@@ -37,6 +39,9 @@ class LiveText:
         """Tokens it may sample: the prefill's, then one per committed token after the first
         (None once the text is done: then the end-of-text and padding follow)."""
         return None if self.done else len(self.ids)
+
+    def length_cap(self) -> int | None:
+        return None if self.cap is None or not self.done else self.cap(self.text)
 
     def extend(self, text: str, done: bool) -> None:
         if self.done:

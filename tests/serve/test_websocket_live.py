@@ -1,0 +1,85 @@
+"""WS /v1/audio/speech/stream in incremental mode (`"incremental": true`, serve/ws_live.py)
+over a real WebSocket client against a real server (tiny model, CPU): audio before
+input.done, the same audio as the whole text in the streaming layout, barge-in on a
+text-starved utterance, and the idle timeout while the server waits for text."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from tests.serve.conftest import LiveServer, assert_released
+from tests.serve.test_websocket import configure, done, event, recv, text, ws_url
+
+WORDS = ["Streaming ", "text ", "as it ", "is written, ", "word by word."]
+SETTINGS = {"voice": "vivian", "seed": 7, "max_new_tokens": 48, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def live():
+    with LiveServer("server.ws_idle_timeout_s=3") as server:
+        yield server
+
+
+def test_audio_comes_before_the_text_is_done_and_equals_the_whole_text(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, stream_audio=True, response_format="pcm", **SETTINGS)
+        text(ws, WORDS[0] + WORDS[1])
+        start = event(ws)
+        assert start["type"] == "audio.start" and start["sentence_index"] == 0
+        assert start["sentence_text"] == "Streaming text "  # what had arrived
+        audio = [recv(ws)]  # audio while the rest of the text is still unsent
+        assert isinstance(audio[0], bytes) and audio[0]
+        for word in WORDS[2:]:
+            text(ws, word)
+        done(ws)
+        while isinstance(message := recv(ws), bytes):
+            audio.append(message)
+        end = json.loads(message)
+        assert end["type"] == "audio.done" and end["error"] is False
+        assert end["total_bytes"] == sum(map(len, audio))
+        assert event(ws) == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+    body = {"model": live.pipeline.info().model, "input": "".join(WORDS)}
+    body |= {"response_format": "pcm", "non_streaming_mode": False}
+    whole = httpx.post(f"{live.url}/v1/audio/speech", json=body | SETTINGS, timeout=60)
+    assert whole.status_code == 200, whole.text
+    assert b"".join(audio) == whole.content  # the same codes, the same audio
+    live.wait_idle()
+    assert_released(live.pipeline.stats())
+
+
+def test_cancel_frees_an_utterance_waiting_for_text_and_the_next_starts_clean(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, stream_audio=True, response_format="pcm", **SETTINGS)
+        text(ws, "Waiting for more ")
+        assert event(ws)["type"] == "audio.start"
+        assert isinstance(recv(ws), bytes)  # it runs, then starves: the rest never comes
+        ws.send(json.dumps({"type": "input.cancel"}))
+        while isinstance(message := recv(ws), bytes):
+            pass
+        assert json.loads(message)["type"] == "audio.done"
+        assert event(ws)["type"] == "session.done"
+        live.wait_idle()
+        assert_released(live.pipeline.stats())
+        text(ws, "A new one.")
+        done(ws)
+        start = event(ws)
+        assert start["utterance_index"] == 1 and start["sentence_text"] == "A new one."
+
+
+def test_a_session_waiting_for_text_times_out(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, response_format="pcm", **SETTINGS)
+        text(ws, "Then silence ")
+        messages = []
+        while True:  # bounded by the 3 s idle timeout (recv's own bound is 30 s)
+            message = recv(ws)
+            if isinstance(message, str) and json.loads(message)["type"] == "error":
+                break
+            messages.append(message)
+        assert "Idle timeout" in json.loads(message)["message"]
+    live.wait_idle()
+    assert_released(live.pipeline.stats())
