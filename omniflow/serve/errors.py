@@ -4,7 +4,10 @@ One exception type carries status, message, offending field and error type from 
 problem is found (parsing, validation, admission, generation, routing) to the one handler that
 writes the body, so every failure a client sees has the same shape. `code` is the HTTP status
 as a string: OpenAI's clients read `code` as a string (or null), and one scheme everywhere is
-easier to match on than a mix of numbers and names.
+easier to match on than a mix of numbers and names. A request body's field errors also list
+each one in `errors` (`[{"field", "message"}]`), so a client reads every problem of its request
+from one 400; `message` and `param` stay as OpenAI's clients read them (all messages, the first
+field).
 """
 
 from __future__ import annotations
@@ -30,10 +33,23 @@ class ApiError(Exception):
         param: str | None = None,
         kind: str = "invalid_request_error",
         headers: dict[str, str] | None = None,
+        errors: list[ApiError] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
         self.headers = headers
+        self.errors = errors
+        """Each error of a request's fields, when this one stands for them (`all_of`)."""
+
+
+def all_of(errors: list[ApiError]) -> ApiError:
+    """One error for all of a request's: the first's status, kind and `param`, every
+    message (`"N errors: ...; ..."` when more than one), each listed in `errors`."""
+    first = errors[0]
+    message = first.message
+    if len(errors) > 1:
+        message = f"{len(errors)} errors: " + "; ".join(e.message for e in errors)
+    return ApiError(first.status, message, first.param, first.kind, errors=list(errors))
 
 
 def clip(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -69,16 +85,23 @@ def refusal_reason(err: ApiError) -> str:
 
 
 def error_body(err: ApiError) -> dict:
-    """The JSON body of `err`: `{"error": {"message", "type", "param", "code"}}`."""
-    param = None if err.param is None else clip(err.param)
-    return {
-        "error": {
-            "message": encodable(err.message),
-            "type": err.kind,
-            "param": param,
-            "code": str(err.status),
-        }
+    """The JSON body of `err`: `{"error": {"message", "type", "param", "code"}}`, and
+    `errors` (`[{"field", "message"}]`) where it stands for several of a request's fields."""
+    error = {
+        "message": encodable(err.message),
+        "type": err.kind,
+        "param": _field(err.param),
+        "code": str(err.status),
     }
+    if err.errors is not None:
+        error["errors"] = [
+            {"field": _field(e.param), "message": encodable(e.message)} for e in err.errors
+        ]
+    return {"error": error}
+
+
+def _field(param: str | None) -> str | None:
+    return None if param is None else clip(param)
 
 
 def error_response(err: ApiError) -> JSONResponse:

@@ -1,6 +1,7 @@
 """A JSON request body, from the wire to the pydantic model: its media type checked, read
 whole (within `serve.body_limit`), a client that leaves during its upload logged in one line
-instead of a traceback, and every parse error a 400 in the API's JSON shape naming the field.
+instead of a traceback, and every parse error a 400 in the API's JSON shape naming the field
+(every field the schema refuses, in one 400: `FieldErrors`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,23 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, all_of, clip
 
 log = logging.getLogger("omniflow.serve")
 Body = TypeVar("Body", bound=BaseModel)
+
+
+class FieldErrors(ApiError):
+    """Every field of a body the schema refused, as one 400 (`all_of`), with the JSON object
+    they came in: the speech route checks the fields that passed against the served model
+    too, so that one answer names every error of the request (validation.py)."""
+
+    def __init__(self, errors: list[ApiError], payload: dict[str, Any]) -> None:
+        one = all_of(errors)
+        super().__init__(one.status, one.message, one.param, one.kind, errors=one.errors)
+        self.payload = payload
+        self.refused = frozenset(e.param.split(".")[0] for e in errors if e.param)
+        """The top-level fields refused (extra ones included)."""
 
 
 def check_media_type(request: Request) -> None:
@@ -76,10 +90,14 @@ def parse_body(raw: bytes, model: type[Body]) -> Body:
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        message = f"{clip(param)}: {first['msg']}" if param else first["msg"]
-        raise ApiError(400, message, param) from None
+        raise FieldErrors(
+            [_field_error(e["loc"], e["msg"]) for e in exc.errors()], payload
+        ) from None
+
+
+def _field_error(loc: tuple[int | str, ...], msg: str) -> ApiError:
+    param = ".".join(str(p) for p in loc) or None
+    return ApiError(400, f"{clip(param)}: {msg}" if param else msg, param)
 
 
 def parse_json(raw: bytes) -> Any:

@@ -46,7 +46,7 @@ from omniflow.serve.openapi import json_body, speech_openapi
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.reference_gate import Place, ReferenceGate
-from omniflow.serve.request_body import read_body
+from omniflow.serve.request_body import FieldErrors, read_body
 from omniflow.serve.streaming import (
     Arrival,
     LiveResponses,
@@ -54,7 +54,14 @@ from omniflow.serve.streaming import (
     SpeechResponse,
     event_channel,
 )
-from omniflow.serve.validation import admit, down_message, down_stages, validate
+from omniflow.serve.validation import (
+    admit,
+    down_message,
+    down_stages,
+    passing_fields,
+    validate,
+    with_rule_errors,
+)
 from omniflow.serve.voices import Clone, VoiceService
 from omniflow.serve.ws import install_websocket
 
@@ -95,10 +102,7 @@ class SpeechService:
         try:
             self.responses.admit()
             with self.references.place(request) as place:
-                raw = await read_body(request)
-                body = default_task(await self.references.parse(place, raw, SpeechBody), self.info)
-                saved = self.voices.saved(body)
-                validate(body, self.info, self.server, registered=saved is not None)
+                body, saved = await self.checked(place, await read_body(request))
                 sessions = request.app.state.speech_sessions  # open WebSocket sessions count
                 admit(sessions.load(self.pipeline.stats()), self.server)
                 clone = saved or await self.clone_from_reference(body, place)
@@ -122,6 +126,19 @@ class SpeechService:
             pcm = await response.respond(body.model_copy(update={"response_format": "pcm"}))
             return as_mp3_stream(pcm, self.info.sample_rate)
         return await response.respond(body)
+
+    async def checked(self, place: Place, raw: bytes) -> tuple[SpeechBody, Clone | None]:
+        """The body, parsed and checked against the served model, and the registered voice
+        it names: every error of the request in one 400, the schema's and the model's."""
+        try:
+            body = default_task(await self.references.parse(place, raw, SpeechBody), self.info)
+        except FieldErrors as refused:
+            rest = default_task(passing_fields(refused, self.info), self.info)
+            registered = self.voices.saved(rest) is not None
+            raise with_rule_errors(refused, rest, self.info, self.server, registered) from None
+        saved = self.voices.saved(body)
+        validate(body, self.info, self.server, registered=saved is not None)
+        return body, saved
 
     async def clone_from_reference(self, body: SpeechBody, place: Place) -> Clone | None:
         """A voice clone's encoded `ref_audio`; None for a request that clones nothing."""

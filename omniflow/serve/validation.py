@@ -6,8 +6,9 @@ field and never reaches a stage; admission then refuses work the pipeline cannot
 (`request_errors`) to its request, from the model config alone, before it builds anything.
 
 Every rule a request breaks is reported at once (one error naming each field, the first
-field as `param`), so a client fixes its request in one round trip rather than one field at
-a time.
+field as `param`, each in `errors`), so a client fixes its request in one round trip rather
+than one field at a time; on the speech route together with the fields the schema refused
+(`with_rule_errors`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable, Sequence
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.serve.compat import task_field_errors
-from omniflow.serve.errors import ApiError, clip, unavailable
+from omniflow.serve.errors import ApiError, all_of, clip, unavailable
 from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
+from omniflow.serve.request_body import FieldErrors
 from omniflow.serve.text import check_printable, check_speakable
 
 DEFAULT_VOICE = "vivian"
@@ -43,7 +45,7 @@ def validate(
     Base model (voices.py)."""
     errors = request_errors(body, info, server, registered)
     if errors:
-        raise combined(errors)
+        raise all_of(errors)
     if body.task_type == "CustomVoice" and body.voice is None:
         body.voice = default_voice(info.voices)
 
@@ -71,13 +73,51 @@ def request_errors(
     return errors
 
 
-def combined(errors: list[ApiError]) -> ApiError:
-    """One error for all of a request's: the first's status and `param`, every message."""
-    if len(errors) == 1:
-        return errors[0]
-    first = errors[0]
-    message = f"{len(errors)} errors: " + "; ".join(e.message for e in errors)
-    return ApiError(first.status, message, first.param, first.kind)
+READS = {
+    "voice": ("task_type",),
+    "instructions": ("task_type",),
+    "ref_audio": ("task_type",),
+    "ref_text": ("task_type", "x_vector_only_mode"),
+    "x_vector_only_mode": ("task_type",),
+    "ignore_eos": ("max_new_tokens",),
+    "response_format": ("stream", "stream_format"),
+}
+"""The fields a rule about a field reads besides it. Where the schema refused one of them,
+the rule would judge a default the client did not send, so its error is left out."""
+FIELD_ORDER = {name: i for i, name in enumerate(SpeechBody.model_fields)}
+
+
+def passing_fields(refused: FieldErrors, info: PipelineInfo) -> SpeechBody:
+    """The request made of the fields the schema accepted (defaults for the refused ones,
+    the served model and a placeholder text for a refused `model` or `input`), so the
+    served model's rules can be checked on them."""
+    accepted = {
+        k: v for k, v in refused.payload.items() if k in FIELD_ORDER and k not in refused.refused
+    }
+    return SpeechBody.model_validate({"model": info.model, "input": "-"} | accepted)
+
+
+def with_rule_errors(
+    refused: FieldErrors,
+    body: SpeechBody,
+    info: PipelineInfo,
+    server: ServerConfig,
+    registered: bool = False,
+) -> ApiError:
+    """The schema's refusals and the rules `body` (`passing_fields`) breaks, in one error in
+    field order, leaving out rules about a refused field or one it reads (`READS`)."""
+    rules = [
+        e
+        for e in request_errors(body, info, server, registered)
+        if e.param not in refused.refused
+        and refused.refused.isdisjoint(READS.get(e.param or "", ()))
+    ]
+    errors = refused.errors or []
+    return all_of(sorted(errors + rules, key=_field_index))
+
+
+def _field_index(error: ApiError) -> int:
+    return FIELD_ORDER.get((error.param or "").split(".")[0], len(FIELD_ORDER))
 
 
 def _check_model(body: SpeechBody, info: PipelineInfo) -> None:

@@ -46,8 +46,10 @@ def api_error(r: httpx.Response, status: int) -> dict:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/json", r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    assert set(err) - {"errors"} == {"message", "type", "param", "code"}
     assert err["code"] == str(status) and err["message"]
+    for each in err.get("errors", []):  # a body's field errors, each listed too
+        assert set(each) == {"field", "message"} and each["message"], err
     return err
 
 

@@ -139,3 +139,39 @@ def test_every_error_of_a_request_is_in_its_400(live):
     err = r.json()["error"]
     assert err["param"] == "input" and err["message"].startswith("3 errors: ")
     assert "klingon" in err["message"] and "ignore_eos" in err["message"]
+    assert [e["field"] for e in err["errors"]] == ["input", "language", "ignore_eos"]
+
+
+def test_the_schema_s_errors_and_the_model_s_come_in_one_400(live):
+    """Issue 36 item 11: fields the schema refuses (a string seed, an unknown format, an
+    unknown field) do not hide the served model's rules for the others, nor each other."""
+    r = httpx.post(
+        live.url + "/v1/audio/speech",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "input": " ",
+            "voice": "nobody",
+            "response_format": "ogg",
+            "language": "klingon",
+            "seed": "7",
+            "ignore_eos": True,
+            "colour": "blue",
+        },
+    )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    fields = [e["field"] for e in err["errors"]]
+    assert fields == [
+        "input",
+        "voice",
+        "response_format",
+        "language",
+        "seed",
+        "ignore_eos",
+        "colour",
+    ]
+    assert err["param"] == "input" and err["type"] == "invalid_request_error"
+    assert err["message"].startswith("7 errors: input is empty")
+    for e in err["errors"]:
+        assert e["message"] in err["message"]

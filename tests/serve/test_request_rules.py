@@ -4,13 +4,22 @@ length it fixes, and every rule a request breaks is answered at once."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo
-from omniflow.serve.errors import ApiError
+from omniflow.serve.errors import ApiError, error_body
 from omniflow.serve.protocol import SpeechBody
-from omniflow.serve.validation import DEFAULT_VOICE, request_errors, validate
+from omniflow.serve.request_body import FieldErrors, parse_body
+from omniflow.serve.validation import (
+    DEFAULT_VOICE,
+    passing_fields,
+    request_errors,
+    validate,
+    with_rule_errors,
+)
 
 INFO = PipelineInfo(
     model="m",
@@ -56,3 +65,32 @@ def test_every_broken_rule_is_reported_at_once():
     assert exc.value.message.startswith("4 errors: input is empty")
     for needle in ("unknown voice 'nobody'", "klingon", "ignore_eos"):
         assert needle in exc.value.message
+
+
+def all_errors(**fields) -> ApiError:
+    """What the speech route answers for a body the schema refuses (routes.py `checked`)."""
+    raw = json.dumps({"model": "m", "input": "Hello.", **fields}).encode()
+    with pytest.raises(FieldErrors) as exc:
+        parse_body(raw, SpeechBody)
+    return with_rule_errors(exc.value, passing_fields(exc.value, INFO), INFO, SERVER)
+
+
+def test_the_schema_s_refusals_come_with_the_model_s_rules():
+    err = all_errors(input=" ", language="klingon", seed="7", stream="yes", colour="blue")
+    assert [e.param for e in err.errors or []] == ["input", "stream", "language", "seed", "colour"]
+    assert err.status == 400 and err.param == "input"
+    listed = error_body(err)["error"]["errors"]
+    assert [e["field"] for e in listed] == ["input", "stream", "language", "seed", "colour"]
+    assert listed[0]["message"].startswith("input is empty")
+
+
+def test_a_refused_field_hides_only_the_rules_that_read_it():
+    """A rule that reads a refused field would judge a default nobody sent: left out."""
+    err = all_errors(max_new_tokens="8", ignore_eos=True)  # ignore_eos reads max_new_tokens
+    assert [e.param for e in err.errors or []] == ["max_new_tokens"]
+    err = all_errors(task_type="Clone", ref_audio="UklGR", voice="nobody")  # both read it
+    assert [e.param for e in err.errors or []] == ["task_type"]
+    err = all_errors(input=3, language="klingon")  # a refused input: no placeholder's error
+    assert [e.param for e in err.errors or []] == ["input", "language"]
+    err = all_errors(model=None, voice="nobody")
+    assert [e.param for e in err.errors or []] == ["model", "voice"]
