@@ -20,6 +20,7 @@ for variant in "$@"; do
     server.port=$port > "$out/serve_$label.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do grep -q "omniflow ready" "$out/serve_$label.log" && break; sleep 0.5; done
+  echo "$label ready after $SECONDS s" >> "$out/timing.txt"
   for rps in $rates; do
     PYTHONPATH="$client:${PYTHONPATH:-}" python3 -m omniflow.bench.open_client \
       --url "http://127.0.0.1:$port" --rps "$rps" --duration-s "${DURATION_S:-20}" \
@@ -30,5 +31,6 @@ for variant in "$@"; do
       "http://127.0.0.1:$port/metrics" > "$out/${label}_rps$rps.metrics" || true
   done
   kill -INT $pid; wait $pid || true
+  echo "$label done after $SECONDS s" >> "$out/timing.txt"
   port=$((port + 1))
 done
