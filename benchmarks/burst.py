@@ -1,6 +1,7 @@
 """`/health` latency during a burst of speech requests (docs/reliability.md).
 
     python -m benchmarks.burst --url http://127.0.0.1:8000 --requests 1000
+    python -m benchmarks.burst --client httpx --probe-every 0.01 --runs 5
 
 Fires `--requests` speech requests at once, each on its own connection (a burst of clients,
 not a pipelined one), while a second process asks `/health` every `--probe-every` seconds on a
@@ -10,7 +11,8 @@ flight (median, p99, max, how many took over 100 ms). The burst writes its reque
 to asyncio streams: an HTTP client library costs a few milliseconds of CPU per new
 connection, which on a small machine would spread the 1,000 arrivals over seconds. Run it in
 its own process (the tests and `benchmarks.soak` do), so that its CPU is not the
-server's.
+server's. `--client httpx` sends the burst from one `httpx.AsyncClient` instead (its pool of
+100 connections, kept alive between requests): the client of issue 36 item 16.
 """
 
 from __future__ import annotations
@@ -134,13 +136,39 @@ async def fire(url: str, n: int, frames: int, model: str) -> tuple[Counter[str],
     return Counter(answers), time.perf_counter() - t0
 
 
+async def fire_httpx(url: str, n: int, frames: int, model: str) -> tuple[Counter[str], float]:
+    """n requests at once from one async httpx client (its default pool: 100 connections,
+    reused as answers come back); the status of each."""
+    body = {**BODY, "model": model, "max_new_tokens": frames}
+
+    async def one(client: httpx.AsyncClient) -> str:
+        try:
+            return str((await client.post(url + "/v1/audio/speech", json=body)).status_code)
+        except httpx.HTTPError as exc:
+            return f"failed: {type(exc).__name__}"
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        t0 = time.perf_counter()
+        answers = await asyncio.gather(*(one(client) for _ in range(n)))
+    return Counter(answers), time.perf_counter() - t0
+
+
+FIRE = {"sockets": fire, "httpx": fire_httpx}
+
+
 def burst(
-    url: str, n: int, frames: int, probe_every_s: float, model: str, idle_s: float = 0.3
+    url: str,
+    n: int,
+    frames: int,
+    probe_every_s: float,
+    model: str,
+    idle_s: float = 0.3,
+    client: str = "sockets",
 ) -> dict[str, Any]:
     with HealthProbe(url, probe_every_s) as probe:
         time.sleep(idle_s)  # probes before the burst: the idle figure
         start = time.monotonic()
-        statuses, wall = asyncio.run(fire(url, n, frames, model))
+        statuses, wall = asyncio.run(FIRE[client](url, n, frames, model))
         end = time.monotonic()
     during = probe.between(start, end)
     idle = probe.between(0.0, start)
@@ -163,9 +191,20 @@ def main() -> None:
     ap.add_argument("--probe-every", type=float, default=0.02, help="seconds between probes")
     ap.add_argument("--model", default="qwen3-tts-tiny")
     ap.add_argument("--idle", type=float, default=0.3, help="seconds of probes before the burst")
+    ap.add_argument("--client", choices=sorted(FIRE), default="sockets")
+    ap.add_argument("--runs", type=int, default=1, help="bursts, one after another")
     args = ap.parse_args()
-    result = burst(args.url, args.requests, args.frames, args.probe_every, args.model, args.idle)
-    print(json.dumps(result))
+    for _ in range(args.runs):
+        result = burst(
+            args.url,
+            args.requests,
+            args.frames,
+            args.probe_every,
+            args.model,
+            args.idle,
+            args.client,
+        )
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
