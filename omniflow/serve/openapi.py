@@ -34,6 +34,9 @@ def speech_openapi() -> dict[str, Any]:
                 "`stream_format: sse`, server-sent events.",
                 "content": {**audio, "text/event-stream": {}},
             },
-            "400": {"description": "Invalid request (the OpenAI error shape, naming `param`)."},
+            "400": {
+                "description": "Invalid request (the OpenAI error shape, naming `param`; "
+                "`errors` lists every field error as {field, message})."
+            },
         },
     }
