@@ -6,12 +6,14 @@ Open loop (`bench.rps` set): requests arrive at that rate whether or not earlier
 ended (omniflow/bench/open_client.py). A key either acts in the job's loop or is refused,
 naming it: the open-loop keys need `bench.rps`, and the closed loop's own keys, set to
 anything but their defaults, are refused beside it. `bench.warmup`, `bench.max_frames`,
-`bench.prompts` and the rest act in both.
+`bench.prompts` and the rest act in both. `bench.transport=websocket` (incremental sessions,
+omniflow/bench/ws_client.py) is open loop only, and `bench.word_interval_ms` acts with it only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from omniflow.bench.arrivals import Arrivals
 from omniflow.config.schema import BenchConfig
@@ -28,6 +30,8 @@ DEFAULT_WARMUP_S = 10.0
 DEFAULT_SEED = 0
 DEFAULT_DRAIN_S = 120.0
 
+Transport = Literal["http", "websocket"]
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -40,6 +44,9 @@ class Plan:
     warmup_s: float = DEFAULT_WARMUP_S
     seed: int = DEFAULT_SEED
     drain_s: float = DEFAULT_DRAIN_S
+    transport: Transport = "http"
+    word_interval_ms: float | None = None
+    """websocket only: the pause between a session's words (its text is sent word by word)."""
 
     @property
     def window(self) -> tuple[float, float]:
@@ -74,6 +81,7 @@ def check_mode(bench: BenchConfig) -> None:
                         f"({'null' if default is None else default}) or drop bench.rps",
                     )
                 )
+    errors += _transport_errors(bench)
     if len(errors) == 1:
         raise errors[0]
     if errors:
@@ -90,4 +98,31 @@ def open_plan(bench: BenchConfig) -> Plan:
         warmup_s=DEFAULT_WARMUP_S if bench.warmup_s is None else bench.warmup_s,
         seed=DEFAULT_SEED if bench.seed is None else bench.seed,
         drain_s=DEFAULT_DRAIN_S if bench.drain_s is None else bench.drain_s,
+        transport=bench.transport,
+        word_interval_ms=bench.word_interval_ms if bench.transport == "websocket" else None,
     )
+
+
+def _transport_errors(bench: BenchConfig) -> list[ConfigError]:
+    """websocket needs the open loop; word_interval_ms needs websocket."""
+    errors = []
+    if bench.transport == "websocket" and bench.rps is None:
+        errors.append(
+            ConfigError(
+                "bench.transport",
+                "websocket runs the open loop only: each arrival is a session of its own, "
+                "fed its text a word at a time; set bench.rps=R (sessions arriving per "
+                "second), or drop bench.transport for the closed loop over HTTP",
+            )
+        )
+    default = BenchConfig.model_fields["word_interval_ms"].default
+    if bench.transport != "websocket" and bench.word_interval_ms != default:
+        errors.append(
+            ConfigError(
+                "bench.word_interval_ms",
+                f"the pace of a WebSocket session's words, and bench.transport={bench.transport} "
+                "sends each text whole; set bench.transport=websocket (with bench.rps) or leave "
+                f"bench.word_interval_ms at its default ({default:g})",
+            )
+        )
+    return errors

@@ -14,6 +14,10 @@ counted, `bench.duration_s` seconds measured, and the measured requests' drain. 
 server-side figures (`steps`, `first_audio_parts`, `windows`, `prefills`) cover the whole
 open-loop run, its warm-up seconds included; the `open_loop` object covers the measured
 requests only.
+
+`bench.transport=websocket`: each arrival is an incremental session on WS
+/v1/audio/speech/stream fed its text a word every `bench.word_interval_ms`
+(omniflow/bench/ws_client.py); the `bench.warmup` requests still go over HTTP.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from omniflow.bench.client import DEFAULT_PROMPTS
 from omniflow.bench.job import VOICE, ar_stage, commit, device_name, graph_config, load_in_child
 from omniflow.bench.mode import Plan, open_plan
-from omniflow.bench.open_client import Request, load_texts, read_requests, summarize
+from omniflow.bench.open_client import load_texts
+from omniflow.bench.open_run import Request
+from omniflow.bench.open_stats import read_requests, summarize
 from omniflow.bench.reuse import CACHE
 from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
 from omniflow.bench.stage_counts import prefills_since, stage_prefills, stage_windows, windows_since
@@ -94,12 +100,13 @@ def run_open_loop_job(
             prefills_before = stage_prefills(pipeline.stats(), ar.name)
             pipeline.set_phase_timer(steps)
             log.info(
-                "open loop: %g req/s (%s arrivals, seed %d) for %g s after %g s of warm-up",
+                "open loop: %g req/s (%s arrivals, seed %d) for %g s after %g s of warm-up%s",
                 plan.rps,
                 plan.arrivals,
                 plan.seed,
                 plan.duration_s,
                 plan.warmup_s,
+                over(plan),
             )
             requests = open_loop_in_child(
                 plan, srv.url, str(prompts_file), model, VOICE, max_frames
@@ -153,14 +160,16 @@ def run_open_loop_job(
 def open_loop_in_child(
     plan: Plan, url: str, prompts: str, model: str, voice: str, max_frames: int
 ) -> list[Request]:
-    """Run `omniflow.bench.open_client` in a child process; every request's record. Its
-    progress bar goes to this process's stderr; its stdout (a summary) is dropped."""
+    """Run the transport's load generator (`omniflow.bench.open_client`, or `ws_client`) in
+    a child process; every request's record. Its progress bar goes to this process's stderr;
+    its stdout (a summary) is dropped."""
+    websocket = plan.transport == "websocket"
     with tempfile.TemporaryDirectory(prefix="omniflow-open-loop-") as tmp:
         out = Path(tmp) / "requests.json"
         cmd = [
             sys.executable,
             "-m",
-            "omniflow.bench.open_client",
+            "omniflow.bench.ws_client" if websocket else "omniflow.bench.open_client",
             f"--url={url}",
             f"--prompts={prompts}",
             f"--rps={plan.rps!r}",
@@ -174,6 +183,8 @@ def open_loop_in_child(
             f"--voice={voice}",
             f"--out={out}",
         ]
+        if websocket:
+            cmd.append(f"--word-interval-ms={plan.word_interval_ms!r}")
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
         if done.returncode != 0:
             raise RuntimeError(
@@ -181,6 +192,13 @@ def open_loop_in_child(
             )
         _, requests = read_requests(out)
         return requests
+
+
+def over(plan: Plan) -> str:
+    """How the arrivals speak, for the log (nothing for HTTP, the default)."""
+    if plan.transport != "websocket":
+        return ""
+    return f", over WebSocket (incremental, a word every {plan.word_interval_ms:g} ms)"
 
 
 def log_open_loop(s: dict[str, Any]) -> None:
@@ -208,6 +226,17 @@ def log_open_loop(s: dict[str, Any]) -> None:
         s["peak_in_flight"],
         s["delivered_audio_s_per_s"],
     )
+    if "last_audio_after_done_ms" in s:
+        after = s["last_audio_after_done_ms"]
+        log.info(
+            "open loop %g req/s over WebSocket, a word every %g ms: last audio after "
+            "input.done p50/p95/p99 %s/%s/%s ms",
+            s["rps"],
+            s["word_interval_ms"],
+            ms(after["p50"]),
+            ms(after["p95"]),
+            ms(after["p99"]),
+        )
     if s["errors"]:
         log.warning(
             "open loop %g req/s: %d rejected, %d failed of %d measured requests (first: %s)",

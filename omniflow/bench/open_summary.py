@@ -5,7 +5,8 @@ and the plot of p95 first audio and the stalled fraction against req/s (open_loo
 
 summary.md (bench/sweep.py) carries this section for a sweep's open-loop jobs (those whose
 result.json has an `open_loop` object); a closed-loop table comes first when the sweep has
-both. `-` stands for a number no request gave.
+both. `-` stands for a number no request gave. Jobs over WebSocket
+(`bench.transport=websocket`) add the last audio after input.done (p50 / p95 / p99).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from omniflow.bench.sweep import _swept, _value
 def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: str) -> str:
     """The section's markdown (under `heading`), with the plot written beside summary.md."""
     swept = [k for k in _swept(results) if k != "bench.rps"]  # the rate has its own column
+    sockets = any("last_audio_after_done_ms" in r["open_loop"] for r in results)
     head = [
         *swept,
         "req/s",
@@ -32,6 +34,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
         "stall ms total / largest",
         "peak in flight",
         "audio-s/s",
+        *(["last audio after input.done ms p50 / p95 / p99"] if sockets else []),
     ]
     rows = []
     for r in results:
@@ -53,6 +56,9 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
                 f"{o['delivered_audio_s_per_s']:.2f}",
             ]
         )
+        if sockets:
+            after = o.get("last_audio_after_done_ms") or {}  # an HTTP job of the sweep: -
+            rows[-1].append(" / ".join(_ms(after.get(p)) for p in ("p50", "p95", "p99")))
     table = "\n".join(
         ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         + ["| " + " | ".join(row) + " |" for row in rows]
@@ -72,7 +78,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
     cfg, o = first["config"], first["open_loop"]
     return (
         f"{heading}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, {cfg['platform']} "
-        f"({cfg['dtype']}), open loop: {o['arrivals']} arrivals (seed {o['seed']}), "
+        f"({cfg['dtype']}), open loop{_over(o)}: {o['arrivals']} arrivals (seed {o['seed']}), "
         f"{o['duration_s']:g} s measured after {o['warmup_s']:g} s of warm-up, prompts at their "
         f"natural length; commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n"
         f"{table}\n"
@@ -82,6 +88,13 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
             else ""
         )
     )
+
+
+def _over(o: dict[str, Any]) -> str:
+    """How the first job's arrivals spoke (nothing for HTTP, the default)."""
+    if o.get("transport") != "websocket":  # results written before the key existed: HTTP
+        return ""
+    return f" over WebSocket (incremental, a word every {o['word_interval_ms']:g} ms)"
 
 
 def _ms(v: float | None) -> str:

@@ -379,6 +379,19 @@ class BenchConfig(Frozen):
         "measured window closes; any still running then is aborted and counted as failed; "
         "unset: 120.",
     )
+    transport: Literal["http", "websocket"] = Field(
+        "http",
+        description="Open loop: how each arrival speaks, `http` (a streamed POST "
+        "/v1/audio/speech) or `websocket` (an incremental session on WS "
+        "/v1/audio/speech/stream fed one word every word_interval_ms; needs rps).",
+    )
+    word_interval_ms: float = Field(
+        10.0,
+        ge=0,
+        le=10000,
+        description="transport=websocket only: milliseconds between the words of a session's "
+        "text (each word its own input.text), as an LLM writing it would send them.",
+    )
 
     @property
     def round_prompts(self) -> int:

@@ -14,12 +14,12 @@ import pytest
 import uvicorn
 
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_client import (
-    Request,
+from omniflow.bench.open_client import run
+from omniflow.bench.open_run import Request
+from omniflow.bench.open_stats import (
     peak_in_flight,
     percentiles,
     read_requests,
-    run,
     summarize,
     write_requests,
 )

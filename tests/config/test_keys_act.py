@@ -14,6 +14,7 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.config.schema import BenchConfig
 from omniflow.config.server import ServerConfig
 from omniflow.errors import ConfigError
 
@@ -143,6 +144,31 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.ws_idle_timeout_s": ("serve/ws.py", "ws_idle_timeout_s"),
 }
 
+# `bench.*` keys (`omniflow bench`) -> (file, field it reads); a key outside its loop or
+# transport is refused by name (bench/mode.py's check_mode, tests/bench)
+BENCH_READ: dict[str, tuple[str, str]] = {
+    f"bench.{k}": ("bench/job.py", k)
+    for k in [
+        "prompts",
+        "num_prompts",
+        "concurrency",
+        "warmup",
+        "rounds",
+        "max_frames",
+        "phase_timing",
+        "reuse_pipeline",
+    ]
+} | {
+    "bench.prompts_per_lane": ("config/schema.py", "prompts_per_lane"),  # round_prompts
+    "bench.out_dir": ("bench/app.py", "out_dir"),
+    **{
+        f"bench.{k}": ("bench/mode.py", k)
+        for k in ["rps", "arrivals", "duration_s", "warmup_s", "seed", "drain_s"]
+    },
+    "bench.transport": ("bench/open_loop.py", "transport"),
+    "bench.word_interval_ms": ("bench/mode.py", "word_interval_ms"),  # into the Plan
+}
+
 
 def printed_keys() -> set[str]:
     """Leaf key paths of `omniflow config` for both shipped pipelines (stage names folded
@@ -173,9 +199,13 @@ def test_the_server_inventory_covers_every_server_key():
     assert set(SERVER_READ) == {f"server.{k}" for k in ServerConfig.model_fields}
 
 
-@pytest.mark.parametrize("key", sorted(READ) + sorted(SERVER_READ))
+def test_the_bench_inventory_covers_every_bench_key():
+    assert set(BENCH_READ) == {f"bench.{k}" for k in BenchConfig.model_fields}
+
+
+@pytest.mark.parametrize("key", sorted(READ) + sorted(SERVER_READ) + sorted(BENCH_READ))
 def test_read_keys_are_read_by_runtime_code(key):
-    where, field = {**READ, **SERVER_READ}[key]
+    where, field = {**READ, **SERVER_READ, **BENCH_READ}[key]
     path = ROOT / where
     files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
     pattern = re.compile(rf"\.{field}\b|\b{field}=")
