@@ -14,10 +14,9 @@ Sync and async scheduling share this code. Under async scheduling the engine cal
 end of its known tokens gets a placeholder for the token being sampled, and the next plan
 may schedule that placeholder's position (the runner holds the sampled token itself).
 
-Backpressure (docs/reliability.md): a paused request is held out of planning, like a request
-behind the window fence, and keeps everything it has (KV blocks, its place in the running
-queue); the pause is announced downstream as `held`, the same notice a preemption gives, so
-receive deadlines wait. `resume` lets it be planned again.
+Backpressure (docs/reliability.md): a paused request is held out of planning (as behind the
+window fence) and keeps its KV blocks and place; the pause is announced downstream as `held`,
+as a preemption is, so receive deadlines wait. A text-starved one sits out too (`core/live.py`).
 """
 
 from __future__ import annotations
@@ -113,16 +112,17 @@ class ARScheduler:
         return True
 
     def extend_input(self, request_id: str, text: str, done: bool) -> list[StageOutput]:
-        """More text for a live request; a text-starved stream's playback clock starts again
-        (it was waiting for text, not late). One error output when it cannot take it."""
+        """More text for a live request (`seating.extend_live`); its one terminal output
+        when that ends it (text it cannot take; its length cap, reached already)."""
         req = self.requests.get(request_id)
         if req is None:
             return []  # ended already: the text has nowhere to go
-        error = extend_live(req, text, done, self.playback)
-        if error is None:
+        end = extend_live(req, text, done, self.playback)
+        if end is None:
             return []
-        self.finish(request_id, "error", error)
-        return [StageOutput(request_id, finished=True, finish_reason="error", error=error)]
+        reason, error = end
+        self.finish(request_id, reason, error)
+        return [StageOutput(request_id, finished=True, finish_reason=reason, error=error)]
 
     def pause(self, request_id: str) -> None:
         """Hold the request out of planning; it keeps its KV blocks and its place. A request
@@ -190,7 +190,8 @@ class ARScheduler:
 
         rows = self.config.max_num_seqs
         residents = resident_capacity(self.config, self.playback)
-        kept = rows_for_arrivals(self.waiting, self._paused, residents - len(self.running))
+        kept = rows_for_arrivals(self.waiting, self._paused, residents - len(self.running), self.kv)
+        kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         for req in row_order(self.running, rows - kept, self.playback):
             if budget <= 0 or len(scheduled) >= rows - kept:
                 break
@@ -228,8 +229,8 @@ class ARScheduler:
                 or len(scheduled) >= rows
             ):
                 break
-            if req.request_id in self._paused:
-                continue  # preempted while paused: it waits for its consumer, others go on
+            if req.request_id in self._paused or req.input_room == 0:
+                continue  # preempted while paused or text-starved: it waits, others go on
             if req.num_placeholders:
                 break  # a preempted request waits until its in-flight sample is reconciled
             n = self._tokens_to_schedule(req, budget)

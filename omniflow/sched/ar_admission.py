@@ -22,7 +22,7 @@ def admissible_waiting(
     single-step the running rows; they are admitted at the window's end instead."""
     if window_admits and num_running >= max_num_seqs:
         return 0
-    return sum(1 for r in waiting if r.request_id not in paused)
+    return sum(1 for r in waiting if r.request_id not in paused and r.input_room != 0)
 
 
 def hold_for_window(

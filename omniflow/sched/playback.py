@@ -102,19 +102,22 @@ class PlaybackClock:
         bucket = rows_bucket(rows)
         self.step_s_by_rows[bucket] = _ewma(self.step_s_by_rows.get(bucket), sample)
 
-    def step_s_at(self, rows: int) -> float | None:
+    def step_s_at(self, rows: int, measured: bool = False) -> float | None:
         """The step time of `rows` rows: their class's estimate, else the nearest larger
-        class measured (an upper bound), else the overall estimate (None: none yet)."""
+        class measured (an upper bound), else the overall estimate (a guess from smaller
+        batches; None with `measured`, or before any step)."""
         bucket = rows_bucket(rows)
         larger = sorted(b for b in self.step_s_by_rows if b >= bucket)
-        return self.step_s_by_rows[larger[0]] if larger else self.step_s
+        if larger:
+            return self.step_s_by_rows[larger[0]]
+        return None if measured else self.step_s
 
     def rotation_capacity(self, rows: int) -> int:
         """How many streams `rows` rows can keep playing when they take turns: each stream
         needs a frame per `frame_s`, and a step of `rows` rows gives `rows` frames, so up to
         rows * frame_s / step time streams (less `ROTATION_LOAD`'s reserve); `rows` itself
-        before any step is measured."""
-        step = self.step_s_at(rows)
+        until a batch that large has been measured (smaller ones understate the time)."""
+        step = self.step_s_at(rows, measured=True)
         if step is None:
             return rows
         return max(rows, math.floor(ROTATION_LOAD * rows * self.frame_s / step))

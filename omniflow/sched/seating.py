@@ -11,8 +11,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from omniflow.config.schema import SchedulerConfig
-from omniflow.core.request import Request
+from omniflow.core.request import FinishReason, Request
 from omniflow.sched.ar_admission import SeatGaps
+from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.playback import PlaybackClock
 
 
@@ -43,12 +44,23 @@ def row_order(
 
 
 def rows_for_arrivals(
-    waiting: Iterable[Request], paused: Collection[str], free_residents: int
+    waiting: Iterable[Request], paused: Collection[str], free_residents: int, kv: KVCacheManager
 ) -> int:
     """Rows kept this step for waiting requests that may become resident now: they have no
-    audio yet, the earliest deadline of all, so running streams get the rows they leave."""
-    ready = sum(1 for r in waiting if r.request_id not in paused and not r.num_placeholders)
-    return max(0, min(ready, free_residents))
+    audio yet, the earliest deadline of all, so running streams get the rows they leave.
+    Counted as the admission loop takes them, in order, while their contexts fit the free
+    KV blocks: a row kept for one that cannot be admitted would be a row lost."""
+    ready, free = 0, kv.pool.num_free
+    for r in waiting:
+        if ready >= free_residents:
+            break
+        if r.request_id in paused or r.input_room == 0:
+            continue
+        need = kv.blocks_for(r.num_tokens)
+        if r.num_placeholders or need > free:
+            break
+        ready, free = ready + 1, free - need
+    return ready
 
 
 def preemption_victim(
@@ -91,20 +103,26 @@ def first_audio_wait_s(
     return late if late > (wait or 0.0) else wait
 
 
-def extend_live(req: Request, text: str, done: bool, playback: PlaybackClock | None) -> str | None:
+def extend_live(
+    req: Request, text: str, done: bool, playback: PlaybackClock | None
+) -> tuple[FinishReason, str | None] | None:
     """Give a live request more text (`core/live.py`); a text-starved stream's playback
-    clock starts again, as it was waiting for text, not late. Why it cannot, or None."""
+    clock starts again, as it was waiting for text, not late. How it must end now (an
+    error: text it cannot take; `length`: its cap, reached before its text ended), or None."""
     if req.live is None:
-        return f"request {req.request_id!r} takes no more input: it was not started incremental"
+        why = f"request {req.request_id!r} takes no more input: it was not started incremental"
+        return "error", why
     starved = req.input_room == 0
     try:
         req.live.extend(text, done)
     except ValueError as exc:
-        return str(exc)
+        return "error", str(exc)
     if starved and playback is not None:
         playback.resume(req.request_id, len(req.output_tokens))
     cap = req.live.length_cap()
-    if cap is not None:  # at least one more token: the step that ends it
-        most = max(req.num_generated + 1, min(req.sampling.max_new_tokens, cap))
+    if cap is not None:  # never below what it has made: it may end right here
+        most = max(req.num_generated, min(req.sampling.max_new_tokens, cap))
         req.sampling = replace(req.sampling, max_new_tokens=most)
+    if req.num_generated >= req.sampling.max_new_tokens and not req.num_placeholders:
+        return "length", None  # (an in-flight sample's update ends it at its cap instead)
     return None

@@ -77,13 +77,18 @@ def plan_window(
     sizes: dict[str, int] = {}
     for c in candidates:
         r = c.request
-        room = r.input_room  # a live request: only as far as its text has arrived
         sizes[r.request_id] = min(
             k,
             r.sampling.max_new_tokens - r.num_generated,
             max_model_len - r.num_tokens,
-            k if room is None else room,
         )
+    # A live request's text has arrived only so far, and every row's text is loaded for the
+    # whole window (`DecodeBatch.load`): the window stops where the shortest text does.
+    text = min((room for c in candidates if (room := c.request.input_room) is not None), default=k)
+    if text < 2:
+        stats.refusals["text"] += 1
+        return {}, {}
+    sizes = {rid: min(n, text) for rid, n in sizes.items()}
     if max(sizes.values()) < 2:
         stats.refusals["clamped"] += 1
         return {}, {}

@@ -125,8 +125,8 @@ class Session(Speaker):
 
     def speaking(self) -> bool:
         """Whether the server has something to do: a sentence or an input.done queued or
-        being spoken; a live utterance still waiting for the client's text is not (the
-        idle timeout runs)."""
+        being spoken; a live utterance whose text has not ended is not: the idle timeout
+        runs from the last message or the last audio sent, whichever came later."""
         waiting = self.speaking_live is not None and not self.speaking_live.done
         return (self.current is not None or not self.queue.empty()) and not waiting
 
@@ -282,7 +282,7 @@ class Session(Speaker):
         self.utterance += 1
         self.metrics.utterances.labels("cancelled").inc()
         self.buffer.clear()
-        self.live = None
+        self.live = self.speaking_live = None
         self.received = 0
         self.queue = asyncio.Queue()
         self.queued_chars = 0

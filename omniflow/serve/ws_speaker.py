@@ -108,17 +108,22 @@ class Speaker:
                 "sample_rate": self.info.sample_rate,
             }
         )
-        body = self.template.model_copy(update={"input": text if live is None else live.pending})
+        body = self.template.model_copy(update={"input": text})
+        # A live utterance whose text all came before it started (one word and input.done)
+        # is one whole request, in the streaming layout its incremental text would have had.
+        growing = live is not None and not live.done
+        if live is not None:
+            body = body.model_copy(update={"input": live.pending, "non_streaming_mode": False})
         try:
             validate(body, self.info, self.server, registered=self.clone is not None)
             if self.service.responses.closing:
                 raise unavailable(SHUTDOWN_MESSAGE)
-            rid, events, _ = self.service.submit(body, self.clone, incremental=live is not None)
+            rid, events, _ = self.service.submit(body, self.clone, incremental=growing)
         except ApiError as err:
             self.metrics.sentences.labels("refused").inc()
             error: str | None = err.message
         else:
-            if live is not None:
+            if live is not None and growing:
                 live.started(rid, self.service.pipeline)
             error = await self.stream(rid, events, fmt, body.speed)
         sent, self.current = self.current[1], None
@@ -204,6 +209,7 @@ class Speaker:
 
     async def send_bytes(self, data: bytes) -> None:
         await self._send(self.ws.send_bytes(data))
+        self.last_active = time.monotonic()  # audio flowing: the session is not idle
         if self.current is not None:
             self.current[1] += len(data)
 

@@ -46,6 +46,8 @@ def test_residents_follow_the_measured_step_time():
     cfg = SchedulerConfig(max_num_seqs=2, max_resident_seqs=16)
     c = clock()
     assert resident_capacity(cfg, c) == 2  # no step measured: one request a row
+    c.observe_step(0.001, steps=1, rows=1)
+    assert resident_capacity(cfg, c) == 2  # a smaller batch says nothing of two rows
     c.observe_step(0.02, steps=1, rows=2)
     # 2 rows every 20 ms make 2 frames of 80 ms: 0.8 * 2 * 0.08 / 0.02 = 6.4 streams
     assert resident_capacity(cfg, c) == 6
@@ -137,3 +139,23 @@ def test_the_two_stage_talker_refuses_it():
                 ]
             )
         )
+
+
+def test_rows_are_not_kept_for_arrivals_that_cannot_be_admitted():
+    """Two rows, four residents, and two arrivals whose prompts do not fit the KV blocks the
+    running streams leave: the running streams keep their rows and finish, and then the
+    arrivals are served (no step without rows)."""
+    engine, proc = talker_engine(
+        max_num_seqs=2, max_resident_seqs=4, window_k=4, block_size=4, num_kv_blocks=64
+    )
+    ticks = itertools.count()
+    engine.scheduler.playback = PlaybackClock(0.08, 0.04, now=lambda: next(ticks) * 0.001)
+    for i in range(2):
+        engine.add_request(proc.make_request(fixed(f"run{i}", 80, seed=i)))
+    while engine.scheduler.kv.num_used_blocks < 40:
+        engine.step()
+    for i in range(2):
+        engine.add_request(proc.make_request(fixed(f"new{i}", 20, seed=10 + i, text="word " * 20)))
+    outputs = engine.run_until_idle(max_steps=2000)
+    ended = {o.request_id for o in outputs if o.finished}
+    assert ended == {"run0", "run1", "new0", "new1"}

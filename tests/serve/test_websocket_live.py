@@ -83,3 +83,16 @@ def test_a_session_waiting_for_text_times_out(live):
         assert "Idle timeout" in json.loads(message)["message"]
     live.wait_idle()
     assert_released(live.pipeline.stats())
+
+
+def test_one_word_and_done_is_spoken_whole(live):
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, response_format="pcm", **SETTINGS)
+        text(ws, "Yes.")  # no whole word yet: nothing starts before input.done
+        done(ws)
+        start = event(ws)
+        assert start["type"] == "audio.start" and start["sentence_text"] == "Yes."
+        assert isinstance(recv(ws), bytes)
+        end = event(ws)
+        assert end["type"] == "audio.done" and end["error"] is False
+        assert event(ws)["type"] == "session.done"

@@ -132,3 +132,73 @@ def test_an_incremental_request_refuses_the_whole_text_layout():
     _, proc = talker_engine()
     with pytest.raises(PromptError, match="streaming text layout"):
         proc.make_request(speech("a", "Hi you ", incremental=True, non_streaming_mode=True))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_window_beside_a_live_request_stops_where_its_text_does(async_scheduling):
+    kw = {"window_k": 4, "async_scheduling": async_scheduling}
+    alone, proc = talker_engine(**kw)
+    alone.add_request(
+        proc.make_request(speech("other", seed=1, max_new_tokens=30, ignore_eos=True))
+    )
+    want = collect(alone.run_until_idle())["other"]
+    engine, proc = talker_engine(**kw)
+    engine.add_request(
+        proc.make_request(speech("other", seed=1, max_new_tokens=30, ignore_eos=True))
+    )
+    live = speech(
+        "live", "Hello there ", seed=2, max_new_tokens=30, ignore_eos=True, incremental=True
+    )
+    engine.add_request(proc.make_request(live))
+    outputs = []
+    for _ in range(40):
+        outputs.extend(engine.step())
+    assert not [o for o in outputs if o.error]  # no step read text that had not come
+    assert collect(outputs)["other"] == want
+    assert len(collect(outputs)["live"]) == len("Hello there")  # all its text allows
+
+
+def test_a_starved_request_preempted_does_not_hold_back_the_queue():
+    engine, proc = talker_engine(block_size=4, num_kv_blocks=40)
+    s = engine.scheduler
+    engine.add_request(
+        proc.make_request(speech("big", seed=1, max_new_tokens=120, ignore_eos=True))
+    )
+    live = speech(
+        "live", "Hello there ", seed=2, max_new_tokens=60, ignore_eos=True, incremental=True
+    )
+    engine.add_request(proc.make_request(live))
+    while not s.num_preemptions:  # the KV pool runs out: the newest, the starved one, goes
+        engine.step()
+    assert [r.request_id for r in s.waiting] == ["live"] and s.requests["live"].input_room == 0
+    engine.add_request(
+        proc.make_request(speech("new", "Hi.", seed=3, max_new_tokens=10, ignore_eos=True))
+    )
+    outputs = []
+    for _ in range(150):
+        outputs.extend(engine.step())
+    ended = {o.request_id for o in outputs if o.finished}
+    assert "new" in ended and "live" in s.requests  # served while the live one waits
+    outputs = engine.apply(ExtendInput("live", "you.", done=True)) + engine.run_until_idle()
+    assert "live" in {o.request_id for o in outputs if o.finished}
+
+
+def test_dummy_weights_cap_a_live_request_at_its_whole_texts_length():
+    from omniflow.build.qwen3_tts import text_length_requests
+
+    text = "a b c d e f g h i j k l m n o p q r s t u v w x y z "
+    frames = {}
+    for live in (True, False):
+        engine, proc = talker_engine()
+        make = text_length_requests(proc.make_request)
+        engine.add_request(
+            make(speech("a", text, seed=3, incremental=live, non_streaming_mode=False))
+        )
+        outputs = []
+        if live:
+            for _ in range(60):  # runs as far as its text allows, then waits
+                outputs.extend(engine.step())
+            outputs.extend(engine.apply(ExtendInput("a", "", done=True)))
+        outputs.extend(engine.run_until_idle())
+        frames[live] = collect(outputs)["a"]
+    assert frames[True] == frames[False]

@@ -38,7 +38,10 @@ class LiveText:
     def tokens_allowed(self) -> int | None:
         """Tokens it may sample: the prefill's, then one per committed token after the first
         (None once the text is done: then the end-of-text and padding follow)."""
-        return None if self.done else len(self.ids)
+        if self.done:
+            return None
+        # dummy weights: never past the length its text so far allows (the cap grows with it)
+        return len(self.ids) if self.cap is None else min(len(self.ids), self.cap(self.text))
 
     def length_cap(self) -> int | None:
         return None if self.cap is None or not self.done else self.cap(self.text)
