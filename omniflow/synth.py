@@ -138,7 +138,14 @@ def check_request(graph: StageGraph, spec: OmniflowSpec, fmt: str) -> SpeechBody
     the server would submit it (a CustomVoice request without a voice has the default)."""
     # here, not at the top: the model's facts come from its prompt code, which loads torch
     from omniflow.build.checks import request_info
-    from omniflow.serve.validation import default_voice, request_errors
+    from omniflow.serve.errors import ApiError
+    from omniflow.serve.request_body import FieldErrors
+    from omniflow.serve.validation import (
+        default_voice,
+        passing_fields,
+        request_errors,
+        with_rule_errors,
+    )
 
     s = spec.synth
     info = request_info(graph)
@@ -161,9 +168,12 @@ def check_request(graph: StageGraph, spec: OmniflowSpec, fmt: str) -> SpeechBody
     try:
         body = SpeechBody.model_validate(fields)
     except ValidationError as exc:
-        raise _one_or_all(
-            [ConfigError(_synth_key(str(e["loc"][0])), e["msg"]) for e in exc.errors()]
-        ) from None
+        # the schema's refusals and the model's rules on the fields that passed, at once
+        schema = [ApiError(400, e["msg"], str(e["loc"][0])) for e in exc.errors()]
+        refused = FieldErrors(schema, fields)
+        every = with_rule_errors(refused, passing_fields(refused, info), info, spec.server)
+        found = every.errors or [every]
+        raise _one_or_all([_config_error(e.param, e.message) for e in found]) from None
     errors = request_errors(body, info, spec.server)
     if errors:
         raise _one_or_all([_config_error(e.param, e.message) for e in errors])

@@ -96,6 +96,19 @@ def test_synth_refuses_a_voice_or_language_before_building(
     )
 
 
+def test_synth_reports_the_schemas_and_the_models_errors_at_once(tmp_path):
+    """An out-of-range speed (the request schema) and an unknown voice (the served model's
+    rule) in one refusal, before anything is built."""
+    from omniflow.errors import ConfigErrors
+    from omniflow.synth import run_synth
+
+    with pytest.raises(ConfigErrors) as exc:
+        run_synth([*ARGS, "speed=9", "voice=nobody", f"out={tmp_path / 'x.wav'}"], None)
+    keys = {e.key for e in exc.value.errors}
+    assert keys == {"synth.speed", "synth.voice"}
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_synth_cli_says_which_voice_is_unknown(tmp_path):
     r = synth(tmp_path, "x.wav", "voice=nobody")
     assert r.returncode == 2
