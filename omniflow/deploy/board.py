@@ -71,7 +71,8 @@ class Reporter:
 
     def _run(self) -> None:
         while not self.done.is_set():
-            with contextlib.suppress(Exception):  # a failed report is a stale one, not a crash
+            # a board that cannot be reached leaves a stale report, not a dead replica
+            with contextlib.suppress(ray.exceptions.RayError):
                 self.board.report.remote(self.name, *self.state())
             self.done.wait(REPORT_S)
 

@@ -50,7 +50,9 @@ class Speaker:
         task, self.speaker = self.speaker, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            # Its request was aborted in `stream`'s finally as the cancel unwound it; a client
+            # gone meanwhile ends it the same way. Anything else is a bug and ends the session.
+            with contextlib.suppress(asyncio.CancelledError, SessionEnded):
                 await task
 
     def speaker_ended(self, task: asyncio.Task[None]) -> None:
