@@ -114,6 +114,19 @@ def talker_engine(
     return engine, TalkerProcessor(bundle.tokenizer, bundle.vocab, max_model_len)
 
 
+def graphed_gpu_engine(**kw) -> tuple[StageEngine, TalkerProcessor]:
+    """A talker engine as it is served on a GPU: bf16, the decode and frame graphs on."""
+    return talker_engine(
+        device=torch.device("cuda"),
+        dtype=torch.bfloat16,
+        decode_graphs=True,
+        frame_graphs=True,
+        block_size=16,
+        num_kv_blocks=128,
+        **kw,
+    )
+
+
 def speech(rid: str, text: str = "Hello there.", **kw) -> SpeechRequest:
     kw.setdefault("seed", 1)
     kw.setdefault("voice", "vivian")

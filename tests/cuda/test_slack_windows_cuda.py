@@ -11,26 +11,16 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import torch
 
 from omniflow.sched.playback import PlaybackClock
-from tests.factories import speech, talker_engine
+from tests.factories import graphed_gpu_engine, speech
 from tests.stages.test_talker_engine import collect
 
 pytestmark = pytest.mark.cuda
 
 
 def codes(window_k: int, tick_s: float | None) -> tuple[dict[str, list], object]:
-    engine, proc = talker_engine(
-        device=torch.device("cuda"),
-        dtype=torch.bfloat16,
-        decode_graphs=True,
-        frame_graphs=True,
-        block_size=16,
-        num_kv_blocks=128,
-        window_k=window_k,
-        async_scheduling=True,
-    )
+    engine, proc = graphed_gpu_engine(window_k=window_k, async_scheduling=True)
     if tick_s is not None:
         ticks = itertools.count()
         engine.scheduler.playback = PlaybackClock(

@@ -9,9 +9,8 @@ step is the single-step run's mixed step, and its decode steps are that run's ne
 from __future__ import annotations
 
 import pytest
-import torch
 
-from tests.factories import speech, talker_engine
+from tests.factories import graphed_gpu_engine, speech
 from tests.stages.test_talker_engine import collect
 
 pytestmark = pytest.mark.cuda
@@ -22,15 +21,7 @@ windows, so the arrival meets a window boundary in the windowed run."""
 
 
 def codes(**engine_kw) -> tuple[dict[str, list], object]:
-    engine, proc = talker_engine(
-        device=torch.device("cuda"),
-        dtype=torch.bfloat16,
-        decode_graphs=True,
-        frame_graphs=True,
-        block_size=16,
-        num_kv_blocks=128,
-        **engine_kw,
-    )
+    engine, proc = graphed_gpu_engine(**engine_kw)
     engine.add_request(proc.make_request(speech("x", seed=3, max_new_tokens=30, ignore_eos=True)))
     outputs = []
     made = 0

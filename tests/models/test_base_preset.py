@@ -39,9 +39,7 @@ def test_the_checkpoint_encoders_load_under_the_base_preset(tmp_path):
     """The official layout (reference fixture) loads strictly with the preset's shapes, and
     gives the encoders the reference comparison checks."""
     fx = Fixture.load("qwen3_tts_tiny")
-    d = ours.write_checkpoint(
-        tmp_path, fx.talker_config, fx.codec_config, fx.talker_shapes, fx.codec_shapes, 1234
-    )
+    d = ours.write_checkpoint(tmp_path, fx, seed=1234)
     m = ours.model_config("qwen3_tts_tiny_base", d)
     bundle = build_talker(m, CPU)
     assert bundle.reference is not None

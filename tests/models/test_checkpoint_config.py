@@ -115,14 +115,8 @@ def test_a_codec_mismatch_is_refused_naming_the_key(fx, model, path, value, name
 
 def test_a_tampered_config_json_is_refused_when_loading(fx, tmp_path):
     """The loaders run the check: a checkpoint directory with another rope_theta."""
-    directory = ours.write_checkpoint(
-        tmp_path,
-        tampered(fx.talker_config, "talker_config.rope_theta", 10000.0),
-        fx.codec_config,
-        fx.talker_shapes,
-        fx.codec_shapes,
-        fx.meta["seed"],
-    )
+    tampered_config = tampered(fx.talker_config, "talker_config.rope_theta", 10000.0)
+    directory = ours.write_checkpoint(tmp_path, fx, talker_config=tampered_config)
     with pytest.raises(CheckpointError, match=r"model\.talker\.rope_theta is 1000000\.0"):
         ours.load(ours.model_config(PRESET, directory))
     (tmp_path / "config.json").write_text(json.dumps(fx.talker_config))

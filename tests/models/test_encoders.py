@@ -26,9 +26,7 @@ def fx() -> Fixture:
 
 @pytest.fixture
 def checkpoint(fx, tmp_path):
-    return ours.write_checkpoint(
-        tmp_path, fx.talker_config, fx.codec_config, fx.talker_shapes, fx.codec_shapes, 1
-    )
+    return ours.write_checkpoint(tmp_path, fx, seed=1)
 
 
 def test_the_toy_shapes_are_the_reference_tested_ones(fx):

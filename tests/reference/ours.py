@@ -45,27 +45,25 @@ from omniflow.models.qwen3_tts.speaker_encoder import (
 from omniflow.models.shapes import ModelConfig
 from omniflow.sched.ar import ARScheduler
 from omniflow.worker.ar_runner import ARModelRunner
-from tests.reference.cases import CloneCase, PromptCase
+from tests.reference.cases import CloneCase, Fixture, PromptCase
 from tests.reference.weights import draw_all
 
 CPU = torch.device("cpu")
 
 
 def write_checkpoint(
-    directory: Path,
-    talker_config: dict,
-    codec_config: dict,
-    talker_shapes: dict[str, tuple[int, ...]],
-    codec_shapes: dict[str, tuple[int, ...]],
-    seed: int,
+    directory: Path, fx: Fixture, seed: int | None = None, talker_config: dict | None = None
 ) -> Path:
-    """config.json + model.safetensors + speech_tokenizer/ with the drawn weights."""
+    """The fixture's checkpoint in the published layout: config.json + model.safetensors +
+    speech_tokenizer/, weights drawn with `seed` (the fixture's own by default);
+    `talker_config` in place of the fixture's (a tampered one)."""
+    seed = fx.meta["seed"] if seed is None else seed
     st = directory / "speech_tokenizer"
     st.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(talker_config))
-    (st / "config.json").write_text(json.dumps(codec_config))
-    save_file(draw_all(talker_shapes, seed), str(directory / "model.safetensors"))
-    save_file(draw_all(codec_shapes, seed), str(st / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(talker_config or fx.talker_config))
+    (st / "config.json").write_text(json.dumps(fx.codec_config))
+    save_file(draw_all(fx.talker_shapes, seed), str(directory / "model.safetensors"))
+    save_file(draw_all(fx.codec_shapes, seed), str(st / "model.safetensors"))
     return directory
 
 

@@ -46,14 +46,7 @@ def fx() -> Fixture:
 
 @pytest.fixture(scope="module")
 def loaded(fx: Fixture, tmp_path_factory) -> ours.Loaded:
-    directory = ours.write_checkpoint(
-        tmp_path_factory.mktemp("official_layout"),
-        fx.talker_config,
-        fx.codec_config,
-        fx.talker_shapes,
-        fx.codec_shapes,
-        fx.meta["seed"],
-    )
+    directory = ours.write_checkpoint(tmp_path_factory.mktemp("official_layout"), fx)
     return ours.load(ours.model_config(PRESET, directory))
 
 
