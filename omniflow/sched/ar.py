@@ -30,17 +30,20 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import StepPlan, StepResult
-from omniflow.sched.ar_admission import SeatGaps, admissible_waiting, hold_for_window
+from omniflow.sched.ar_admission import (
+    SeatGaps,
+    admissible_waiting,
+    first_audio_wait_s,
+    hold_for_window,
+)
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens
 from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
+from omniflow.sched.live_input import extend_live, playing
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.seating import (
-    extend_live,
-    first_audio_wait_s,
-    playing,
     preemption_victim,
     resident_capacity,
     row_order,
@@ -112,7 +115,7 @@ class ARScheduler:
         return True
 
     def extend_input(self, request_id: str, text: str, done: bool) -> list[StageOutput]:
-        """More text for a live request (`seating.extend_live`); its one terminal output
+        """More text for a live request (`live_input.extend_live`); its one terminal output
         when that ends it (text it cannot take; its length cap, reached already)."""
         req = self.requests.get(request_id)
         if req is None:
@@ -173,10 +176,6 @@ class ARScheduler:
             paused=len(self._paused),
             min_slack_s=None if clock is None else clock.min_slack(playing(self.running)),
         )
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
 
     # ------------------------------------------------------------------ planning
 

@@ -1,12 +1,15 @@
 """How windows and admissions trade off in the AR scheduler (`sched/window.py` plans the
 window itself): which waiting requests keep a window from opening, and when waiting ones are
-held back so they can join a window instead of being prefilled alone."""
+held back so they can join a window instead of being prefilled alone; and how long a new
+request would wait to be seated (admission control by deadline)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from omniflow.core.request import Request
+from omniflow.sched.live_input import playing
+from omniflow.sched.playback import PlaybackClock
 
 
 def admissible_waiting(
@@ -68,3 +71,21 @@ class SeatGaps:
         if ahead <= 0:
             return 0.0
         return None if self.interval_s is None else ahead * self.interval_s
+
+
+def first_audio_wait_s(
+    waiting: Collection[Request],
+    running: Collection[Request],
+    residents: int,
+    seats: SeatGaps,
+    playback: PlaybackClock | None,
+) -> float | None:
+    """Expected seconds before a request added now is seated and heard on time: the requests
+    ahead of it times the measured interval between seats freeing (None: no seat has freed
+    yet), or, while steps take longer than the audio they make and a stream is late, how
+    late it is (admission control refuses past `server.max_first_audio_wait_s`)."""
+    wait = seats.wait_s(len(waiting) + 1 - (residents - len(running)))
+    if playback is None:
+        return wait
+    late = playback.late_s(playing(running))
+    return late if late > (wait or 0.0) else wait

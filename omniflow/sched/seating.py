@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from omniflow.config.schema import SchedulerConfig
-from omniflow.core.request import FinishReason, Request
-from omniflow.sched.ar_admission import SeatGaps
+from omniflow.core.request import Request
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.playback import PlaybackClock
 
@@ -77,52 +75,3 @@ def preemption_victim(
         if r.request_id in paused:
             return r
     return others[0] if others else req
-
-
-def playing(running: Iterable[Request]) -> list[tuple[str, int]]:
-    """(request, frames made) of the streams with a playback deadline: a text-starved one
-    (its input has not arrived) has none until it does."""
-    return [(r.request_id, len(r.output_tokens)) for r in list(running) if r.input_room != 0]
-
-
-def first_audio_wait_s(
-    waiting: Collection[Request],
-    running: Collection[Request],
-    residents: int,
-    seats: SeatGaps,
-    playback: PlaybackClock | None,
-) -> float | None:
-    """Expected seconds before a request added now is seated and heard on time: the requests
-    ahead of it times the measured interval between seats freeing (None: no seat has freed
-    yet), or, while steps take longer than the audio they make and a stream is late, how
-    late it is (admission control refuses past `server.max_first_audio_wait_s`)."""
-    wait = seats.wait_s(len(waiting) + 1 - (residents - len(running)))
-    if playback is None:
-        return wait
-    late = playback.late_s(playing(running))
-    return late if late > (wait or 0.0) else wait
-
-
-def extend_live(
-    req: Request, text: str, done: bool, playback: PlaybackClock | None
-) -> tuple[FinishReason, str | None] | None:
-    """Give a live request more text (`core/live.py`); a text-starved stream's playback
-    clock starts again, as it was waiting for text, not late. How it must end now (an
-    error: text it cannot take; `length`: its cap, reached before its text ended), or None."""
-    if req.live is None:
-        why = f"request {req.request_id!r} takes no more input: it was not started incremental"
-        return "error", why
-    starved = req.input_room == 0
-    try:
-        req.live.extend(text, done)
-    except ValueError as exc:
-        return "error", str(exc)
-    if starved and playback is not None:
-        playback.resume(req.request_id, len(req.output_tokens))
-    cap = req.live.length_cap()
-    if cap is not None:  # never below what it has made: it may end right here
-        most = max(req.num_generated, min(req.sampling.max_new_tokens, cap))
-        req.sampling = replace(req.sampling, max_new_tokens=most)
-    if req.num_generated >= req.sampling.max_new_tokens and not req.num_placeholders:
-        return "length", None  # (an in-flight sample's update ends it at its cap instead)
-    return None
