@@ -154,7 +154,7 @@ class ARScheduler:
 
     def first_audio_wait_s(self) -> float | None:
         """Expected seconds before a request added now is seated and heard on time
-        (`seating.first_audio_wait_s`). Read from another thread: an estimate."""
+        (`ar_admission.first_audio_wait_s`). Read from another thread: an estimate."""
         residents = resident_capacity(self.config, self.playback)
         return first_audio_wait_s(self.waiting, self.running, residents, self.seats, self.playback)
 
