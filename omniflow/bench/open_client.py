@@ -33,7 +33,6 @@ import json
 import ssl
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,15 @@ import httpx
 from omniflow.bench.arrivals import KINDS
 from omniflow.bench.client import DEFAULT_PROMPTS, lane_client
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_run import REJECTED, Outcome, Request, Trace, drive, whole_pcm
+from omniflow.bench.open_run import (
+    REJECTED,
+    Outcome,
+    Request,
+    Target,
+    Trace,
+    drive,
+    whole_pcm,
+)
 from omniflow.bench.open_stats import summarize, write_requests
 
 
@@ -89,14 +96,7 @@ async def send(
     return whole_pcm(trace, "a 200 stream")
 
 
-async def run(
-    url: str,
-    texts: Sequence[str],
-    plan: Plan,
-    model: str,
-    voice: str,
-    max_frames: int = 0,
-) -> list[Request]:
+async def run(target: Target, plan: Plan) -> list[Request]:
     """Every arrival of the plan, sent at its time; their records, in arrival order."""
     tls = ssl.create_default_context()  # built once for every client
     idle: list[httpx.AsyncClient] = []
@@ -108,8 +108,9 @@ async def run(
         else:
             client = lane_client(tls)
             made.append(client)
-        payload = body(texts[trace.index % len(texts)], trace.index, model, voice, max_frames)
-        result = await send(client, url, payload, trace)
+        text = target.text(trace.index)
+        payload = body(text, trace.index, target.model, target.voice, target.max_frames)
+        result = await send(client, target.url, payload, trace)
         idle.append(client)  # its connection is whole (not cancelled): the next may reuse it
         return result
 
@@ -150,6 +151,12 @@ def plan_of(ap: argparse.ArgumentParser, args: argparse.Namespace, **transport: 
     )  # fmt: skip
 
 
+def target_of(args: argparse.Namespace) -> Target:
+    """The target the parsed options name (its prompts read from `--prompts`)."""
+    texts = load_texts(args.prompts)
+    return Target(args.url, texts, args.model, args.voice, args.max_frames)
+
+
 def report(args: argparse.Namespace, plan: Plan, requests: list[Request]) -> None:
     """Write the `--out` file (when asked) and print the summary."""
     if args.out:
@@ -168,9 +175,7 @@ def main() -> None:
     ap = parser(__doc__)
     args = ap.parse_args()
     plan = plan_of(ap, args)
-    texts = load_texts(args.prompts)
-    requests = asyncio.run(run(args.url, texts, plan, args.model, args.voice, args.max_frames))
-    report(args, plan, requests)
+    report(args, plan, asyncio.run(run(target_of(args), plan)))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -61,6 +61,24 @@ class Request:
     after_done_s: float | None = None
     """WebSocket: input.done -> the last audio bytes (None: over HTTP, or no audio or text
     end). Stalls while the text is still coming are the text's pace; this is the model's."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the arrivals of a run ask the server for, whichever transport sends them: one
+    set of fields so both generators take and read them alike."""
+
+    url: str
+    """The server's http(s) base address."""
+    texts: Sequence[str]
+    model: str
+    voice: str
+    max_frames: int = 0
+    """Cap per request (0: none; the model decides the length)."""
+
+    def text(self, index: int) -> str:
+        """Arrival `index`'s prompt: the texts in order, from the first, wrapping."""
+        return self.texts[index % len(self.texts)]
 
 
 @dataclass

@@ -36,8 +36,16 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_client import body, load_texts, parser, plan_of, report
-from omniflow.bench.open_run import REJECTED, Outcome, Request, Trace, drive, whole_pcm
+from omniflow.bench.open_client import body, parser, plan_of, report, target_of
+from omniflow.bench.open_run import (
+    REJECTED,
+    Outcome,
+    Request,
+    Target,
+    Trace,
+    drive,
+    whole_pcm,
+)
 
 PATH = "/v1/audio/speech/stream"
 OPEN_TIMEOUT_S = 30.0
@@ -146,22 +154,15 @@ async def speak(
         return "failed", f"{type(exc).__name__}: {str(exc) or '(no message)'}"
 
 
-async def run(
-    url: str,
-    texts: Sequence[str],
-    plan: Plan,
-    model: str,
-    voice: str,
-    max_frames: int = 0,
-) -> list[Request]:
+async def run(target: Target, plan: Plan) -> list[Request]:
     """Every session of the plan, opened at its arrival time; their records, in order."""
     assert plan.transport == "websocket" and plan.word_interval_ms is not None
     interval_s = plan.word_interval_ms / 1e3
-    endpoint = ws_url(url)
+    endpoint = ws_url(target.url)
 
     async def attempt(trace: Trace) -> tuple[Outcome, str | None]:
-        config = session_config(trace.index, model, voice, max_frames)
-        pieces = words(texts[trace.index % len(texts)])
+        config = session_config(trace.index, target.model, target.voice, target.max_frames)
+        pieces = words(target.text(trace.index))
         return await speak(endpoint, config, pieces, interval_s, trace)
 
     return await drive(plan, attempt)
@@ -174,9 +175,7 @@ def main() -> None:
     if args.word_interval_ms < 0:
         ap.error("--word-interval-ms must be at least 0")
     plan = plan_of(ap, args, transport="websocket", word_interval_ms=args.word_interval_ms)
-    texts = load_texts(args.prompts)
-    requests = asyncio.run(run(args.url, texts, plan, args.model, args.voice, args.max_frames))
-    report(args, plan, requests)
+    report(args, plan, asyncio.run(run(target_of(args), plan)))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import uvicorn
 
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_client import run
-from omniflow.bench.open_run import Request
+from omniflow.bench.open_run import Request, Target
 from omniflow.bench.open_stats import (
     peak_in_flight,
     percentiles,
@@ -87,7 +87,7 @@ def test_each_arrival_gets_its_outcome_and_the_warm_up_is_not_counted():
     # constant arrivals at 0, 0.1, ..., 0.6: index 0 in the warm-up, 1-6 measured
     plan = Plan(rps=10, arrivals="constant", duration_s=0.6, warmup_s=0.05, drain_s=1.0)
     try:
-        reqs = asyncio.run(run(url, ["one", "two"], plan, "m", "v", max_frames=0))
+        reqs = asyncio.run(run(Target(url, ["one", "two"], "m", "v", max_frames=0), plan))
     finally:
         server.should_exit = True
         thread.join(10)

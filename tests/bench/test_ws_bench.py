@@ -17,6 +17,7 @@ from omniflow.bench import ws_client
 from omniflow.bench.arrivals import arrival_times
 from omniflow.bench.mode import Plan, check_mode, open_plan
 from omniflow.bench.open_loop import log_open_loop, open_loop_in_child
+from omniflow.bench.open_run import Target
 from omniflow.bench.open_stats import summarize
 from omniflow.bench.open_summary import open_loop_section
 from omniflow.config.compose import compose
@@ -147,11 +148,12 @@ def test_sessions_past_the_cap_are_rejected_and_a_refused_config_fails(live):
             ws = held.enter_context(connect(ws_client.ws_url(live.url)))
             ws.send(json.dumps({"type": "nonsense"}))  # answered: the session is running
             assert json.loads(ws.recv(timeout=30))["type"] == "error"
-        reqs = asyncio.run(ws_client.run(live.url, ["Too many now."], plan, model, "vivian"))
+        target = Target(live.url, ["Too many now."], model, "vivian")
+        reqs = asyncio.run(ws_client.run(target, plan))
     assert [r.outcome for r in reqs] == ["rejected", "rejected"], reqs
     assert all(r.error.startswith("error event 429: ") for r in reqs)
     assert all(r.first_audio_s is None and r.after_done_s is None for r in reqs)
-    reqs = asyncio.run(ws_client.run(live.url, ["Nobody speaks."], plan, model, "nobody"))
+    reqs = asyncio.run(ws_client.run(Target(live.url, ["Nobody speaks."], model, "nobody"), plan))
     assert [r.outcome for r in reqs] == ["failed", "failed"]
     assert all("error event 400: unknown voice 'nobody'" in r.error for r in reqs)
     s = summarize(reqs, plan)
