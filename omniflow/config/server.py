@@ -106,7 +106,8 @@ class ServerConfig(Frozen):
         ge=1,
         description="Largest request body (bytes); larger is a 413 JSON as soon as its "
         "Content-Length shows it (a chunked body: once it passes the limit), and the rest is "
-        "not read. null: derived, the largest reference (max_ref_audio_bytes, base64) plus "
+        "not read. A WebSocket message is bounded alike (closed with 1009). null: derived, "
+        "the largest reference (max_ref_audio_bytes, base64) plus "
         "three text fields of max_input_chars at their longest JSON escapes plus 64 KiB.",
     )
     max_concurrent_references: int = Field(

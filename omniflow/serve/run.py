@@ -106,6 +106,7 @@ def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicor
         log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
         timeout_keep_alive=server.keep_alive_timeout_s,
         h11_max_incomplete_event_size=server.max_header_bytes,
+        ws_max_size=server.body_limit,  # a session.config may carry a reference, as a body may
         **options,
     )
 

@@ -18,9 +18,6 @@ NOT_IN_CONFIG = {
     "input": "the text comes in input.text messages",
     "stream": "a session's audio is streamed per sentence with stream_audio",
     "stream_format": "a session's audio is streamed per sentence with stream_audio",
-    "ref_audio": "register the reference once (POST /v1/audio/voices) and name its id as voice",
-    "ref_text": "register the reference once (POST /v1/audio/voices) and name its id as voice",
-    "x_vector_only_mode": "register the reference once (POST /v1/audio/voices) and name its id",
 }
 PROBE_INPUT = "probe"
 """The text a session's configuration is validated with (each sentence is checked again)."""

@@ -15,6 +15,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
+from omniflow.serve.reference_gate import Place
 from omniflow.serve.request_body import parse_json
 from omniflow.serve.sentences import SentenceBuffer
 from omniflow.serve.text import check_printable
@@ -55,6 +56,9 @@ class Session(Speaker):
         self.template: SpeechBody | None = None
         """The session's request, `input` aside (None: not configured yet)."""
         self.clone: Clone | None = None
+        """The session's voice clone: a registered voice's, or its own reference's."""
+        self.registered = False
+        """`voice` names a registered voice (the sentences' rules read it)."""
         self.stream_audio = False
         self.incremental = False
         """Text goes into one running request per utterance (`ws_live.py`)."""
@@ -150,7 +154,7 @@ class Session(Speaker):
                 await self.close(CLOSE_NORMAL, "closed by the client")
                 raise SessionEnded("session.close")
             if kind == "session.config":
-                self.configure(payload)
+                await self.configure(payload)
             elif self.template is None:
                 raise ApiError(400, f"{kind} before session.config: configure the session first")
             elif kind == "input.text":
@@ -162,7 +166,7 @@ class Session(Speaker):
         except ApiError as err:
             await self.refuse(err)
 
-    def configure(self, payload: dict[str, Any]) -> None:
+    async def configure(self, payload: dict[str, Any]) -> None:
         if self.speaking() or self.received:
             raise ApiError(
                 400,
@@ -194,8 +198,6 @@ class Session(Speaker):
         body = default_task(body, self.info)
         saved = self.service.voices.saved(body)
         validate(body, self.info, self.server, registered=saved is not None)
-        if body.task_type == "Base" and saved is None:
-            raise ApiError(400, NOT_IN_CONFIG["ref_audio"], "voice")
         if stream_audio and body.response_format not in STREAMABLE:
             raise ApiError(
                 400,
@@ -210,14 +212,19 @@ class Session(Speaker):
                 "non_streaming_mode out or false",
                 "non_streaming_mode",
             )
-        if incremental and saved is not None and saved.ref_codes is not None:
+        clone = saved
+        if clone is None and body.task_type == "Base":  # a reference of its own: encoded once
+            with Place(self.service.references) as place:
+                clone = await self.service.clone_from_reference(body, place)
+        if incremental and clone is not None and clone.ref_codes is not None:
             raise ApiError(
                 400,
                 "an in-context voice clone cannot take incremental text (its prompt holds text "
                 "as long as its reference): register the voice with x_vector_only_mode",
                 "voice",
             )
-        self.template, self.clone, self.stream_audio = body, saved, stream_audio
+        self.template, self.clone, self.stream_audio = body, clone, stream_audio
+        self.registered = saved is not None
         self.incremental = incremental
 
     def take_text(self, payload: dict[str, Any]) -> None:

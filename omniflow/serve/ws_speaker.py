@@ -117,7 +117,7 @@ class Speaker:
         if live is not None:
             body = body.model_copy(update={"input": live.pending, "non_streaming_mode": False})
         try:
-            validate(body, self.info, self.server, registered=self.clone is not None)
+            validate(body, self.info, self.server, registered=self.registered)
             if self.service.responses.closing:
                 raise unavailable(SHUTDOWN_MESSAGE)
             rid, events, _ = self.service.submit(body, self.clone, incremental=growing)

@@ -271,6 +271,18 @@ def test_idle_session_is_closed():
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
 
 
+def test_a_message_is_bounded_as_a_request_body_is():
+    """A session.config may carry a reference, so a message may be as large as a body
+    (server.max_body_bytes), and no larger: the socket is closed with 1009 (too big)."""
+    with LiveServer("server.max_body_bytes=65536") as server, connect(ws_url(server)) as ws:
+        configure(ws, instructions="x" * 60_000)  # under the bound: read and judged
+        assert event(ws)["type"] == "error"
+        configure(ws, instructions="x" * 70_000)
+        with pytest.raises(ConnectionClosed) as closed:
+            recv(ws)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
 def test_sessions_count_against_the_in_flight_cap():
     with LiveServer("server.max_concurrent_requests=1") as server:
         with connect(ws_url(server)) as first:

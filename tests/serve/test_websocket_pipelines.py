@@ -73,12 +73,33 @@ def test_a_registered_voice_speaks_on_a_base_model():
         vid = r.json()["id"]
         got = ws_pcm(server, "Cloned.", voice=vid, **FIXED)
         assert got == http_pcm(server, "Cloned.", voice=vid, **FIXED)
-        with connect(ws_url(server)) as ws:  # a reference itself is not a session field
-            configure(ws, ref_audio=ref)
-            err = event(ws)
-            assert err["param"] == "ref_audio" and "POST /v1/audio/voices" in err["message"]
-            configure(ws)  # no voice on a Base model: nothing to clone from
+        with connect(ws_url(server)) as ws:
+            configure(ws)  # no voice or reference on a Base model: nothing to clone from
             assert event(ws)["type"] == "error"
+
+
+def test_a_reference_in_session_config_clones_as_the_http_route_does():
+    """vLLM-Omni's session.config carries ref_audio/ref_text/x_vector_only_mode: the
+    reference is encoded once for the session and every sentence is cloned from it."""
+    with LiveServer("model=qwen3_tts_tiny_base") as server:
+        ref = b64(audio_file(freq=220.0))
+        for clone in ({"ref_text": "A low tone."}, {"x_vector_only_mode": True}):
+            fields = {"ref_audio": ref, **clone, **FIXED}
+            got = ws_pcm(server, "Cloned.", **fields)
+            assert got == http_pcm(server, "Cloned.", **fields)
+        with connect(ws_url(server)) as ws:
+            configure(ws, ref_audio="data:audio/wav;base64,AAAA", ref_text="x")
+            err = event(ws)
+            assert err["type"] == "error" and err["param"] == "ref_audio", err
+            configure(ws, ref_audio=ref, ref_text="A low tone.", incremental=True)
+            err = event(ws)  # an in-context clone's prompt holds text as long as its reference
+            assert err["param"] == "voice" and "x_vector_only_mode" in err["message"], err
+            configure(ws, ref_audio=ref, x_vector_only_mode=True, incremental=True)
+            text(ws, "Live.")
+            done(ws)
+            events, audio, end = utterance(ws)
+            assert end["type"] == "session.done" and sum(audio.values()) > 0, events
+        assert server.app.state.service.references.busy == 0  # the place is given back
 
 
 def test_shutdown_closes_sessions_and_aborts_their_speech():
