@@ -128,6 +128,33 @@ def test_only_settled_tokens_are_committed():
         LiveText(encode, eos_id=0, text="Hel")
 
 
+def test_text_in_many_pieces_is_tokenized_once_plus_its_tails():
+    """Each piece tokenizes only the text after the committed part (the engine thread does
+    this), and the whole text once when it ends: linear in the text, not quadratic."""
+    seen: list[int] = []
+
+    def encode(text: str) -> list[int]:
+        seen.append(len(text))
+        return [ord(c) for c in text]
+
+    live = LiveText(encode, eos_id=0, text="go ")
+    for _ in range(300):
+        live.extend("word ", done=False)
+    live.extend("end.", done=True)
+    assert live.ids == [ord(c) for c in live.text]
+    assert sum(seen) < 6 * len(live.text)  # the whole text each time: ~600 times as much
+
+
+def test_a_tokenizer_that_joins_words_is_caught_when_the_text_ends():
+    def encode(text: str) -> list[int]:  # "a b" is one token: a merge across a space
+        return [ord(c) for c in text.replace("a b", "\x01")]
+
+    live = LiveText(encode, eos_id=0, text="x a ")
+    live.extend("b", done=False)
+    with pytest.raises(ValueError, match="already spoken position"):
+        live.extend("", done=True)
+
+
 def test_an_incremental_request_refuses_the_whole_text_layout():
     _, proc = talker_engine()
     with pytest.raises(PromptError, match="streaming text layout"):

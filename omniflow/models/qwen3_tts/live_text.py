@@ -26,6 +26,8 @@ class LiveText:
         self.done = False
         self.ids: list[int] = []
         """The committed ids; ids[0] is in the prompt, ids[s + 1] goes in at decode step s."""
+        self.committed_chars = 0
+        """`text[:committed_chars]` is what `ids` are the tokens of."""
         self.cap: Callable[[str], int] | None = None
         """Frames its whole text allows (dummy weights' speaking-rate length), or None."""
         self._settle()
@@ -63,12 +65,18 @@ class LiveText:
         return self.eos_id if i == len(self.ids) else pad_id
 
     def _settle(self) -> None:
-        body = self.text if self.done else settled_text(self.text)
-        ids = self._encode(body) if body.strip() else []
-        if not self.done and ids != self._encode(self.text)[: len(ids)]:
+        """Commit the tokens of the text after the committed part that more text cannot
+        change. Only that tail is tokenized (a tokenizer splits words at a letter or digit
+        followed by whitespace, so the tokens before such a point stay as they are), once
+        more as a whole when the text ends, to check that."""
+        tail = self.text[self.committed_chars :]
+        body = tail if self.done else settled_text(tail)
+        ids = self._encode(body) if body.strip() or (self.done and body) else []
+        if not self.done and ids != self._encode(tail)[: len(ids)]:
             return  # the next characters may still join these tokens: wait for more text
-        if ids[: len(self.ids)] != self.ids:
+        if self.done and self.ids + ids != self._encode(self.text):
             raise ValueError(
                 "the text's tokens changed at an already spoken position; send text in whole words"
             )
-        self.ids = ids
+        self.ids += ids
+        self.committed_chars += len(body)
