@@ -35,12 +35,12 @@ from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec, SynthConfig
 from omniflow.config.suggest import closest
-from omniflow.core.speech import SpeechRequest
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.preflight import check_device, check_memory
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.speed import stretch
+from omniflow.serve.voices import Clone, speech_request
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
@@ -230,7 +230,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
     check_request_fields(graph, body.voice if reference is None else None, s)
     tmp = reserve(s.out)
     try:
-        audio, finish, elapsed, rate = _generate(graph, s, body.voice, reference)
+        audio, finish, elapsed, rate = _generate(graph, body, reference)
         audio = stretch(audio, body.speed, rate)
         Path(tmp).write_bytes(encode_whole(audio, fmt, rate))
         os.chmod(tmp, new_file_mode(Path(s.out)))
@@ -262,7 +262,7 @@ def new_file_mode(out: Path) -> int:
 
 
 def _generate(
-    graph: StageGraph, s: SynthConfig, voice: str | None, reference: torch.Tensor | None
+    graph: StageGraph, body: SpeechBody, reference: torch.Tensor | None
 ) -> tuple[np.ndarray, str | None, float, int]:
     """Run the request; (audio, finish reason, seconds of wall time, sample rate)."""
     from omniflow.build.pipeline import build_pipeline
@@ -270,29 +270,16 @@ def _generate(
 
     orch = build_pipeline(graph)
     events: queue.Queue[AudioEvent] = queue.Queue()
-    embedding = codes = None
+    clone = None
     if reference is not None:
         encoder = orch.reference_encoder()
         if encoder is None:  # run_synth refused ref_audio on a model without encoders
             raise RuntimeError(f"model {graph.model.name} built no reference encoders")
         voice = encoder.encode(reference)
-        embedding = voice.speaker_embedding
-        codes = None if s.x_vector_only_mode else voice.ref_codes
-    request = SpeechRequest.create(
-        s.text,
-        id_prefix="synth",
-        voice=None if reference is not None else voice,
-        language=s.language,
-        seed=s.seed,
-        max_new_tokens=s.max_new_tokens,
-        ignore_eos=s.ignore_eos,
-        instructions=s.instructions,
-        speaker_embedding=embedding,
-        ref_codes=codes,
-        ref_text=None if s.x_vector_only_mode else s.ref_text,
-    )
+        clone = Clone.of(voice, body.ref_text, bool(body.x_vector_only_mode))
+    request = speech_request(body, clone, id_prefix="synth")
     rate = orch.info().sample_rate
-    total = s.max_new_tokens if s.ignore_eos else None
+    total = body.max_new_tokens if body.ignore_eos else None
     pcm: list[np.ndarray] = []
     orch.start()
     try:

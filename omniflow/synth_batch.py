@@ -34,6 +34,7 @@ from omniflow.errors import ConfigError
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.speed import stretch
+from omniflow.serve.voices import Clone, speech_request
 
 if TYPE_CHECKING:
     import torch
@@ -233,25 +234,14 @@ def _generate_all(
 
 def _request(pipeline: Pipeline, item: Item) -> SpeechRequest:
     b = item.body
-    embedding = codes = None
+    clone = None
     if item.reference is not None:
         encoder = pipeline.reference_encoder()
         if encoder is None:  # the line's rules refused a reference on a model without one
             raise RuntimeError(f"line {item.line}: the model has no reference encoders")
         voice = encoder.encode(item.reference)
-        embedding, codes = voice.speaker_embedding, voice.ref_codes
-    return SpeechRequest.create(
-        b.input,
-        id_prefix=f"synth-{item.out.stem}",
-        voice=b.voice if b.ref_audio is None else None,
-        language=b.language,
-        seed=b.seed,
-        max_new_tokens=b.max_new_tokens,
-        instructions=b.instructions,
-        speaker_embedding=embedding,
-        ref_codes=codes,
-        ref_text=b.ref_text,
-    )
+        clone = Clone.of(voice, b.ref_text, bool(b.x_vector_only_mode))
+    return speech_request(b, clone, id_prefix=f"synth-{item.out.stem}")
 
 
 def _write(out: Path, data: bytes) -> None:

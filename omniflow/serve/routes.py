@@ -32,7 +32,6 @@ from omniflow.core.pipeline import (
     PipelineUnavailable,
     RequestLimits,
 )
-from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice, ReferenceEncoder
 from omniflow.serve import endpoints
 from omniflow.serve.body_limit import BodyLimit
@@ -62,7 +61,7 @@ from omniflow.serve.validation import (
     validate,
     with_rule_errors,
 )
-from omniflow.serve.voices import Clone, VoiceService
+from omniflow.serve.voices import Clone, VoiceService, speech_request
 from omniflow.serve.ws import install_websocket
 
 
@@ -178,21 +177,7 @@ class SpeechService:
         if self.handoff is None or self.handoff.loop is not loop:
             self.handoff = LoopHandoff(loop)
         events, sink = event_channel(self.handoff)
-        speech = SpeechRequest.create(
-            body.input,
-            voice=None if clone is not None else body.voice,
-            language=body.language,
-            seed=body.seed,
-            max_new_tokens=body.max_new_tokens,
-            ignore_eos=body.ignore_eos,
-            instructions=body.instructions,
-            initial_chunk_frames=body.initial_chunk_frames,
-            non_streaming_mode=body.non_streaming_mode,
-            speaker_embedding=clone.speaker_embedding if clone is not None else None,
-            ref_codes=clone.ref_codes if clone is not None else None,
-            ref_text=clone.ref_text if clone is not None else None,
-            incremental=incremental,
-        )
+        speech = speech_request(body, clone, incremental=incremental)
         submitted = time.perf_counter()
         try:
             self.pipeline.submit(speech, sink, self.limits)

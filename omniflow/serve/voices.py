@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo
+from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
 from omniflow.serve.compat import check_ref_text
 from omniflow.serve.errors import ApiError, clip
@@ -51,6 +52,30 @@ class Clone:
         if x_vector_only:
             return cls(voice.speaker_embedding, None, None)
         return cls(voice.speaker_embedding, voice.ref_codes, ref_text)
+
+
+def speech_request(
+    body: SpeechBody, clone: Clone | None, id_prefix: str = "speech", incremental: bool = False
+) -> SpeechRequest:
+    """The request a checked speech body asks for, `clone` its voice clone (then `voice`
+    named none, or the registered voice it came from). The server and `synth` (one request
+    or a batch's lines) build theirs here, so a body means the same request everywhere."""
+    return SpeechRequest.create(
+        body.input,
+        id_prefix=id_prefix,
+        voice=None if clone is not None else body.voice,
+        language=body.language,
+        seed=body.seed,
+        max_new_tokens=body.max_new_tokens,
+        ignore_eos=body.ignore_eos,
+        instructions=body.instructions,
+        initial_chunk_frames=body.initial_chunk_frames,
+        non_streaming_mode=body.non_streaming_mode,
+        speaker_embedding=clone.speaker_embedding if clone is not None else None,
+        ref_codes=clone.ref_codes if clone is not None else None,
+        ref_text=clone.ref_text if clone is not None else None,
+        incremental=incremental,
+    )
 
 
 @dataclass(frozen=True)
