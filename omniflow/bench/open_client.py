@@ -41,15 +41,7 @@ import httpx
 from omniflow.bench.arrivals import KINDS
 from omniflow.bench.client import DEFAULT_PROMPTS, lane_client
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_run import (
-    REJECTED,
-    Outcome,
-    Request,
-    Target,
-    Trace,
-    drive,
-    whole_pcm,
-)
+from omniflow.bench.open_run import REJECTED, Outcome, Request, Target, Trace, drive, whole_pcm
 from omniflow.bench.open_stats import summarize, write_requests
 
 
