@@ -109,13 +109,11 @@ class PrefillCounters:
     largest bucket)."""
 
 
-@dataclass(frozen=True)
-class StageStats:
-    """Live gauges of one stage."""
+@dataclass(frozen=True, kw_only=True)
+class SchedulerGauges:
+    """Live gauges a stage's scheduler reports (`Scheduler.gauges()`); the stage's own
+    `StageStats` are these and what the stage adds, so the two never drift apart."""
 
-    name: str
-    alive: bool
-    """False once the stage's loop has died."""
     running: int
     """Requests being computed (AR: running queue; generation: decoding)."""
     waiting: int
@@ -123,24 +121,33 @@ class StageStats:
     kv_blocks_used: int | None = None
     """AR stages: KV-cache blocks in use (None for stages without a KV cache)."""
     kv_blocks_total: int | None = None
-    decoder_slots_used: int | None = None
-    """Stages owning a streaming codec decoder: slots in use (None otherwise)."""
-    decoder_slots_total: int | None = None
     windows: WindowCounters | None = None
     """Present only on a stage with window_k > 0."""
-    prefills: PrefillCounters | None = None
-    """AR stages (None for a generation stage, which has no prefill)."""
     preemptions: int | None = None
     """AR stages: requests preempted (recomputed later) so far."""
     paused: int = 0
     """Requests held out of scheduling because whoever consumes their output is behind
     (backpressure: the client, or the downstream stage's backlog)."""
-    backlog_frames: int | None = None
-    """Chunk-receiving stages: frames received from upstream and not yet consumed, summed
-    over requests (None for a stage without an upstream)."""
     min_slack_s: float | None = None
     """Stages sizing windows by playback slack: the least slack of a running stream, in
     seconds (negative: late; None: no clock, or no stream playing yet)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageStats(SchedulerGauges):
+    """Live gauges of one stage: its scheduler's, and the stage's own."""
+
+    name: str
+    alive: bool
+    """False once the stage's loop has died."""
+    decoder_slots_used: int | None = None
+    """Stages owning a streaming codec decoder: slots in use (None otherwise)."""
+    decoder_slots_total: int | None = None
+    prefills: PrefillCounters | None = None
+    """AR stages (None for a generation stage, which has no prefill)."""
+    backlog_frames: int | None = None
+    """Chunk-receiving stages: frames received from upstream and not yet consumed, summed
+    over requests (None for a stage without an upstream)."""
 
 
 @dataclass(frozen=True)

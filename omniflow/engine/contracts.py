@@ -9,11 +9,10 @@ from typing import Any, Protocol
 from omniflow.core.arrivals import Arrivals
 from omniflow.core.audio import PendingAudio
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import PhaseTimer, PrefillCounters
+from omniflow.core.pipeline import PhaseTimer, PrefillCounters, SchedulerGauges
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.engine.messages import EngineMessage
-from omniflow.sched.gauges import SchedulerGauges
 
 
 class Scheduler(Protocol):

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import SchedulerGauges
 from omniflow.engine.contracts import Runner, Scheduler
 from omniflow.engine.messages import Abort, Add, EngineMessage
 from omniflow.engine.step_loop import StepLoop
-from omniflow.sched.gauges import SchedulerGauges
 
 log = logging.getLogger(__name__)
 

@@ -132,19 +132,12 @@ class StepLoop:
         g = self.scheduler.gauges()
         slots = self.runner.decoder_slots()
         return StageStats(
+            **vars(g),  # the scheduler's gauges, as they are
             name=self.name,
             alive=self.alive,
-            running=g.running,
-            waiting=g.waiting,
-            kv_blocks_used=g.kv_blocks_used,
-            kv_blocks_total=g.kv_blocks_total,
             decoder_slots_used=None if slots is None else slots[0],
             decoder_slots_total=None if slots is None else slots[1],
-            windows=g.windows,
             prefills=self.runner.prefills(),
-            preemptions=g.preemptions,
-            paused=g.paused,
-            min_slack_s=g.min_slack_s,
         )
 
     @property

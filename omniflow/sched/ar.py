@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import SchedulerGauges
 from omniflow.core.request import FINISHED_BY_REASON, FinishReason, Request, RequestState
 from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.ar_admission import (
@@ -38,7 +39,6 @@ from omniflow.sched.ar_admission import (
 )
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens
-from omniflow.sched.gauges import SchedulerGauges
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.live_input import extend_live, playing
 from omniflow.sched.playback import PlaybackClock

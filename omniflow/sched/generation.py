@@ -27,9 +27,9 @@ from typing import Any
 
 from omniflow.config.schema import StepLimits
 from omniflow.core.output import StageOutput
+from omniflow.core.pipeline import SchedulerGauges
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
-from omniflow.sched.gauges import SchedulerGauges
 
 
 @dataclass(frozen=True)

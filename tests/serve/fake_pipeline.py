@@ -98,7 +98,7 @@ class FakePipeline:
             in_flight=n,
             stages=(
                 StageStats(
-                    first,
+                    name=first,
                     alive=first not in dead,
                     running=n,
                     waiting=0,
@@ -110,7 +110,7 @@ class FakePipeline:
                     min_slack_s=0.25 if n else None,
                 ),
                 StageStats(
-                    second,
+                    name=second,
                     alive=second not in dead,
                     running=n,
                     waiting=0,
