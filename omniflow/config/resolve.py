@@ -36,10 +36,13 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     stages = spec.pipeline.stages
     caps = _stage_caps(spec, errors)
     order, final, downstream = _topology(spec, caps, errors)
-    if spec.pipeline.runtime != "in_process":
+    if spec.pipeline.runtime == "ray" and len(stages) == 1:
         errors.append(
             ConfigError(
-                "pipeline.runtime", "process_per_stage is not available yet; use in_process"
+                "pipeline.runtime",
+                f"ray places each stage in its own actor, and pipeline {spec.pipeline.name!r} "
+                "has one stage (fused): use pipeline.runtime=in_process (deploy=ray for "
+                "replicas of it), or a two-stage pipeline (pipeline=qwen3_tts)",
             )
         )
     resolved: dict[str, ResolvedStage] = {}
@@ -246,8 +249,6 @@ def _check_stream_decode(
         errors.append(ConfigError(skey, "requires the stage to be the pipeline's final stage"))
     if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
         errors.append(ConfigError(skey, "requires parallel size 1"))
-    if spec.pipeline.runtime != "in_process":
-        errors.append(ConfigError(skey, "requires pipeline.runtime: in_process"))
     if stage.enable_prefix_caching:
         errors.append(ConfigError(skey, "requires enable_prefix_caching: false"))
 

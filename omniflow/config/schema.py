@@ -156,8 +156,10 @@ class PipelineConfig(Frozen):
     """A stage graph: stages keyed by name, edges given by each stage's `upstream`."""
 
     name: str = Field(description="Pipeline name (shown in logs and /v1/models).")
-    runtime: Literal["in_process", "process_per_stage"] = Field(
-        "in_process", description="Where stage engines run: threads of one process, or processes."
+    runtime: Literal["in_process", "ray"] = Field(
+        "in_process",
+        description="Where stage engines run: threads of this process, or each stage in its "
+        "own Ray actor on its own device (two-stage pipelines; docs/deploy.md).",
     )
     stages: dict[str, StageConfig] = Field(min_length=1, description="Stages keyed by name.")
 

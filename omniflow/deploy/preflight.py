@@ -35,6 +35,16 @@ def require_ray() -> None:
             )
 
 
+def require_ray_runtime() -> None:
+    """`pipeline.runtime=ray` needs Ray (not Serve): one line, before anything is built."""
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "pipeline.runtime",
+            f"pipeline.runtime=ray needs Ray, which is not installed (ray not found): {INSTALL}, "
+            "or use pipeline.runtime=in_process",
+        )
+
+
 def check_local_fit(deploy: DeployConfig) -> None:
     """A local cluster gets this machine's CPUs and GPUs: replicas that ask for more would
     wait for resources that never come, so they are refused here."""

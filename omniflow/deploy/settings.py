@@ -13,11 +13,19 @@ KEY = "deploy.resources_per_replica"
 
 
 def resolve_deploy(deploy: DeployConfig, graph: StageGraph) -> DeployConfig:
-    """`resources_per_replica` unset: one CPU on the cpu platform, one GPU elsewhere; a GPU
+    """`pipeline.runtime=ray` is refused (stage actors inside a replica are not built).
+    `resources_per_replica` unset: one CPU on the cpu platform, one GPU elsewhere; a GPU
     asked for on the cpu platform, or none on an accelerator, is refused (the replica would
     wait for a GPU forever, or would see none: Ray hides the GPUs an actor does not hold)."""
     if deploy.name != "ray":
         return deploy
+    if graph.runtime == "ray":
+        raise ConfigError(
+            "pipeline.runtime",
+            "ray (each stage in its own actor) inside deploy=ray replicas is not built: a "
+            "replica holds the whole pipeline on its own device; use deploy=ray with "
+            "pipeline.runtime=in_process, or pipeline.runtime=ray with deploy=local",
+        )
     platform = graph.platform.name
     resources = deploy.resources_per_replica
     if resources is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent, Sink
@@ -43,19 +43,23 @@ from omniflow.engine.flow import (
     edge_bound,
     samples_per_frame,
 )
+from omniflow.engine.handles import StageFront, StageHandle
 from omniflow.engine.messages import Add, ExtendInput
-from omniflow.engine.parts import SpeechFrontend, StageParts
+from omniflow.engine.parts import SpeechFrontend
 from omniflow.engine.routing import Begin, Emitted, End, Router, Took, Topology
-from omniflow.engine.stage_engine import StageEngine
 
 log = logging.getLogger(__name__)
 
 
 class Orchestrator:
-    """Runs a validated pipeline: one engine per stage of the graph."""
+    """Runs a validated pipeline: one engine per stage of the graph (in-process engines, or
+    stages in Ray actors: `engine/handles.py`)."""
 
     def __init__(
-        self, graph: StageGraph, engines: dict[str, StageEngine], parts: dict[str, StageParts]
+        self,
+        graph: StageGraph,
+        engines: Mapping[str, StageHandle],
+        parts: Mapping[str, StageFront],
     ) -> None:
         self.graph = graph
         self._engines = engines
@@ -130,7 +134,7 @@ class Orchestrator:
             engine.set_timer(timer)
 
     @property
-    def engines(self) -> list[StageEngine]:
+    def engines(self) -> list[StageHandle]:
         """The stage engines in topological order (tests and the timing bench drive them)."""
         return list(self._engines.values())
 

@@ -24,6 +24,7 @@ M = "omniflow/models/qwen3_tts/"
 
 # key -> (file or folder under omniflow/ that reads it at run time, the field name it reads)
 READ: dict[str, tuple[str, str]] = {
+    "runtime": ("build/pipeline.py", "runtime"),  # ray: deploy/stage_pipeline.py
     "pipeline": ("engine/orchestrator.py", "pipeline"),
     "final_stage": ("engine/orchestrator.py", "is_final"),
     f"{S}.is_final": ("engine/orchestrator.py", "is_final"),
@@ -103,7 +104,7 @@ for part, fields, where in (
 
 # key -> an override that would not act, which must be refused
 REFUSED: dict[str, str] = {
-    "runtime": "pipeline.runtime=process_per_stage",
+    "runtime": "pipeline.runtime=ray",  # one stage (fused): nothing to place apart
     # on a CustomVoice preset (the default): no request can carry reference codes
     f"{S}.ref_context_frames": "pipeline.stages.talker.ref_context_frames=0",
     f"{S}.kind": "pipeline.stages.code2wav.kind=ar",  # the arch runs in a generation stage

@@ -160,9 +160,8 @@ def test_final_talker_without_stream_decode_is_refused():
 def test_stream_decode_refused_with_prefix_caching_and_other_runtime():
     err = refused(*FUSED, "+pipeline.stages.talker.enable_prefix_caching=true")
     assert "pipeline.stages.talker.stream_decode" in keys_of(err)
-    err = refused(*FUSED, "pipeline.runtime=process_per_stage")
-    assert "pipeline.stages.talker.stream_decode" in keys_of(err)
-    assert "pipeline.runtime" in keys_of(err)
+    err = refused(*FUSED, "pipeline.runtime=ray")  # one stage: the one rule that says so
+    assert keys_of(err) == ["pipeline.runtime"] and "one stage (fused)" in str(err)
 
 
 # ----------------------------------------------------------------------------- ref_context_frames

@@ -1,5 +1,5 @@
 """`deploy=ray` on a local Ray cluster: two replicas of the tiny Base model behind Ray
-Serve's proxy, one cluster for the module (its start and the two replicas' builds: ~10-20 s
+Serve's proxy, on the session's cluster (its start and the two replicas' builds: ~10-20 s
 on two cores). A voice registered through one replica is listed by and spoken with through
 both; streams of every format pass through unchanged; concurrent requests reach both
 replicas (the x-omniflow-replica header says which); a seeded request gives the same PCM
@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def url():
+def url(ray_cluster):
     from ray import serve
 
     from omniflow.deploy.launch import start
@@ -46,12 +46,10 @@ def url():
         + [f"server.port={port}", "server.log_level=warning", "server.max_voices=3"]
     )
     deploy = resolve_deploy(spec.deploy, build_graph(spec))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield start(spec, deploy)
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        serve.shutdown()  # the replicas' CPUs back to the shared cluster
 
 
 def register(url: str) -> httpx.Response:

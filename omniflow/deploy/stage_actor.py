@@ -1,0 +1,151 @@
+"""One stage of the pipeline in its own Ray actor (`pipeline.runtime: ray`): the stage's
+scheduler, runner and chunk intake, built by `build.pipeline.build_stage` and run by the
+same `StageEngine` thread as in-process. The driver's `RayStage` (deploy/remote_stage.py)
+sends it the engine's typed messages in numbered batches and long-polls its outputs.
+
+A threaded actor (a long poll must not block the sends) runs calls concurrently and in no
+promised order, so each batch carries a number and is applied in that order (`Sequencer`)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ray
+import torch
+
+from omniflow.build.pipeline import build_context, build_stage
+from omniflow.config.graph import StageGraph
+from omniflow.core.output import StageOutput
+from omniflow.core.speech import SpeechRequest
+from omniflow.core.voice import EncodedVoice
+from omniflow.deploy.stage_wire import Batch, Deferred, FrontendFacts, Prepared, StageFacts
+from omniflow.engine.messages import Abort, Add, EngineMessage
+from omniflow.logs import setup_logging
+
+CALLS_AT_ONCE = 8
+"""The actor's threads: one long poll, the sends, the front end's `prepare` calls."""
+
+
+class Outbox:
+    """The engine's outputs and step durations until the driver's next `take`."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Condition()
+        self.outputs: list[StageOutput] = []
+        self.steps: list[float] = []
+        self.closed = False
+
+    def output(self, out: StageOutput) -> None:
+        with self.ready:
+            self.outputs.append(out)
+            self.ready.notify_all()
+
+    def step(self, seconds: float) -> None:
+        with self.ready:
+            self.steps.append(seconds)
+
+    def take(self, timeout_s: float) -> tuple[list[StageOutput], list[float]]:
+        """What is here, waiting up to `timeout_s` for the first output."""
+        with self.ready:
+            self.ready.wait_for(lambda: self.outputs or self.closed, timeout_s)
+            outputs, steps = self.outputs, self.steps
+            self.outputs, self.steps = [], []
+            return outputs, steps
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify_all()
+
+
+class Sequencer:
+    """Batches applied in the order they were numbered by their one sender."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next = 0
+        self.early: dict[int, tuple[EngineMessage, ...]] = {}
+
+    def apply(self, seq: int, messages: tuple[EngineMessage, ...], apply: Any) -> None:
+        """Apply this batch and those it unblocks, in order, under the lock."""
+        with self.lock:
+            self.early[seq] = messages
+            while self.next in self.early:
+                for message in self.early.pop(self.next):
+                    apply(message)
+                self.next += 1
+
+
+class StageActor:
+    """A stage and its engine in this actor; the driver's calls below."""
+
+    def __init__(self, graph: StageGraph, name: str, log_level: str) -> None:
+        setup_logging(log_level)
+        self.name = name
+        self.parts, self.engine = build_stage(graph.stages[name], build_context(graph))
+        self.outbox = Outbox()
+        self.engine.on_output = self.outbox.output
+        self.engine.step_observer = self.outbox.step
+        self.sequencer = Sequencer()
+        self.prepared: dict[str, Any] = {}
+        """Source stage: requests made by `prepare`, until their `Add`."""
+        self.prepared_lock = threading.Lock()
+
+    def facts(self) -> StageFacts:
+        f = self.parts.frontend
+        frontend = (
+            None
+            if f is None
+            else FrontendFacts(f.voices, f.languages, f.max_new_tokens, f.supports_instructions)
+        )
+        clones = self.parts.reference is not None
+        return StageFacts(self.name, frontend, clones, self.parts.max_chunk_frames)
+
+    def start(self) -> None:
+        self.engine.start()
+
+    def stop(self) -> None:
+        self.engine.stop()
+        self.outbox.close()
+
+    def prepare(self, speech: SpeechRequest) -> None:
+        """Make the source stage's request now: ValueError (invalid input) goes back to the
+        driver's `submit` before anything is queued, as in-process."""
+        request = self.parts.make_request(speech)
+        with self.prepared_lock:
+            self.prepared[speech.request_id] = request
+
+    def send(self, seq: int, messages: tuple[EngineMessage, ...]) -> None:
+        self.sequencer.apply(seq, messages, lambda m: self.engine.send(self._local(m)))
+
+    def _local(self, message: EngineMessage) -> EngineMessage:
+        """An `Add` with its stage request made here; an `Abort` drops a prepared one."""
+        match message:
+            case Add(request=Prepared(request_id=rid), initial_chunk_frames=first):
+                with self.prepared_lock:
+                    return Add(self.prepared.pop(rid), first)
+            case Add(request=Deferred(speech=speech), initial_chunk_frames=first):
+                return Add(self.parts.make_request(speech), first)
+            case Abort(request_id=rid):
+                with self.prepared_lock:
+                    self.prepared.pop(rid, None)
+        return message
+
+    def take(self, timeout_s: float) -> Batch:
+        """The outputs since the last call (waiting up to `timeout_s` for one) and the gauges."""
+        outputs, steps = self.outbox.take(timeout_s)
+        wait = self.engine.scheduler.first_audio_wait_s()
+        return Batch(tuple(outputs), tuple(steps), self.engine.stats(), wait)
+
+    def encode_reference(self, audio: torch.Tensor) -> EncodedVoice:
+        """Voice clone: the source stage's reference encoders, for the driver's front end."""
+        reference = self.parts.reference
+        assert reference is not None, f"stage {self.name} has no reference encoders"
+        return reference.encode(audio)
+
+
+def stage_actor(graph: StageGraph, name: str, log_level: str, options: dict[str, Any]) -> Any:
+    """A new actor building stage `name` of `graph` with Ray actor `options` (resources)."""
+    remote = ray.remote(StageActor).options(max_concurrency=CALLS_AT_ONCE, **options)
+    return remote.remote(graph, name, log_level)

@@ -1,0 +1,127 @@
+"""`pipeline.runtime=ray`: the two-stage pipeline with the talker and code2wav each in its
+own Ray actor (deploy/stage_pipeline.py), on the session's local cluster, driven through the
+same orchestrator as in-process. Seeded requests give the in-process PCM bit for bit, cut
+in the same chunks (the intake's atomic chunks run in the code2wav actor); a consumer that
+stops reading pauses code2wav and then, through the bounded backlog, the talker; invalid
+input raises before anything is queued; a stage whose actor dies ends its requests with one
+error each and the pipeline refuses new ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from omniflow.core.pipeline import PipelineUnavailable, RequestLimits
+from tests.factories import Collector, build, speech, stage_stats
+from tests.stages.test_flow import Reader, wait_for
+
+pytestmark = pytest.mark.ray
+
+SPF = 1920
+CHUNKS = "pipeline.stages.code2wav.upstream.chunk_frames=5"
+
+
+@pytest.fixture(scope="module")
+def staged(ray_cluster):
+    """The two-stage pipeline, each stage in its actor (one CPU each: the cluster's two)."""
+    orch = build("qwen3_tts", CHUNKS, "pipeline.runtime=ray")
+    try:
+        yield orch
+    finally:
+        orch.stop()
+
+
+def requests():
+    return [
+        speech("a", max_new_tokens=12, ignore_eos=True, seed=3, initial_chunk_frames=3),
+        speech("b", max_new_tokens=9, ignore_eos=True, seed=4, text="Another one."),
+        speech("c", max_new_tokens=7, seed=5, text="Short."),
+    ]
+
+
+def run_all(orch) -> list[Collector]:
+    collectors = []
+    for request in requests():
+        collectors.append(Collector())
+        orch.submit(request, collectors[-1])
+    return [c.wait() for c in collectors]
+
+
+def in_process() -> list[Collector]:
+    """The same requests in-process, on one thread as each actor has (Ray sets one thread
+    for a one-CPU actor; the codec's float sums differ in the last bit across thread
+    counts)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    orch = build("qwen3_tts", CHUNKS)
+    try:
+        return run_all(orch)
+    finally:
+        orch.stop()
+        torch.set_num_threads(threads)
+
+
+def chunk_sizes(c: Collector) -> list[int]:
+    return [e.pcm.size // SPF for e in c.events if e.pcm is not None]
+
+
+def check_stage_actors_give_the_in_process_pcm(staged):
+    from omniflow.deploy.remote_stage import RayStage
+
+    assert all(isinstance(e, RayStage) for e in staged.engines)
+    got, expected = run_all(staged), in_process()
+    for ray_c, local in zip(got, expected, strict=True):
+        assert ray_c.terminal.finish_reason == local.terminal.finish_reason
+        assert ray_c.terminal.frames == local.terminal.frames
+        assert chunk_sizes(ray_c) == chunk_sizes(local)
+        assert np.array_equal(ray_c.pcm, local.pcm)
+    assert chunk_sizes(got[0]) == [3, 5, 4]  # initial chunk, whole chunks, then the tail
+    assert staged.stats().in_flight == 0
+
+
+def check_invalid_input_raises_before_anything_is_queued(staged):
+    with pytest.raises(ValueError, match=r"^unknown voice 'nobody'"):
+        staged.submit(speech("bad", voice="nobody"), Collector())
+    assert staged.stats().in_flight == 0
+
+
+def check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged):
+    frames = 40
+    reader = Reader(staged, "slow")
+    request = speech("slow", max_new_tokens=frames, ignore_eos=True, seed=6)
+    staged.submit(request, reader, RequestLimits(max_buffered_s=0.5))
+    wait_for(lambda: all(s.paused == 1 for s in staged.stats().stages))
+    # as in-process (tests/stages/test_flow.py): code2wav paused after chunks of 1, 5 and 5
+    # frames; the talker at a backlog of two 5-frame chunks
+    assert reader.pcm.size == 11 * SPF and not reader.done.is_set()
+    assert 10 <= stage_stats(staged, "code2wav").backlog_frames <= 11
+    reader.read()
+    assert reader.wait().terminal.finish_reason == "length"
+    alone = Collector()
+    staged.submit(speech("alone", max_new_tokens=frames, ignore_eos=True, seed=6), alone)
+    assert np.array_equal(reader.pcm, alone.wait().pcm)
+
+
+def check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged):
+    import ray
+
+    c = Collector()
+    staged.submit(speech("cut", max_new_tokens=400, ignore_eos=True, seed=7), c)
+    wait_for(lambda: c.pcm.size > 0)
+    ray.kill(staged.engines[1].actor, no_restart=True)  # the code2wav actor
+    end = c.wait().terminal  # exactly one terminal event
+    assert end.finish_reason == "error" and "code2wav" in end.error and "died" in end.error
+    wait_for(lambda: not stage_stats(staged, "code2wav").alive)
+    with pytest.raises(PipelineUnavailable, match="code2wav"):
+        staged.submit(speech("after"), Collector())
+    assert staged.stats().in_flight == 0
+
+
+def test_two_stages_as_ray_actors(staged):
+    """The checks in this order in one test (one pipeline; pytest-xdist cannot split them),
+    the actor kill last."""
+    check_stage_actors_give_the_in_process_pcm(staged)
+    check_invalid_input_raises_before_anything_is_queued(staged)
+    check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged)
+    check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged)
