@@ -122,7 +122,9 @@ class SyntheticPipeline:
     def stats(self) -> PipelineStats:
         with self._lock:
             n = len(self._live)
-        return PipelineStats(in_flight=n, stages=(StageStats(INFO.stages[0], True, n, 0),))
+        return PipelineStats(
+            in_flight=n, stages=(StageStats(name=INFO.stages[0], alive=True, running=n, waiting=0),)
+        )
 
     def reference_encoder(self) -> None:
         return None
