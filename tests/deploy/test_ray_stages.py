@@ -110,7 +110,7 @@ def check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged):
     staged.submit(speech("cut", max_new_tokens=400, ignore_eos=True, seed=7), c)
     wait_for(lambda: c.pcm.size > 0)
     ray.kill(staged.engines[1].actor, no_restart=True)  # the code2wav actor
-    end = c.wait().terminal  # exactly one terminal event
+    end = c.wait(30).terminal  # exactly one terminal event
     assert end.finish_reason == "error" and "code2wav" in end.error and "died" in end.error
     wait_for(lambda: not stage_stats(staged, "code2wav").alive)
     with pytest.raises(PipelineUnavailable, match="code2wav"):
@@ -125,3 +125,18 @@ def test_two_stages_as_ray_actors(staged):
     check_invalid_input_raises_before_anything_is_queued(staged)
     check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged)
     check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged)
+
+
+def test_batches_are_applied_in_the_order_they_were_numbered():
+    """A threaded actor runs its calls in no promised order: a batch that overtakes an
+    earlier one waits for it (no cluster needed)."""
+    from omniflow.deploy.stage_actor import Sequencer
+    from omniflow.engine.messages import Hold, Wake
+
+    applied = []
+    sequencer = Sequencer()
+    sequencer.apply(2, (Hold("c"),), applied.append)
+    sequencer.apply(1, (Hold("b"), Wake()), applied.append)
+    assert applied == []
+    sequencer.apply(0, (Hold("a"),), applied.append)
+    assert applied == [Hold("a"), Hold("b"), Wake(), Hold("c")]
