@@ -16,7 +16,8 @@ from typing import Any
 import ray
 from ray import serve
 
-from omniflow.config.schema import DeployConfig, OmniflowSpec
+from omniflow.config.deploy_schema import DeployConfig
+from omniflow.config.schema import OmniflowSpec
 from omniflow.deploy.board import new_board
 from omniflow.deploy.replica import OmniflowReplica
 from omniflow.deploy.voices import voice_store

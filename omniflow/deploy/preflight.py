@@ -7,8 +7,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.graph import StageGraph
-from omniflow.config.schema import DeployConfig, OmniflowSpec
+from omniflow.config.schema import OmniflowSpec
 from omniflow.deploy.settings import KEY, resolve_deploy
 from omniflow.errors import ConfigError
 

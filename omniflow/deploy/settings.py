@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.graph import StageGraph
-from omniflow.config.schema import DeployConfig
 from omniflow.errors import ConfigError
 
 KEY = "deploy.resources_per_replica"
