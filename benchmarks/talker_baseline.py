@@ -85,7 +85,7 @@ def summary(xs: list[float]) -> dict[str, float]:
 def engine_steps(timer: StepKindTimer) -> int:
     """Steps the busiest stage ran (decode and mixed): what a profile is divided by."""
     counts = [
-        sum(len(p.get(kind, [])) for kind in ("decode_step", "mixed_step", "admitting_window"))
+        sum(len(p.get(kind, [])) for kind in ("decode_step", "mixed_step"))
         for p in timer.seconds.values()
     ]
     return max(counts, default=0)

@@ -69,7 +69,6 @@ def talker_engine(
     block_size: int = 4,
     num_kv_blocks: int = 512,
     window_k: int = 0,
-    window_admits: bool = False,
     frame_graphs: bool = False,
     decode_graphs: bool = False,
     stream_decode: bool = False,
@@ -107,7 +106,7 @@ def talker_engine(
     runner = ARModelRunner(model, cfg, device, dtype)
     engine = StageEngine(
         "talker",
-        ARScheduler(cfg, window_k=window_k, window_admits=window_admits),
+        ARScheduler(cfg, window_k=window_k),
         runner,
         async_scheduling=async_scheduling,
     )

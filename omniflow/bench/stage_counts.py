@@ -43,7 +43,6 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
         "planned_windows": w.planned,
         "executed_windows": w.executed,
         "executed_steps": w.steps,
-        "admitting_windows": w.admitting,
     }
     flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
     return flat

@@ -3,8 +3,7 @@ each kind took: the question the c128 runs raised (a served 128-row step took 63
 the H200 where the engine alone takes 15.8 ms; docs/performance.md, "Steady state at c128").
 
 A `PhaseTimer` that times only the whole-step phases (`decode_step`: every scheduled request
-decodes, a window counted once; `mixed_step`: anything with a prefill; `admitting_window`: a
-window whose first step prefills new prompts (`window_admits`); `audio_wait`: the wait
+decodes, a window counted once; `mixed_step`: anything with a prefill; `audio_wait`: the wait
 for a step's audio, which the runner leaves decoding when it returns) on the host clock,
 without synchronising the device: each step ends with its codes read back to the host anyway,
 so the wall time of a step is its real duration (its audio wait apart), and timing it
@@ -23,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-STEP_PHASES = ("decode_step", "mixed_step", "admitting_window", "audio_wait")
+STEP_PHASES = ("decode_step", "mixed_step", "audio_wait")
 """Timed on the host clock always. `audio_wait`: the engine waiting for a step's audio after
 the step returned (`worker/step_audio.py`); under sync scheduling a step's full duration is
 its decode or mixed step plus its audio wait, under async the wait overlaps the next step

@@ -115,13 +115,10 @@ def _value(result: dict[str, Any], key: str) -> str:
 
 
 def windows_cell(w: dict[str, int]) -> str:
-    """A job's windows for the summary: executed (their steps), and how many of them
-    admitted new requests when any did (`window_admits`, the number an A/B of it reads)."""
+    """A job's windows for the summary: executed (their steps)."""
     if not w:
         return "-"
-    cell = f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
-    admitting = w.get("admitting_windows", 0)
-    return f"{cell}, {admitting} admitting" if admitting else cell
+    return f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
 
 
 def summarize(directory: Path) -> str:

@@ -199,7 +199,6 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         scheduler=ARScheduler(
             cfg,
             window_k=stage.window_k,
-            window_admits=stage.window_admits,
             playback=playback_clock(stage, ctx),
         ),
         runner=runner,

@@ -1,8 +1,8 @@
 """Build-time rules of an AR stage's decode-step fields: the multi-step window
-(`window_k`), the window's audio chunks (`audio_chunk_frames`), windows on admitting steps
-(`window_admits`) and the prompt graphs (`prompt_graph_tokens`), each resolved (`null` means
-a platform-dependent default) and checked against the stage (docs/architecture.md,
-"Configuration and build-time rules")."""
+(`window_k`), the window's audio chunks (`audio_chunk_frames`), the playback margin that
+sizes windows (`playback_margin_ms`) and the prompt graphs (`prompt_graph_tokens`), each
+resolved (`null` means a platform-dependent default) and checked against the stage
+(docs/architecture.md, "Configuration and build-time rules")."""
 
 from __future__ import annotations
 
@@ -101,20 +101,6 @@ def resolved_audio_chunk_frames(stage: StageConfig) -> int:
     return 0
 
 
-def check_window_admits(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
-    """Admitting into a window needs windows: without them the key could not act."""
-    if not isinstance(stage, ARStageConfig) or not stage.window_admits or k >= 2:
-        return
-    why = (
-        "; null is 8 only where CUDA graphs are captured: set window_k"
-        if stage.window_k is None
-        else ""
-    )
-    errors.append(
-        ConfigError(f"{key}.window_admits", f"requires window_k >= 2 (window_k is {k}){why}")
-    )
-
-
 def resolved_playback_margin(stage: StageConfig, k: int) -> int | None:
     """The margin that sizes this stage's windows (None: no windows, or fixed windows)."""
     if not isinstance(stage, ARStageConfig) or k < 2:
@@ -157,10 +143,6 @@ def check_resident_seqs(key: str, stage: StageConfig, k: int, errors: list[Confi
                 f"playback_margin_ms {stage.playback_margin_ms})",
             )
         )
-
-
-def resolved_window_admits(stage: StageConfig) -> bool:
-    return isinstance(stage, ARStageConfig) and stage.window_admits
 
 
 def check_window(

@@ -47,9 +47,6 @@ class ResolvedStage(Frozen):
     audio_chunk_frames: int = Field(
         description="Frames per decoder pass inside a window (0: one pass at the window's end)."
     )
-    window_admits: bool = Field(
-        description="A window may open on a step that admits new requests (AR only)."
-    )
     playback_margin_ms: int | None = Field(
         None,
         description="Windows sized by playback slack with this margin (None: fixed window_k).",
@@ -121,4 +118,4 @@ def _printed(stage: ResolvedStage) -> dict[str, Any]:
 
 
 AR_ONLY = tuple(set(ARStageConfig.model_fields) - set(GenerationStageConfig.model_fields))
-"""Keys of an AR stage's schema that a generation stage's lacks (e.g. `window_admits`)."""
+"""Keys of an AR stage's schema that a generation stage's lacks (e.g. `audio_chunk_frames`)."""

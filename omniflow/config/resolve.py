@@ -12,11 +12,9 @@ from omniflow.config.decode_rules import (
     check_prompt_graphs,
     check_resident_seqs,
     check_window,
-    check_window_admits,
     resolved_audio_chunk_frames,
     resolved_playback_margin,
     resolved_prompt_graph_tokens,
-    resolved_window_admits,
     resolved_window_k,
 )
 from omniflow.config.graph import ResolvedStage, StageGraph, receives_chunks
@@ -71,7 +69,6 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             _check_kv_capacity(key, stage, errors)
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, resolved_window_k(stage, cap, platform), errors)
-            check_window_admits(key, stage, resolved_window_k(stage, cap, platform), errors)
             check_resident_seqs(key, stage, resolved_window_k(stage, cap, platform), errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
@@ -82,7 +79,6 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             window_k=resolved_window_k(stage, cap, platform),
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
             audio_chunk_frames=resolved_audio_chunk_frames(stage),
-            window_admits=resolved_window_admits(stage),
             playback_margin_ms=resolved_playback_margin(
                 stage, resolved_window_k(stage, cap, platform)
             ),

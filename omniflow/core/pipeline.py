@@ -80,8 +80,6 @@ class WindowCounters:
     executed: int
     steps: int
     refusals: dict[str, int] = field(default_factory=dict)
-    admitting: int = 0
-    """Planned windows whose first step admitted new requests (`window_admits`)."""
     sizes: dict[int, int] = field(default_factory=dict)
     """Planned windows by their length in steps (slack-sized windows vary)."""
 
@@ -167,8 +165,8 @@ class PipelineStats:
 
 class PhaseTimer(Protocol):
     """Times named phases of a stage's step (benchmarks): `with timer.phase(stage, name):`.
-    Phases: `decode_step` / `mixed_step` / `admitting_window` (a whole execute; decode: every
-    request computes its next token; admitting: a window whose first step is a mixed step),
+    Phases: `decode_step` / `mixed_step` (a whole execute; decode: every request computes its
+    next token),
     `forward` (decode rows), `prefill_layout` (a mixed step's prefill inputs, host) and
     `prefill` (its prefill forward), `sample` (the frame, code predictor included), `audio`."""
 

@@ -35,7 +35,6 @@ from omniflow.sched.ar_admission import (
     SeatGaps,
     admissible_waiting,
     first_audio_wait_s,
-    hold_for_window,
 )
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens
@@ -59,7 +58,6 @@ class ARScheduler:
         self,
         config: SchedulerConfig,
         window_k: int = 0,
-        window_admits: bool = False,
         playback: PlaybackClock | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -69,8 +67,6 @@ class ARScheduler:
         self.playback = playback
         """Sizes windows by each stream's slack (`sched/playback.py`); None: window_k."""
         self.window_k = window_k
-        self.window_admits = window_admits
-        """A window may open on a step that admits new requests (`sched/window.py`)."""
         self.window_stats = WindowStats()
         self._outstanding: dict[str, int] = {}
         """Requests with a window in flight (the fence), held until update() reconciles it."""
@@ -218,11 +214,9 @@ class ARScheduler:
         # The room a waiting context would have next step: what the running requests leave
         # now, less one token for each request admitted below (it decodes next step).
         room = budget
-        hold = hold_for_window(self.running, self._paused, self._outstanding, self.window_admits)
         for req in list(self.waiting):
             if (
-                hold
-                or budget <= 0
+                budget <= 0
                 or preempted_now
                 or len(self.running) >= residents
                 or len(scheduled) >= rows
@@ -256,18 +250,11 @@ class ARScheduler:
                 Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
-            waiting=admissible_waiting(
-                self.waiting,
-                self._paused,
-                len(self.running),
-                self.config.max_num_seqs,
-                self.window_admits,
-            ),
+            waiting=admissible_waiting(self.waiting, self._paused),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,
             stats=self.window_stats,
-            admits=self.window_admits,
             slack_k=self._slack_k(scheduled),
         )
         for rid, k in window.items():

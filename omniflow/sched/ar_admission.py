@@ -1,47 +1,20 @@
 """How windows and admissions trade off in the AR scheduler (`sched/window.py` plans the
-window itself): which waiting requests keep a window from opening, and when waiting ones are
-held back so they can join a window instead of being prefilled alone; and how long a new
+window itself): which waiting requests keep a window from opening; and how long a new
 request would wait to be seated (admission control by deadline)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 
 from omniflow.core.request import Request
 from omniflow.sched.live_input import playing
 from omniflow.sched.playback import PlaybackClock
 
 
-def admissible_waiting(
-    waiting: Iterable[Request],
-    paused: Collection[str],
-    num_running: int,
-    max_num_seqs: int,
-    window_admits: bool,
-) -> int:
+def admissible_waiting(waiting: Iterable[Request], paused: Collection[str]) -> int:
     """Waiting requests that keep a window from opening (it would delay their admission by its
-    k steps); paused ones never count. With `window_admits` none counts while every seat is
-    taken: none could enter before a running one ends, so refusing the window would only
-    single-step the running rows; they are admitted at the window's end instead."""
-    if window_admits and num_running >= max_num_seqs:
-        return 0
+    k steps); paused and text-starved ones never count."""
     return sum(1 for r in waiting if r.request_id not in paused and r.input_room != 0)
-
-
-def hold_for_window(
-    running: Iterable[Request],
-    paused: Collection[str],
-    outstanding: Mapping[str, int],
-    window_admits: bool,
-) -> bool:
-    """With `window_admits`: while every running request (paused ones aside) has a window in
-    flight, waiting ones are not admitted alone but into a window beside the running rows
-    after its update. Under async scheduling the next step is planned while a window runs, so
-    an arrival would otherwise always be prefilled in a step of its own and never join one."""
-    if not window_admits:
-        return False
-    unpaused = [r for r in running if r.request_id not in paused]
-    return bool(unpaused) and all(r.request_id in outstanding for r in unpaused)
 
 
 SEAT_EWMA = 0.1

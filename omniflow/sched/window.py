@@ -2,9 +2,9 @@
 and the counters (docs/architecture.md: multi-step windows).
 
 A window merges up to K decode steps of every scheduled request into one scheduling round;
-the runner replays them inside one execute, feeding each sampled token into the next. With
-`window_admits` a window also opens on a step that admits new requests: their prompts are
-prefilled whole in its first step (a mixed step) and they decode with the others after it. It is
+the runner replays them inside one execute, feeding each sampled token into the next. Every
+row decodes: a step that admits new requests stays a single step, so their first audio comes
+after one step, not a window (an arrival also ends a running window, `core/arrivals.py`). It is
 real sampling, so a window's tokens equal the single-step tokens whenever the batch
 composition is the same step by step. Every refusal falls back to the exact single step.
 """
@@ -26,8 +26,6 @@ class WindowStats:
     planned_windows: int = 0
     executed_windows: int = 0
     executed_steps: int = 0
-    admitting_windows: int = 0
-    """Planned windows whose first step admits new requests (`window_admits`)."""
     refusals: Counter[str] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)
     """Planned windows by length (the longest request's steps)."""
@@ -35,7 +33,7 @@ class WindowStats:
     def counters(self) -> WindowCounters:
         """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
         done = (self.planned_windows, self.executed_windows, self.executed_steps)
-        return WindowCounters(*done, dict(self.refusals), self.admitting_windows, dict(self.sizes))
+        return WindowCounters(*done, dict(self.refusals), dict(self.sizes))
 
 
 @dataclass(frozen=True)
@@ -59,18 +57,16 @@ def plan_window(
     max_model_len: int,
     kv: KVCacheManager,
     stats: WindowStats,
-    admits: bool = False,
     slack_k: int | None = None,
 ) -> tuple[dict[str, int], dict[str, list[int]]]:
     """Gate 2: open a window only when it is exact and safe. Returns ({request: k_r, the
     frames it samples}, {request: extra block ids}); ({}, {}) means single step (the refusal
-    is counted). A request computes its single-step tokens plus k_r - 1: a decoding one k_r,
-    one admitted into the window (`admits`) the rest of its prompt, then k_r - 1 decode
-    steps. `slack_k`: the most steps the streams' playback slack allows (`sched/playback.py`);
-    a window it would cut below 2 steps is refused as `slack`."""
+    is counted). A decoding request computes k_r tokens. `slack_k`: the most steps the
+    streams' playback slack allows (`sched/playback.py`); a window it would cut below 2
+    steps is refused as `slack`."""
     if k < 2 or not candidates:
         return {}, {}
-    reason = _refusal(candidates, waiting, admits)
+    reason = _refusal(candidates, waiting)
     if reason is not None:
         stats.refusals[reason] += 1
         return {}, {}
@@ -113,7 +109,6 @@ def plan_window(
         extra[rid] = blocks
     stats.planned_windows += 1
     stats.sizes[max(sizes.values())] += 1
-    stats.admitting_windows += any(_prefills(c) for c in candidates)
     return sizes, extra
 
 
@@ -124,25 +119,14 @@ def _prefills(c: Candidate) -> bool:
     return c.is_new or c.computed_before < c.request.prompt_len or c.num_tokens != 1
 
 
-def _refusal(candidates: list[Candidate], waiting: int, admits: bool) -> str | None:
-    """Why the step stays a single step, or None. Without `admits` every row must decode;
-    with it, a row may instead finish its prompt (or a preempted request's recompute) whole
-    in the window's first step, beside at least one decoding row: a step of arrivals alone
-    stays single, so a lone request's first audio comes after one step, not a window."""
+def _refusal(candidates: list[Candidate], waiting: int) -> str | None:
+    """Why the step stays a single step, or None: a request waits to be seated, or a row
+    does not decode its next token (a new request, a prompt, a preempted recompute)."""
     if waiting:
         return "waiting"
-    decoding = False
     for c in candidates:
-        r = c.request
-        if _prefills(c):  # the last prefill token opens a window only when it is admitted
-            if not admits:
-                return "new_request" if c.is_new else "prefill"
-            if c.computed_before + c.num_tokens != r.num_tokens:
-                return "prefill"  # a context split across steps samples nothing this step
-            continue
-        if c.computed_before + 1 != r.num_tokens:
+        if _prefills(c):
+            return "new_request" if c.is_new else "prefill"
+        if c.computed_before + 1 != c.request.num_tokens:
             return "not_at_end"
-        decoding = True
-    if not decoding:  # nothing to admit beside: named as without `admits`
-        return "new_request" if any(c.is_new for c in candidates) else "prefill"
     return None

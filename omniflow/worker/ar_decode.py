@@ -20,13 +20,11 @@ def decode_steps(
     ks: dict[str, int],
     step_id: int,
     audio_chunk_frames: int,
-    done: list[SampledStep] | None = None,
     arrived: Callable[[], bool] = lambda: False,
 ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
     """Request r computes up to ks[r] tokens and leaves at its k or at a stop token; the layout
     is built once and only shrinks. Returns the outputs (steps concatenated), their audio
-    still being decoded, and the number of steps run. `done`: steps of the same window already
-    sampled (an admitting window's mixed first step), whose audio goes with these.
+    still being decoded, and the number of steps run.
 
     Overlap: before the host reads step n back, step n+1 is queued for every row still short
     of its k, keyed by the counters the rows will have (`SamplingStaging.prepare(pending=1)`),
@@ -43,7 +41,7 @@ def decode_steps(
     The scheduler rolls the rows' unused steps back as after a stop token."""
     ops.decode_batch.load(reqs, max(ks.values()))
     parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
-    sampled: list[SampledStep] = list(done or [])
+    sampled: list[SampledStep] = []
     chunks: list[PendingAudio] = []  # audio queued before the window's end
     steps = 0
     current: Queued | None = ops.queue_step(reqs, pending=0)

@@ -22,13 +22,13 @@ from omniflow.core.audio import PendingAudio
 from omniflow.core.pipeline import PhaseTimer, PrefillCounters
 from omniflow.core.step import NewRequestData, RequestStepOutput, StepPlan, StepResult
 from omniflow.device.upload import upload_ints
-from omniflow.models.interface import ARModel, FrameSample, KVLayout, SampledStep
+from omniflow.models.interface import ARModel, FrameSample, KVLayout
 from omniflow.sampling.sampler import SamplingStaging
 from omniflow.worker.ar_decode import decode_steps
 from omniflow.worker.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.worker.step_audio import StepAudio
-from omniflow.worker.step_ops import StepOps, concat, sampled_step
-from omniflow.worker.window_gate import first_step_tokens, refused_step, window_refusal
+from omniflow.worker.step_ops import StepOps, sampled_step
+from omniflow.worker.window_gate import refused_step, window_refusal
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class ARModelRunner:
         decode = all(n == 1 or rid in plan.window for rid, n in order) and all(
             rid in self.requests and self.requests[rid].in_decode for rid, _ in order
         )
-        kind = "decode_step" if decode else "admitting_window" if plan.window else "mixed_step"
+        kind = "decode_step" if decode else "mixed_step"
         try:
             with self.ops.phase(kind):
                 if plan.window:
@@ -198,38 +198,9 @@ class ARModelRunner:
                 single[rid] = RequestStepOutput(error=message)
             self._keep_audio(plan.step_id, audio)
             return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
-        firsts = {rid: first_step_tokens(plan, rid) for rid in plan.window}
-        if all(n == 1 and self.requests[rid].in_decode for rid, n in firsts.items()):
-            outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
-        else:
-            outputs, audio, steps = self._admitting_window(dict(plan.window), firsts, plan.step_id)
+        outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
         self._keep_audio(plan.step_id, audio)
         return StepResult(plan.step_id, outputs, window_steps=steps)
-
-    def _admitting_window(
-        self, ks: dict[str, int], firsts: dict[str, int], step_id: int
-    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
-        """A window whose first step is a mixed one (new prompts prefilled beside one decode
-        token of the running rows); the rest decode on the decode path, and one decoder pass
-        covers it all, so the running rows make a window's k frames, not one (docs/engine.md,
-        "Windows that admit")."""
-        sampled = self._mixed_sample(list(firsts.items()))
-        if sampled is None:  # gate 3 passed it: every row reaches the end of its known tokens
-            raise RuntimeError("an admitting window's first step sampled no row")
-        reqs, sample = sampled
-        outputs = self.ops.record(reqs, sample)
-        first = sampled_step(reqs, sample)
-        rest = {
-            r.request_id: ks[r.request_id] - 1
-            for r, token in zip(reqs, sample.tokens, strict=True)
-            if ks[r.request_id] > 1 and token not in r.sampling.stop_token_ids
-        }
-        if not rest:
-            return outputs, self.ops.audio([first], [], step_id), 1
-        more, audio, steps = self._decode(rest, step_id, done=[first])
-        for rid, out in more.items():
-            outputs[rid] = concat([outputs[rid], out])
-        return outputs, audio, steps + 1
 
     # ------------------------------------------------------------------ steps
 
@@ -290,10 +261,10 @@ class ARModelRunner:
         return sampled, self.ops.sample(torch.cat(hidden), sampled)
 
     def _decode(
-        self, ks: dict[str, int], step_id: int, done: list[SampledStep] | None = None
+        self, ks: dict[str, int], step_id: int
     ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
         """The decode path (`worker/ar_decode.py`) over the rows of `ks`."""
         reqs = [self.requests[rid] for rid in ks]
         return decode_steps(
-            self.ops, reqs, ks, step_id, self.audio_chunk_frames, done, self.arrivals.pending
+            self.ops, reqs, ks, step_id, self.audio_chunk_frames, self.arrivals.pending
         )

@@ -12,26 +12,18 @@ from omniflow.core.step import StepPlan
 from omniflow.worker.inputs import RunnerRequest
 
 
-def first_step_tokens(plan: StepPlan, rid: str) -> int:
-    """Tokens a window row computes in the window's first step (`StepPlan.window`): 1 for a
-    row in decode, the rest of its known tokens for a row the window admits."""
-    return plan.num_scheduled_tokens[rid] - plan.window[rid] + 1
-
-
 def window_refusal(plan: StepPlan, requests: Mapping[str, RunnerRequest]) -> str | None:
-    """Why the runner cannot run `plan`'s window, or None. Every row must sample at every
-    step of the window: its first step is one decode token, or (admitted) exactly the rest
-    of its known tokens."""
+    """Why the runner cannot run `plan`'s window, or None. Every row must be decoding and
+    compute one token in the window's first step, so that it samples at every step."""
     if set(plan.num_scheduled_tokens) != set(plan.window):
         return "partial_window"
     for rid, k in plan.window.items():
         r = requests.get(rid)
         if r is None:
             return "unknown_request"
-        first = first_step_tokens(plan, rid)
-        if k < 1 or first < 1 or (r.in_decode and first != 1):
+        if k < 1 or plan.num_scheduled_tokens[rid] != k:
             return "plan_mismatch"
-        if not r.in_decode and r.num_computed + first != r.num_tokens:
+        if not r.in_decode:
             return "not_in_decode"
     return None
 
@@ -40,12 +32,10 @@ def refused_step(
     plan: StepPlan, requests: Mapping[str, RunnerRequest]
 ) -> tuple[list[tuple[str, int]], dict[str, str]]:
     """The single step a refused window runs: (each row's tokens, in plan order; an error
-    for each row it cannot run). A row in decode computes one token; an admitted row its
-    first step's tokens, when they end its known tokens; a row outside the window its
-    planned tokens. A row that would sample nothing (or
-    run past what it holds) gets an error instead: the scheduler reconciles a window as if
-    every row sampled in its first step, and would otherwise fall out of step with the
-    runner by a token. The scheduler's own gate never plans such a row."""
+    for each row it cannot run). A row in decode computes one token; a row outside the
+    window its planned tokens. A window row still in its prompt gets an error instead: the
+    scheduler reconciles a window as if every row sampled in its first step, and would
+    otherwise fall out of step with the runner. The scheduler's own gate never plans one."""
     order: list[tuple[str, int]] = []
     errors: dict[str, str] = {}
     for rid in plan.num_scheduled_tokens:
@@ -56,8 +46,6 @@ def refused_step(
             order.append((rid, 1))
         elif rid not in plan.window:  # a partial window: this row's single step as planned
             order.append((rid, plan.num_scheduled_tokens[rid]))
-        elif r.num_computed + first_step_tokens(plan, rid) == r.num_tokens:
-            order.append((rid, first_step_tokens(plan, rid)))
         else:
-            errors[rid] = f"{rid}: the window plan does not end its known tokens"
+            errors[rid] = f"{rid}: a window row must be decoding; this one is in its prompt"
     return order, errors

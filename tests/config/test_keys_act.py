@@ -32,7 +32,6 @@ READ: dict[str, tuple[str, str]] = {
     f"{S}.window_k": ("build/qwen3_tts.py", "window_k"),
     f"{S}.prompt_graph_tokens": ("build/qwen3_tts.py", "prompt_graph_tokens"),
     f"{S}.audio_chunk_frames": ("build/qwen3_tts.py", "audio_chunk_frames"),
-    f"{S}.window_admits": ("build/qwen3_tts.py", "window_admits"),
     f"{S}.playback_margin_ms": ("build/qwen3_tts.py", "playback_margin_ms"),
     f"{S}.stream_decode": ("build/qwen3_tts.py", "stream_decode"),
     f"{S}.receives_chunks": ("build/qwen3_tts.py", "receives_chunks"),

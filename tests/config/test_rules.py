@@ -332,34 +332,13 @@ def test_dummy_load_with_a_path_is_refused():
     assert err.key == "model.path"
 
 
-# ------------------------------------------------------------------------------ window_admits
-
-ADMITS = "pipeline.stages.talker.window_admits"
+# ------------------------------------------------------------------- window_admits, removed
 
 
-def test_window_admits_acts_with_a_window_and_is_off_by_default():
-    assert (
-        graph(*FUSED, "pipeline.stages.talker.window_k=4", f"{ADMITS}=true")
-        .stages["talker"]
-        .window_admits
-    )
-    assert not graph(*FUSED, "pipeline.stages.talker.window_k=4").stages["talker"].window_admits
-    # the fused pipeline's `window_k: null` is 8 on CUDA with graphs
-    assert (
-        graph("pipeline=qwen3_tts_fused", "platform=cuda", f"{ADMITS}=true")
-        .stages["talker"]
-        .window_admits
-    )
-
-
-@pytest.mark.parametrize(
-    ("overrides", "hint"),
-    [
-        ((*FUSED, f"{ADMITS}=true"), True),  # null resolves to 0 on the CPU
-        ((*TWO, "pipeline.stages.talker.window_k=0", f"{ADMITS}=true"), False),
-    ],
-)
-def test_window_admits_without_a_window_is_refused(overrides, hint):
-    err = refused(*overrides)
-    assert err.key == ADMITS and "requires window_k >= 2 (window_k is 0)" in err.reason
-    assert ("null is 8 only where CUDA graphs are captured" in err.reason) == hint
+def test_the_removed_window_admits_key_is_refused_by_name():
+    """Windows that admit new prompts cost closed-loop throughput and delayed arrivals'
+    first audio (docs/performance.md); the key went, and setting it is an error naming it."""
+    with pytest.raises(ConfigError) as exc:
+        compose([*FUSED, "pipeline.stages.talker.window_admits=true"])
+    assert "pipeline.stages.talker.window_admits" in str(exc.value)
+    assert "no such key" in str(exc.value)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from tests.sched.test_ar_scheduler import EOS, FakeRunner, req, sched
 
@@ -160,14 +158,7 @@ def test_eos_inside_a_window_ends_the_request_and_frees_everything():
     assert s.window_stats.executed_windows == 1 and s.window_stats.executed_steps == 3
 
 
-# ------------------------------------------------------------- windows that admit (window_admits)
-
-
-def admitting_sched(**kw):
-    s = sched(**kw)
-    s.window_k = 4
-    s.window_admits = True
-    return s
+# ------------------------------------------------------------------ windows and arrivals
 
 
 def a_decoding(s, runner: WindowRunner, **a) -> None:
@@ -176,27 +167,9 @@ def a_decoding(s, runner: WindowRunner, **a) -> None:
     step(s, runner)
 
 
-def test_a_window_admits_a_new_prompt_beside_a_decoding_request():
-    s = admitting_sched()
-    s.add_request(req("a", prompt_len=8, max_new=20))
-    r = WindowRunner()
-    p, _ = step(s, r)  # a alone: arrivals alone stay a single step (first audio at once)
-    assert not p.window and s.window_stats.refusals["new_request"] == 1
-    s.add_request(req("b", prompt_len=6, max_new=20))
-    p = s.schedule()
-    # b: its whole prompt in the first step, then 3 decode steps; a: 4 decode steps
-    assert dict(p.window) == {"a": 4, "b": 4}
-    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 6 + 3}
-    b = s.requests["b"]
-    assert b.num_placeholders == 4 and b.num_computed_tokens == 9 == b.num_tokens - 1
-    assert len(s.kv.block_ids("b")) == s.kv.blocks_for(9)
-    outs = s.update(p, r.execute(p))
-    assert {o.request_id: len(o.tokens) for o in outs} == {"a": 4, "b": 4}
-    assert b.num_placeholders == 0 and b.num_computed_tokens + 1 == b.num_tokens == 10
-    assert s.window_stats.admitting_windows == 1 and s.window_stats.planned_windows == 1
-
-
-def test_without_window_admits_an_arrival_makes_a_single_step():
+def test_an_arrival_makes_a_single_step():
+    """A new prompt beside a decoding request: a single mixed step, never a window (its
+    first audio comes after one step)."""
     s = sched()
     s.window_k = 4
     r = WindowRunner()
@@ -204,141 +177,51 @@ def test_without_window_admits_an_arrival_makes_a_single_step():
     s.add_request(req("b", prompt_len=6, max_new=20))
     p, _ = step(s, r)
     assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 6}
-    assert s.window_stats.admitting_windows == 0
+    assert s.window_stats.refusals["new_request"] == 2  # a's first step, then b's
 
 
-def test_a_prompt_split_across_steps_is_never_admitted():
-    """b's prompt (40) exceeds the step's budget: its first chunk samples nothing, so the
-    step stays single for everyone; its last chunk is admitted once it fits whole."""
-    s = admitting_sched(max_num_batched_tokens=32)
-    r = WindowRunner()
-    a_decoding(s, r, max_new=30)
-    s.add_request(req("b", prompt_len=40, max_new=30))
-    p, _ = step(s, r)
-    assert not p.window and dict(p.num_scheduled_tokens) == {"a": 1, "b": 31}
-    assert s.window_stats.refusals["prefill"] == 1
-    p, _ = step(s, r)  # b's last 9 tokens, whole: admitted
-    assert dict(p.window) == {"a": 4, "b": 4}
-    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 9 + 3}
-
-
-def test_an_admitted_request_that_stops_at_its_first_token_frees_everything():
-    s = admitting_sched()
-    r = WindowRunner(script={"b": [EOS]})
-    a_decoding(s, r)
-    s.add_request(req("b", prompt_len=6, max_new=20, min_new_tokens=0))
-    p, outs = step(s, r)
-    assert dict(p.window) == {"a": 4, "b": 4}
-    ends = {o.request_id: (o.tokens, o.finish_reason) for o in outs}
-    assert ends["b"] == ((EOS,), "stop") and len(ends["a"][0]) == 4
-    assert "b" not in s.requests and s.kv.block_ids("b") == ()
-    assert s.kv.num_used_blocks == s.kv.blocks_for(s.requests["a"].num_computed_tokens)
-
-
-def test_a_refused_admitting_window_keeps_the_prefill_and_one_token():
-    s = admitting_sched(block_size=2)
-    r = WindowRunner(refuse=True)
-    a_decoding(s, r)
-    s.add_request(req("b", prompt_len=6, max_new=20))
-    a = s.requests["a"]
-    a_before = a.num_computed_tokens
-    p, outs = step(s, r)
-    assert dict(p.window) == {"a": 4, "b": 4}
-    b = s.requests["b"]
-    assert {o.request_id: len(o.tokens) for o in outs} == {"a": 1, "b": 1}
-    assert a.num_computed_tokens == a_before + 1 and b.num_computed_tokens == 6
-    assert b.num_placeholders == 0 == a.num_placeholders
-    for x in (a, b):
-        assert len(s.kv.block_ids(x.request_id)) == s.kv.blocks_for(x.num_computed_tokens)
-
-
-def test_a_one_token_last_chunk_is_admitted_and_counted():
-    s = admitting_sched(max_num_batched_tokens=32)
-    r = WindowRunner()
-    a_decoding(s, r, max_new=30)
-    s.add_request(req("b", prompt_len=32, max_new=30))
-    p, _ = step(s, r)  # a's token and b's first 31
-    assert dict(p.num_scheduled_tokens) == {"a": 1, "b": 31} and not p.window
-    p, _ = step(s, r)  # b's last prompt token, admitted
-    assert dict(p.window) == {"a": 4, "b": 4}
-    assert dict(p.num_scheduled_tokens) == {"a": 4, "b": 1 + 3}
-    assert s.window_stats.admitting_windows == 1
-
-
-def test_a_lone_last_chunk_is_refused_as_prefill_not_as_new():
-    s = admitting_sched(max_num_batched_tokens=16)
+def test_a_split_prompt_is_refused_as_new_then_as_prefill():
+    s = sched(max_num_batched_tokens=16)
+    s.window_k = 4
     s.add_request(req("b", prompt_len=24, max_new=30))
     r = WindowRunner()
-    step(s, r)  # b's first 16 of a split prompt: `prefill`
-    p, _ = step(s, r)  # its last 8, alone: nothing to admit it beside, and b is not new
+    step(s, r)  # b's first 16 of a split prompt: `new_request`
+    p, _ = step(s, r)  # its last 8: b is not new
     assert not p.window
-    assert dict(s.window_stats.refusals) == {"prefill": 2}
+    assert dict(s.window_stats.refusals) == {"new_request": 1, "prefill": 1}
 
 
-@pytest.mark.parametrize("admits", [False, True])
-def test_arrivals_wait_for_the_window_in_flight_only_when_it_admits(admits):
-    """Async scheduling plans the next step before a window's update: with `window_admits`
-    an arrival is held back while every running request is fenced (the plan is empty), and
-    the plan after the update admits it beside them; without, it is prefilled alone."""
+def test_an_arrival_during_a_window_in_flight_is_prefilled_at_once():
+    """Async scheduling plans the next step before a window's update: an arrival is
+    prefilled alone beside the fenced window, and decodes in the next window with it."""
     s = sched()
     s.window_k = 4
-    s.window_admits = admits
     r = WindowRunner()
     a_decoding(s, r, max_new=30)
     window = s.schedule()
     assert dict(window.window) == {"a": 4}
     s.add_request(req("b", prompt_len=6, max_new=30))
     during = s.schedule()  # a is fenced
-    assert dict(during.num_scheduled_tokens) == ({} if admits else {"b": 6})
+    assert dict(during.num_scheduled_tokens) == {"b": 6}
     s.update(window, r.execute(window))
     s.update(during, r.execute(during))
     after = s.schedule()
-    if admits:
-        assert dict(after.window) == {"a": 4, "b": 4}
-        assert dict(after.num_scheduled_tokens) == {"a": 4, "b": 6 + 3}
-    else:
-        assert dict(after.window) == {"a": 4, "b": 4}  # b decodes: an ordinary window
-        assert dict(after.num_scheduled_tokens) == {"a": 4, "b": 4}
+    assert dict(after.window) == {"a": 4, "b": 4}  # b decodes: an ordinary window
+    assert dict(after.num_scheduled_tokens) == {"a": 4, "b": 4}
 
 
-def test_a_paused_request_neither_holds_arrivals_nor_lets_them_past_the_window():
-    """Held while every *unpaused* running request is fenced: with 'a' in its window and
-    'c' paused (not stepping), 'b' waits for a's window; with 'a' paused too, nothing is
-    stepping and 'b' is planned at once."""
-    s = admitting_sched()
-    for rid in ("a", "c"):
-        s.add_request(req(rid, prompt_len=8, max_new=30))
-    r = WindowRunner()
-    step(s, r)
-    s.pause("c")
-    window = s.schedule()
-    assert dict(window.window) == {"a": 4}
-    s.add_request(req("b", prompt_len=6, max_new=30))
-    assert s.schedule().is_empty  # b held for a's window
-    s.update(window, r.execute(window))
-    s.pause("a")
-    p = s.schedule()
-    assert dict(p.num_scheduled_tokens) == {"b": 6}
-
-
-@pytest.mark.parametrize("admits", [False, True])
-def test_a_queue_beyond_the_seats_closes_windows_only_without_admits(admits):
-    """Two seats, three requests: c waits for a seat. Without `window_admits` the waiting
-    queue refuses every window (the gate's rule); with it, c could not enter before a or b
-    ends anyway, so the window opens, and c is admitted when a seat frees."""
+def test_a_queue_beyond_the_seats_closes_windows():
+    """Two seats, three requests: c waits for a seat, and the waiting queue refuses every
+    window (the gate's rule), so c is admitted at the first step a seat frees."""
     s = sched(max_num_seqs=2)
     s.window_k = 4
-    s.window_admits = admits
     s.add_request(req("a", prompt_len=8, max_new=6))
     s.add_request(req("b", prompt_len=8, max_new=30))
     s.add_request(req("c", prompt_len=8, max_new=30))
     r = WindowRunner()
     step(s, r)  # a and b prefilled; c waits for a seat
     p, _ = step(s, r)
-    if admits:
-        assert dict(p.window) == {"a": 4, "b": 4}
-    else:
-        assert not p.window and s.window_stats.refusals["waiting"] == 2
+    assert not p.window and s.window_stats.refusals["waiting"] == 2
     plans, _ = run_plans(s, r)
     admitted = next(q for q in plans if "c" in q.num_scheduled_tokens)
     assert admitted.num_scheduled_tokens["c"] >= 8  # c's prompt, once a finished

@@ -90,9 +90,7 @@ class FakePipeline:
             dead = set(self._dead)
         first, second = self._info.stages
         windows = (
-            WindowCounters(steps, 0, 0, {"waiting": 1}, admitting=2 * steps, sizes={3: steps})
-            if self._windows
-            else None
+            WindowCounters(steps, 0, 0, {"waiting": 1}, sizes={3: steps}) if self._windows else None
         )
         return PipelineStats(
             in_flight=n,
