@@ -155,6 +155,34 @@ def test_a_tokenizer_that_joins_words_is_caught_when_the_text_ends():
         live.extend("", done=True)
 
 
+@pytest.mark.parametrize(
+    "pieces", [["Hello there", "\nyou."], ["Hello there\n", "you."], ["Hi you ", "all.\n"]]
+)
+def test_a_newline_after_a_committed_word_keeps_the_whole_texts_tokens(tmp_path, pieces):
+    """A BPE tokenizer with Qwen2's "\n\n" merge: a tail that starts with a newline,
+    tokenized alone, would follow the chat frame's newline and merge with it."""
+    import json
+
+    from omniflow.models.qwen3_tts.tokenizer import ROLE_LEN, SUFFIX_LEN, BPETokenizer
+    from tests.models.test_prompt_tokenizer import write_bpe
+
+    write_bpe(tmp_path)
+    vocab = json.loads((tmp_path / "vocab.json").read_text())
+    vocab["ĊĊ"] = len(vocab)
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text((tmp_path / "merges.txt").read_text() + "Ċ Ċ\n")
+    tok = BPETokenizer(tmp_path, (7, 8, 9))
+
+    def body(text: str) -> list[int]:
+        return tok.encode_chat(text)[ROLE_LEN:-SUFFIX_LEN]
+
+    live = LiveText(body, eos_id=9, text=pieces[0])
+    for piece in pieces[1:]:
+        live.extend(piece, done=False)
+    live.extend("", done=True)
+    assert live.ids == body(live.text)
+
+
 def test_an_incremental_request_refuses_the_whole_text_layout():
     _, proc = talker_engine()
     with pytest.raises(PromptError, match="streaming text layout"):

@@ -71,8 +71,8 @@ class LiveText:
         more as a whole when the text ends, to check that."""
         tail = self.text[self.committed_chars :]
         body = tail if self.done else settled_text(tail)
-        ids = self._encode(body) if body.strip() or (self.done and body) else []
-        if not self.done and ids != self._encode(tail)[: len(ids)]:
+        ids = self._tail_ids(body) if body.strip() or (self.done and body) else []
+        if not self.done and ids != self._tail_ids(tail)[: len(ids)]:
             return  # the next characters may still join these tokens: wait for more text
         if self.done and self.ids + ids != self._encode(self.text):
             raise ValueError(
@@ -80,3 +80,12 @@ class LiveText:
             )
         self.ids += ids
         self.committed_chars += len(body)
+
+    def _tail_ids(self, tail: str) -> list[int]:
+        """`tail`'s ids as they are in the whole text: encoded after the committed part's
+        last character (a word's end, where the tokenizer splits), whose ids are dropped.
+        Alone, a tail's leading newline would follow the chat frame's own and merge with it."""
+        if self.committed_chars == 0:
+            return self._encode(tail)
+        anchor = self.text[self.committed_chars - 1]
+        return self._encode(anchor + tail)[len(self._encode(anchor)) :]
