@@ -65,8 +65,7 @@ class StepPlan:
     total_num_tokens: int = 0
     window: Mapping[str, int] = field(default_factory=dict)
     """Multi-step window: the frames each request samples in it (k); empty when no window is
-    open. A request's scheduled tokens are its first step's (1 when it decodes; the rest of
-    its prompt when the window admits it) plus k - 1."""
+    open. Every window row decodes, so its scheduled tokens are k."""
     chunks: Mapping[str, Any] = field(default_factory=dict)
     """Chunk-receiving stages: the received chunk each scheduled request consumes."""
 

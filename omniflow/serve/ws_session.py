@@ -15,7 +15,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from omniflow.serve.errors import ApiError, clip
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
-from omniflow.serve.reference_gate import Place
+from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
 from omniflow.serve.request_body import parse_json
 from omniflow.serve.sentences import SentenceBuffer
 from omniflow.serve.text import check_printable
@@ -142,31 +142,41 @@ class Session(Speaker):
             )
             return
         try:
-            payload = parse_json(text.encode("utf-8", "surrogatepass"))
-            if not isinstance(payload, dict):
-                raise ApiError(400, f"a message is a JSON object, not {type(payload).__name__}")
-            kind = payload.get("type")
-            if kind not in MESSAGE_TYPES:
-                known = ", ".join(MESSAGE_TYPES)
-                what = "no type" if kind is None else f"unknown type {clip(str(kind))!r}"
-                raise ApiError(400, f"message of {what}; known: {known}", "type")
-            if kind == "session.close":
-                await self.close(CLOSE_NORMAL, "closed by the client")
-                raise SessionEnded("session.close")
-            if kind == "session.config":
-                await self.configure(payload)
-            elif self.template is None:
-                raise ApiError(400, f"{kind} before session.config: configure the session first")
-            elif kind == "input.text":
-                self.take_text(payload)
-            elif kind == "input.done":
-                self.end_utterance()
-            else:
-                await self.cancel()
+            with Place(self.service.references) as place:
+                await self.dispatch(text.encode("utf-8", "surrogatepass"), place)
         except ApiError as err:
             await self.refuse(err)
 
-    async def configure(self, payload: dict[str, Any]) -> None:
+    async def dispatch(self, raw: bytes, place: Place) -> None:
+        """One message. One large enough to carry a reference takes a place of the reference
+        gate and is parsed on its threads, as an HTTP body is (`serve/reference_gate.py`):
+        megabytes of JSON on the event loop would stall every other client."""
+        if len(raw) > REFERENCE_BODY_BYTES:
+            payload = await self.service.references.run(place, parse_json, raw)
+        else:
+            payload = parse_json(raw)
+        if not isinstance(payload, dict):
+            raise ApiError(400, f"a message is a JSON object, not {type(payload).__name__}")
+        kind = payload.get("type")
+        if kind not in MESSAGE_TYPES:
+            known = ", ".join(MESSAGE_TYPES)
+            what = "no type" if kind is None else f"unknown type {clip(str(kind))!r}"
+            raise ApiError(400, f"message of {what}; known: {known}", "type")
+        if kind == "session.close":
+            await self.close(CLOSE_NORMAL, "closed by the client")
+            raise SessionEnded("session.close")
+        if kind == "session.config":
+            await self.configure(payload, place)
+        elif self.template is None:
+            raise ApiError(400, f"{kind} before session.config: configure the session first")
+        elif kind == "input.text":
+            self.take_text(payload)
+        elif kind == "input.done":
+            self.end_utterance()
+        else:
+            await self.cancel()
+
+    async def configure(self, payload: dict[str, Any], place: Place) -> None:
         if self.speaking() or self.received:
             raise ApiError(
                 400,
@@ -212,17 +222,22 @@ class Session(Speaker):
                 "non_streaming_mode out or false",
                 "non_streaming_mode",
             )
-        clone = saved
-        if clone is None and body.task_type == "Base":  # a reference of its own: encoded once
-            with Place(self.service.references) as place:
-                clone = await self.service.clone_from_reference(body, place)
-        if incremental and clone is not None and clone.ref_codes is not None:
+        in_context = (
+            saved.ref_codes is not None
+            if saved is not None
+            else body.task_type == "Base" and not body.x_vector_only_mode
+        )
+        if incremental and in_context:
+            how = "register the voice with" if saved is not None else "set"
             raise ApiError(
                 400,
                 "an in-context voice clone cannot take incremental text (its prompt holds text "
-                "as long as its reference): register the voice with x_vector_only_mode",
-                "voice",
+                f"as long as its reference): {how} x_vector_only_mode true",
+                "voice" if saved is not None else "x_vector_only_mode",
             )
+        clone = saved
+        if clone is None and body.task_type == "Base":  # a reference of its own: encoded once
+            clone = await self.service.clone_from_reference(body, place)
         self.template, self.clone, self.stream_audio = body, clone, stream_audio
         self.registered = saved is not None
         self.incremental = incremental

@@ -4,6 +4,7 @@ HTTP route speaks the same request (seeded, the same PCM), a registered voice wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -14,6 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
 from tests.serve.conftest import LiveServer, assert_released
 from tests.serve.test_voice_clone_http import audio_file, b64
 from tests.serve.test_websocket import (
@@ -80,26 +82,58 @@ def test_a_registered_voice_speaks_on_a_base_model():
 
 def test_a_reference_in_session_config_clones_as_the_http_route_does():
     """vLLM-Omni's session.config carries ref_audio/ref_text/x_vector_only_mode: the
-    reference is encoded once for the session and every sentence is cloned from it."""
+    reference is encoded once for the session and every sentence is cloned from it. A
+    config large enough to carry a reference is parsed within a place of the reference gate
+    (a 6 s reference is over its size), as an HTTP body is."""
     with LiveServer("model=qwen3_tts_tiny_base") as server:
+        service = server.app.state.service
+        encodings: list[str] = []
+        encode = service.encode_reference
+
+        async def counted(ref_audio, place):
+            encodings.append(ref_audio)
+            return await encode(ref_audio, place)
+
+        service.encode_reference = counted
         ref = b64(audio_file(freq=220.0))
-        for clone in ({"ref_text": "A low tone."}, {"x_vector_only_mode": True}):
-            fields = {"ref_audio": ref, **clone, **FIXED}
-            got = ws_pcm(server, "Cloned.", **fields)
-            assert got == http_pcm(server, "Cloned.", **fields)
+        long_ref = b64(audio_file(freq=220.0, seconds=6.0))
+        assert len(long_ref) > REFERENCE_BODY_BYTES
+        for clone in (
+            {"ref_audio": ref, "ref_text": "A low tone."},
+            {"ref_audio": long_ref, "x_vector_only_mode": True},
+        ):
+            fields = {**clone, **FIXED}
+            got = ws_pcm(server, "Cloned. Twice over.", **fields)
+            assert len(encodings) == 1  # once for the session, not once a sentence
+            each = [http_pcm(server, sentence, **fields) for sentence in ("Cloned.", "Twice over.")]
+            assert got == b"".join(each)
+            encodings.clear()
         with connect(ws_url(server)) as ws:
             configure(ws, ref_audio="data:audio/wav;base64,AAAA", ref_text="x")
             err = event(ws)
             assert err["type"] == "error" and err["param"] == "ref_audio", err
+            encodings.clear()
             configure(ws, ref_audio=ref, ref_text="A low tone.", incremental=True)
             err = event(ws)  # an in-context clone's prompt holds text as long as its reference
-            assert err["param"] == "voice" and "x_vector_only_mode" in err["message"], err
+            assert (
+                err["param"] == "x_vector_only_mode" and "set x_vector_only_mode" in err["message"]
+            ), err
+            assert not encodings  # refused before the reference was encoded
+            with contextlib.ExitStack() as held:  # every place taken: a large one is a 429
+                for _ in range(service.references.places):
+                    held.enter_context(Place(service.references)).take()
+                configure(ws, ref_audio=long_ref, x_vector_only_mode=True)
+                err = event(ws)
+                assert err["code"] == "429" and err["param"] == "ref_audio", err
+                configure(ws, ref_audio=long_ref, response_format="bogus")
+                err = event(ws)  # not parsed, so not judged: its place comes first
+                assert err["code"] == "429", err
             configure(ws, ref_audio=ref, x_vector_only_mode=True, incremental=True)
             text(ws, "Live.")
             done(ws)
             events, audio, end = utterance(ws)
             assert end["type"] == "session.done" and sum(audio.values()) > 0, events
-        assert server.app.state.service.references.busy == 0  # the place is given back
+        assert service.references.busy == 0  # the places are given back
 
 
 def test_shutdown_closes_sessions_and_aborts_their_speech():
