@@ -19,10 +19,10 @@ from typing import Any
 
 import ray
 import torch
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from omniflow.core.output import StageOutput
-from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
+from omniflow.core.pipeline import NoTimer, PhaseTimer, PipelineUnavailable, StageStats
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
 from omniflow.deploy.stage_wire import Batch, Deferred, FrontendFacts, Prepared, StageFacts
@@ -61,6 +61,8 @@ class RayStage:
         self._open: set[str] = set()
         """Requests admitted here and not ended: each gets one error if the actor dies."""
         self._death: str | None = None
+        self._sent: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        """The sends' results (Ray object refs): the poller raises what one raised."""
         self._stopping = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name=f"{name}-ray-send")
         self._poller = threading.Thread(target=self._poll_loop, name=f"{name}-ray-poll")
@@ -118,7 +120,7 @@ class RayStage:
             batch = [message]
             while not self._outbox.empty() and (message := self._outbox.get()) is not None:
                 batch.append(message)
-            self.actor.send.remote(seq, tuple(batch))  # a dead actor is the poller's to see
+            self._sent.put(self.actor.send.remote(seq, tuple(batch)))  # the poller checks it
             seq += 1
             if message is not None:
                 message = self._outbox.get()
@@ -127,6 +129,7 @@ class RayStage:
         while not self._stopping.is_set():
             try:
                 batch: Batch = ray.get(self.actor.take.remote(POLL_S))
+                self._check_sends()
             except RayError as exc:
                 if not self._stopping.is_set():
                     why = type(exc).__name__
@@ -143,6 +146,17 @@ class RayStage:
                         self._open.discard(out.request_id)
                 if self.on_output is not None:
                     self.on_output(out)
+
+    def _check_sends(self) -> None:
+        """Raise what a finished send raised (RayTaskError): a message the actor could not
+        apply leaves the stage's state unknown, so it is the stage's death."""
+        pending = []
+        while not self._sent.empty():
+            pending.append(self._sent.get())
+        done, rest = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        for ref in rest:
+            self._sent.put(ref)
+        ray.get(done)
 
     def _die(self, reason: str) -> None:
         log.error("%s", reason)
@@ -177,6 +191,8 @@ class RemoteFrontend:
             if isinstance(exc.cause, ValueError):
                 raise exc.cause from None
             raise
+        except RayActorError as exc:  # it died since the liveness check: a 503, not a 500
+            raise PipelineUnavailable(f"the source stage's Ray actor died ({exc})") from None
         return Prepared(speech.request_id)
 
 
@@ -187,7 +203,10 @@ class RemoteReference:
     actor: Any
 
     def encode(self, audio: torch.Tensor) -> EncodedVoice:
-        return ray.get(self.actor.encode_reference.remote(audio))
+        try:
+            return ray.get(self.actor.encode_reference.remote(audio))
+        except RayActorError as exc:
+            raise PipelineUnavailable(f"the source stage's Ray actor died ({exc})") from None
 
 
 @dataclass(frozen=True)

@@ -68,13 +68,15 @@ class Sequencer:
         self.early: dict[int, tuple[EngineMessage, ...]] = {}
 
     def apply(self, seq: int, messages: tuple[EngineMessage, ...], apply: Any) -> None:
-        """Apply this batch and those it unblocks, in order, under the lock."""
+        """Apply this batch and those it unblocks, in order, under the lock. A batch counts
+        as applied before its messages are, so one that raises cannot hold back the rest."""
         with self.lock:
             self.early[seq] = messages
             while self.next in self.early:
-                for message in self.early.pop(self.next):
-                    apply(message)
+                batch = self.early.pop(self.next)
                 self.next += 1
+                for message in batch:
+                    apply(message)
 
 
 class StageActor:
@@ -117,7 +119,19 @@ class StageActor:
             self.prepared[speech.request_id] = request
 
     def send(self, seq: int, messages: tuple[EngineMessage, ...]) -> None:
-        self.sequencer.apply(seq, messages, lambda m: self.engine.send(self._local(m)))
+        self.sequencer.apply(seq, messages, self._apply)
+
+    def _apply(self, message: EngineMessage) -> None:
+        """A request this stage cannot make ends with one error; the others go on."""
+        try:
+            local = self._local(message)
+        except (KeyError, ValueError) as exc:
+            assert isinstance(message, Add)  # only an Add makes a request
+            rid = message.request.request_id
+            error = f"stage {self.name} could not take request {rid}: {exc!r}"
+            self.outbox.output(StageOutput(rid, finished=True, finish_reason="error", error=error))
+            return
+        self.engine.send(local)
 
     def _local(self, message: EngineMessage) -> EngineMessage:
         """An `Add` with its stage request made here; an `Abort` drops a prepared one."""

@@ -169,10 +169,11 @@ class Orchestrator:
                     f"initial_chunk_frames {first} exceeds what stage {name!r} can take in "
                     f"one step ({limit} frames)"
                 )
-        requests = {name: part.make_request(speech) for name, part in self._parts.items()}
         rid = speech.request_id
         if rid in self.router.live:  # a caller's bug (ids are unique): refused while visible
             raise ValueError(f"request id {rid!r} is already running")
+        # After the id check: a stage in an actor keeps what it made until the request's Add.
+        requests = {name: part.make_request(speech) for name, part in self._parts.items()}
         buffered = limits.max_buffered_s
         flow = None if buffered is None else self._flow(speech, buffered)
         # Begun before any stage sees it: the router reads its inbox in order, so the

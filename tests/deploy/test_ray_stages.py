@@ -125,18 +125,3 @@ def test_two_stages_as_ray_actors(staged):
     check_invalid_input_raises_before_anything_is_queued(staged)
     check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged)
     check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged)
-
-
-def test_batches_are_applied_in_the_order_they_were_numbered():
-    """A threaded actor runs its calls in no promised order: a batch that overtakes an
-    earlier one waits for it (no cluster needed)."""
-    from omniflow.deploy.stage_actor import Sequencer
-    from omniflow.engine.messages import Hold, Wake
-
-    applied = []
-    sequencer = Sequencer()
-    sequencer.apply(2, (Hold("c"),), applied.append)
-    sequencer.apply(1, (Hold("b"), Wake()), applied.append)
-    assert applied == []
-    sequencer.apply(0, (Hold("a"),), applied.append)
-    assert applied == [Hold("a"), Hold("b"), Wake(), Hold("c")]

@@ -1,0 +1,56 @@
+"""A stage actor's own logic without a cluster (`deploy/stage_actor.py`): batches applied in
+the order they were numbered, and a message the stage cannot apply ending its request with
+one error while the batches after it go on."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.deploy.stage_actor import Sequencer, StageActor
+from omniflow.deploy.stage_wire import Prepared
+from omniflow.engine.messages import Abort, Add, Hold, Wake
+from tests.factories import speech
+
+
+def test_batches_are_applied_in_the_order_they_were_numbered():
+    """A threaded actor runs its calls in no promised order: a batch that overtakes an
+    earlier one waits for it."""
+    applied = []
+    sequencer = Sequencer()
+    sequencer.apply(2, (Hold("c"),), applied.append)
+    sequencer.apply(1, (Hold("b"), Wake()), applied.append)
+    assert applied == []
+    sequencer.apply(0, (Hold("a"),), applied.append)
+    assert applied == [Hold("a"), Hold("b"), Wake(), Hold("c")]
+
+
+def test_a_batch_that_raises_does_not_hold_back_the_next():
+    applied = []
+
+    def apply(message):
+        if message == Hold("bad"):
+            raise KeyError("bad")
+        applied.append(message)
+
+    sequencer = Sequencer()
+    with pytest.raises(KeyError):
+        sequencer.apply(0, (Hold("bad"),), apply)
+    sequencer.apply(1, (Hold("next"),), apply)
+    assert applied == [Hold("next")]
+
+
+def test_a_request_the_stage_cannot_make_ends_with_one_error_and_the_rest_go_on():
+    graph = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
+    actor = StageActor(graph, "talker", "warning")
+    try:
+        actor.send(0, (Add(Prepared("ghost"), None),))  # never prepared: nothing to add
+        actor.prepare(speech("real", max_new_tokens=2, ignore_eos=True, seed=1))
+        actor.send(1, (Add(Prepared("real"), None), Abort("real")))
+        (out,) = actor.outbox.take(0)[0]
+        assert out.request_id == "ghost" and out.finish_reason == "error"
+        assert "could not take request ghost" in out.error
+        assert actor.sequencer.next == 2 and "real" not in actor.prepared
+    finally:
+        actor.stop()
