@@ -33,6 +33,12 @@ class DeployConfig(Frozen):
         None,
         description="ray: null starts a local Ray cluster; `auto` or `ray://host:port` joins one.",
     )
+    router: Literal["least_loaded", "default"] = Field(
+        "least_loaded",
+        description="ray: which replica takes a request. least_loaded: the most free seats, "
+        "then fewest in-flight streams, by each replica's gauges (omniflow/deploy/router.py); "
+        "default: Ray Serve's power of two choices.",
+    )
 
     @field_validator("resources_per_replica")
     @classmethod
@@ -64,6 +70,12 @@ class DeployConfig(Frozen):
     @classmethod
     def _replicas(cls, value: int, info: ValidationInfo) -> int:
         _ray_only(value, 1, info)
+        return value
+
+    @field_validator("router")
+    @classmethod
+    def _router(cls, value: str, info: ValidationInfo) -> str:
+        _ray_only(value, "least_loaded", info)
         return value
 
 

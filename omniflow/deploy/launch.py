@@ -2,8 +2,8 @@
 behind Ray Serve's HTTP proxy on server.host:server.port, and take them down on Ctrl-C or
 SIGTERM.
 
-Routing is Ray Serve's default request router (power of two choices: of two random replicas,
-the one with fewer requests in flight), not customised; each replica accepts up to
+Routing is `deploy.router`: least_loaded (deploy/router.py: the replicas' own gauges) or
+Ray Serve's default (power of two choices); each replica accepts up to
 `server.max_concurrent_requests` at once and applies its own admission (429) beyond that."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.schema import OmniflowSpec
 from omniflow.deploy.board import new_board
 from omniflow.deploy.replica import OmniflowReplica
+from omniflow.deploy.router import router_config
 from omniflow.deploy.voices import voice_store
 from omniflow.serve.ready import READY, url_of
 
@@ -52,6 +53,7 @@ def application(spec: OmniflowSpec, deploy: DeployConfig) -> Any:
             num_replicas=deploy.replicas,
             ray_actor_options=actor_options(deploy),
             max_ongoing_requests=spec.server.max_concurrent_requests,
+            request_router_config=router_config(deploy.router),
         )
         .bind(spec, voice_store(spec.server.max_voices), new_board())
     )

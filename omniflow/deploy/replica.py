@@ -7,6 +7,7 @@ replica and stops with it, as under uvicorn."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,9 +15,10 @@ from ray import serve
 
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import OmniflowSpec
+from omniflow.config.schema import OmniflowSpec, SchedulerConfig, StepLimits
 from omniflow.deploy.board import Report, Reporter, health_of
 from omniflow.deploy.header import ReplicaHeader
+from omniflow.deploy.load import gauges_of
 from omniflow.deploy.overview import Overview
 from omniflow.deploy.voices import SharedVoices
 from omniflow.logs import setup_logging
@@ -38,7 +40,8 @@ class OmniflowReplica:
         setup_logging(spec.server.log_level)
         self.name = serve.get_replica_context().replica_tag
         graph = build_graph(spec)
-        self.served = make_app(build_pipeline(graph), spec.server)
+        self.pipeline = build_pipeline(graph)
+        self.served = make_app(self.pipeline, spec.server)
         service = self.served.state.service
         service.voices.registry = SharedVoices(voices, spec.server.max_voices)
         self.served.add_middleware(
@@ -46,6 +49,8 @@ class OmniflowReplica:
         )
         self.served.add_middleware(ReplicaHeader, name=self.name)  # outermost: on every answer
         self.reporter = Reporter(board, self.name, self.state)
+        source = next(iter(graph.stages.values()))  # where a new request is seated first
+        self.source, self.seats = source.name, seats_of(source.scheduler)
         log.info("replica %s built (%s, %s)", self.name, graph.model.name, graph.platform.name)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -57,9 +62,22 @@ class OmniflowReplica:
         body, code = health_of(service.health())
         return body, code, bytes(service.metrics_response().body).decode()
 
+    def record_routing_stats(self) -> dict[str, float]:
+        """Ray Serve asks for this every deploy/load.py REPORT_S and hands it to the request
+        router (deploy/router.py): this replica's in-flight streams and free seats."""
+        stats = self.pipeline.stats()
+        return gauges_of(stats, self.source, self.seats, time.time()).as_stats()
+
     def report(self) -> Report:
         return Report(*self.state(), age_s=0.0)
 
     def __del__(self) -> None:
         if self.reporter is not None:
             self.reporter.stop()
+
+
+def seats_of(limits: SchedulerConfig | StepLimits) -> int:
+    """Requests a stage holds at once: max_resident_seqs where set, else max_num_seqs."""
+    if isinstance(limits, SchedulerConfig) and limits.max_resident_seqs:
+        return limits.max_resident_seqs
+    return limits.max_num_seqs

@@ -33,6 +33,7 @@ def test_config_prints_ray_resolved(capsys):
         "replicas": 3,
         "resources_per_replica": {"CPU": 1.0},
         "address": None,
+        "router": "least_loaded",
     }
 
 
@@ -63,6 +64,9 @@ def test_resources_default_by_platform(overrides, resources):
         (["deploy=ray", "deploy.resources_per_replica={GPU:1}"], "resources_per_replica", "cpu"),
         (["deploy.replicas=2"], "deploy.replicas", "only with deploy=ray"),
         (["deploy.address=auto"], "deploy.address", "only with deploy=ray"),
+        (["deploy=ray", "deploy.router=random"], "deploy.router", "'least_loaded' or 'default'"),
+        (["deploy=ray", "deploy.router=default"], None, None),
+        (["deploy.router=default"], "deploy.router", "only with deploy=ray"),
         (["deploy=ray", "deploy.replica=2"], "deploy.replica", "did you mean deploy.replicas"),
         (["deploy=kubernetes"], "", "Available options in 'deploy': local ray"),
     ],
@@ -129,6 +133,7 @@ DEPLOY_READ = {
     "deploy.replicas": ("deploy/launch.py", "replicas"),
     "deploy.resources_per_replica": ("deploy/launch.py", "resources_per_replica"),
     "deploy.address": ("deploy/launch.py", "address"),
+    "deploy.router": ("deploy/launch.py", "router"),
 }
 
 

@@ -2,7 +2,8 @@
 Serve's proxy, on the session's cluster (its start and the two replicas' builds: ~10-20 s
 on two cores). A voice registered through one replica is listed by and spoken with through
 both; streams of every format pass through unchanged; concurrent requests reach both
-replicas (the x-omniflow-replica header says which); a seeded request gives the same PCM
+replicas (the x-omniflow-replica header says which), and a burst sent at once is split
+evenly by the least_loaded router (deploy/router.py); a seeded request gives the same PCM
 from either replica as from `omniflow serve` in-process."""
 
 from __future__ import annotations
@@ -140,6 +141,24 @@ def check_concurrent_streams_of_every_format_reach_both_replicas(url, voice):
     assert len(replicas) == 2, replicas
 
 
+def check_a_burst_sent_at_once_is_split_evenly(url, voice):
+    """Six streams sent at the same instant: 3 to each replica (Ray Serve's default router
+    split such a burst 5:1, its in-flight counts lagging; least_loaded counts each request
+    as it routes it)."""
+    import threading
+
+    gate = threading.Barrier(6)
+    body = {"voice": voice, "response_format": "pcm", "stream": True, "ignore_eos": True}
+
+    def one(_: int) -> str:
+        gate.wait()
+        return speech(url, **body, max_new_tokens=40).headers[REPLICA_HEADER]
+
+    with ThreadPoolExecutor(6) as pool:
+        replicas = list(pool.map(one, range(6)))
+    assert sorted(replicas.count(r) for r in set(replicas)) == [3, 3], replicas
+
+
 def check_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice):
     from tests.serve.conftest import LiveServer
 
@@ -242,6 +261,7 @@ def test_two_replicas_behind_one_port(url, voice):
     own cluster), and the replica kill last."""
     check_a_voice_registered_through_one_replica_is_on_both(url, voice)
     check_concurrent_streams_of_every_format_reach_both_replicas(url, voice)
+    check_a_burst_sent_at_once_is_split_evenly(url, voice)
     check_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice)
     check_health_and_metrics_cover_both_replicas(url, voice)
     check_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice)
