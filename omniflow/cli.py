@@ -17,7 +17,6 @@ import yaml
 from omniflow.cli_help import SWEEP_HELP, USAGE, command_help, commands_with_help
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
 from omniflow.logs import setup_logging
 
@@ -141,11 +140,12 @@ def cmd_bench(args: Args) -> int:
     import json
     from pathlib import Path
 
+    from omniflow.bench.target_check import check_target
     from omniflow.preflight import check_device, check_memory
 
     spec = compose(args.overrides, args.config_dir)
     graph = build_graph(spec)
-    local_only(spec, "bench")
+    check_target(spec, graph)  # deploy=ray: Ray found, the settings fit (docs/deploy.md)
     check_device(graph)
     check_memory(graph)
     from omniflow.bench.job import run_job  # the server and the client: after the checks
@@ -176,16 +176,6 @@ def cmd_synth(args: Args) -> int:
     from omniflow.synth import run_synth
 
     return run_synth(args.overrides, args.config_dir)
-
-
-def local_only(spec: OmniflowSpec, command: str) -> None:
-    """`deploy=ray` acts on `serve` alone: refused where a command runs its own pipeline."""
-    if spec.deploy.name != "local":
-        raise ConfigError(
-            "deploy",
-            f"{command} runs its pipeline in this process; deploy={spec.deploy.name} acts on "
-            "`omniflow serve` only (docs/deploy.md)",
-        )
 
 
 def cmd_serve(args: Args) -> int:

@@ -1,5 +1,6 @@
-"""One benchmark job: serve the configured pipeline on loopback, load it over HTTP with the
-shipped prompts in fixed-length mode, and write one result JSON (docs/performance.md).
+"""One benchmark job: serve the configured pipeline on loopback (in this process, or as a Ray
+Serve deployment with `deploy=ray`: bench/target.py), load it over HTTP with the shipped
+prompts in fixed-length mode, and write one result JSON (docs/performance.md).
 
 The load generator (`omniflow.bench.client`) runs as its own process, as a real client does.
 In the server's process it would share the interpreter lock with the engine thread and the
@@ -12,7 +13,6 @@ error. Only a job in which no request completed at all fails (after writing its 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -20,41 +20,26 @@ import platform
 import shlex
 import statistics
 import subprocess
-import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from tqdm import tqdm
-
+from omniflow.bench.child import RequestBar, load_in_child
 from omniflow.bench.client import (
     DEFAULT_PROMPTS,
     Outcome,
     error_counts,
     load_prompts,
-    read_samples,
     summarize,
 )
 from omniflow.bench.mode import check_mode
-from omniflow.bench.reuse import CACHE
-from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
-from omniflow.bench.stage_counts import (
-    prefills_since,
-    stage_prefills,
-    stage_windows,
-    windows_since,
-)
+from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
-from omniflow.build.pipeline import build_pipeline
+from omniflow.bench.target import open_target
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.core.pipeline import NoTimer
 from omniflow.errors import ConfigError
-from omniflow.logs import BAR_DISABLE
-from omniflow.serve.run import ServerThread
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +91,6 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
-    if b.reuse_pipeline:
-        pipeline, reused = CACHE.get(graph)  # started; left running for the next job
-    else:  # a job of its own: no kept pipeline holds device memory beside it
-        CACHE.close()
-        pipeline, reused = build_pipeline(graph), False
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None
     )
@@ -122,35 +102,24 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         f"--model={graph.model.name}",
         f"--voice={VOICE}",
     ]
-    try:
-        # log lines (rounds, engine stats) print above the request bar, not through it: the
-        # bar is this process's (RequestBar), and the log handler writes above it (logs.py)
-        server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
-        with server as srv:
-            client.append(f"--url={srv.url}")
-            registry = srv.app.state.service.metrics.registry
-            if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
-                warm = RequestBar(registry, b.warmup, "warm-up")
-                load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"], warm)
-            before = server_totals(registry, ar.name)
-            windows_before = stage_windows(pipeline.stats(), ar.name)
-            prefills_before = stage_prefills(pipeline.stats(), ar.name)
-            pipeline.set_phase_timer(steps)
-            for i in range(b.rounds):
-                bar = RequestBar(registry, b.round_prompts, f"round {i + 1}/{b.rounds}")
-                outcome = load_in_child([*client, "--warmup=0"], bar)
-                summary = summarize(outcome)
-                rounds.append(summary)
-                errors += [f.error for f in outcome.failures]
-                log_round(i + 1, b.rounds, summary, outcome)
-            accrued = totals_since(before, server_totals(registry, ar.name))
-            first = first_audio_parts(accrued)
-            step_s = accrued["step_s"]
-            frames = accrued["audio_s"] * pipeline.info().sample_rate / 1920
-            windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
-            prefills = prefills_since(prefills_before, stage_prefills(pipeline.stats(), ar.name))
-    finally:  # a kept pipeline's later steps are not this job's, even after a failure
-        pipeline.set_phase_timer(NoTimer())
+    with open_target(spec, graph, ar.name) as served:
+        client.append(f"--url={served.url}")
+        if b.warmup:  # on their own, before anything is counted: a first request pays one-offs
+            warm = RequestBar(served.finished, b.warmup, "warm-up")
+            load_in_child([*client, f"--warmup={b.warmup}", "--warmup-only"], warm)
+        before, unsettled = served.snapshot(ar.name)
+        if served.time_steps is not None:
+            served.time_steps(steps)
+        for i in range(b.rounds):
+            bar = RequestBar(served.finished, b.round_prompts, f"round {i + 1}/{b.rounds}")
+            outcome = load_in_child([*client, "--warmup=0"], bar)
+            summary = summarize(outcome)
+            rounds.append(summary)
+            errors += [f.error for f in outcome.failures]
+            log_round(i + 1, b.rounds, summary, outcome)
+        after, unsettled_after = served.snapshot(ar.name)
+    got = unsettled or unsettled_after or accrued(before, after)
+    fields, nulls = server_fields(got, served.sample_rate, served.per_replica)
     result = {
         "overrides": overrides,
         "config": {
@@ -160,22 +129,22 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "frames_per_prompt": [p.frames for p in prompts],
             "client": "separate process",
             "phase_timing": b.phase_timing,
-            "pipeline_reused": reused,
+            "pipeline_reused": served.reused,
+            "deploy": served.deploy,
         },
         "rounds": rounds,
         "summary": _across_rounds(rounds, errors),
-        "talker_ms_per_frame": (1e3 * step_s / frames) if frames and step_s else None,
-        "served_frames": round(frames),
-        "windows": windows,
-        "prefills": prefills,
-        "steps": steps.summary(),
-        "first_audio_parts": first,
+        **fields,
+        "steps": steps.summary() if served.time_steps is not None else None,
+        "nulls": served.nulls | nulls,
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
         "device": device_name(graph.platform.device),
     }
-    for stage, kinds in result["steps"].items():
+    for why in result["nulls"].items():
+        log.info("%s: null (%s)", *why)
+    for stage, kinds in (result["steps"] or {}).items():
         log.info(
             "steps of %s: %s",
             stage,
@@ -184,6 +153,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 for kind, v in kinds.items()
             ),
         )
+    first, prefills = result["first_audio_parts"], result["prefills"]
     if first is not None:
         log.info(
             "first audio, server side (mean of %d requests): %.1f ms = intake %.1f + made %.1f"
@@ -238,87 +208,6 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
             first.after_s,
             first.error,
         )
-
-
-def load_in_child(args: list[str], bar: RequestBar | None = None) -> Outcome:
-    """Run `omniflow.bench.client` with `args` in a child process; its samples, failures and
-    wall time. A failed request is in the outcome; a failing child (e.g. its warm-up) raises.
-
-    With `bar`, the progress bar is drawn here, from the server's count of finished requests,
-    and the child draws none (TQDM_DISABLE): a bar of the child's own, on the same stderr,
-    is one this process's log lines cannot print above (they ran into it, on a terminal and
-    in a file). Without, the child's bar goes to this process's stderr. Its stdout (a
-    summary) is dropped, since `omniflow bench` prints the job's own summary there."""
-    with tempfile.TemporaryDirectory(prefix="omniflow-bench-") as tmp:
-        out = Path(tmp) / "samples.json"
-        cmd = [sys.executable, "-m", "omniflow.bench.client", *args, f"--out={out}"]
-        env = None if bar is None else {**os.environ, "TQDM_DISABLE": "1"}
-        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
-        try:
-            with bar if bar is not None else contextlib.nullcontext():
-                while True:
-                    try:
-                        child.wait(timeout=BAR_POLL_S)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if bar is not None:
-                            bar.poll()
-        finally:  # (an interrupted job leaves no load generator behind)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        if child.returncode != 0:
-            raise RuntimeError(f"the load generator failed (exit {child.returncode}): {cmd}")
-        return read_samples(out)
-
-
-BAR_POLL_S = 0.2
-"""How often the request bar reads the server's count."""
-
-
-class RequestBar:
-    """A progress bar over `total` requests, counted by the server's finished-request
-    counter (`omniflow_requests_total`, every outcome) from when the bar is opened; drawn
-    on a terminal only (logs.BAR_DISABLE), cleared when it closes (the round's log line
-    then says what it did)."""
-
-    def __init__(self, registry: CollectorRegistry, total: int, desc: str) -> None:
-        self.registry, self.total, self.desc = registry, total, desc
-        self.bar: tqdm | None = None
-        self.start = 0
-
-    def finished(self) -> int:
-        return int(
-            sum(
-                sample.value
-                for metric in self.registry.collect()
-                if metric.name == "omniflow_requests"
-                for sample in metric.samples
-                if sample.name == "omniflow_requests_total"
-            )
-        )
-
-    def __enter__(self) -> RequestBar:
-        self.start = self.finished()
-        self.bar = tqdm(
-            total=self.total,
-            desc=self.desc,
-            unit=" req",
-            leave=False,
-            file=sys.stderr,
-            disable=BAR_DISABLE,
-        )
-        return self
-
-    def poll(self) -> None:
-        assert self.bar is not None
-        done = min(self.finished() - self.start, self.total)
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.bar is not None
-        self.bar.close()
 
 
 def graph_config(graph: StageGraph) -> dict[str, Any]:

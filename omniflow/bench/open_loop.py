@@ -40,16 +40,12 @@ from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_client import load_texts
 from omniflow.bench.open_run import Request
 from omniflow.bench.open_stats import read_requests, summarize
-from omniflow.bench.reuse import CACHE
-from omniflow.bench.server_sums import first_audio_parts, server_totals, totals_since
-from omniflow.bench.stage_counts import prefills_since, stage_prefills, stage_windows, windows_since
+from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
-from omniflow.build.pipeline import build_pipeline
+from omniflow.bench.target import open_target
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.core.pipeline import NoTimer
 from omniflow.errors import ConfigError
-from omniflow.serve.run import ServerThread
 
 log = logging.getLogger(__name__)
 
@@ -68,54 +64,41 @@ def run_open_loop_job(
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError("bench.prompts", f"{prompts_file}: {exc}") from None
     ar = ar_stage(graph)
-    if b.reuse_pipeline:
-        pipeline, reused = CACHE.get(graph)
-    else:
-        CACHE.close()
-        pipeline, reused = build_pipeline(graph), False
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None
     )
     model = graph.model.name
     max_frames = b.max_frames or 0
-    try:
-        server = ServerThread(pipeline, spec.server, owns_pipeline=not b.reuse_pipeline)
-        with logging_redirect_tqdm(), server as srv:
-            if b.warmup:
-                load_in_child(
-                    [
-                        f"--url={srv.url}",
-                        f"--prompts={prompts_file}",
-                        f"--num-prompts={b.warmup}",
-                        f"--max-frames={max_frames}",
-                        f"--model={model}",
-                        f"--voice={VOICE}",
-                        f"--warmup={b.warmup}",
-                        "--warmup-only",
-                    ]
-                )
-            registry = srv.app.state.service.metrics.registry
-            before = server_totals(registry, ar.name)
-            windows_before = stage_windows(pipeline.stats(), ar.name)
-            prefills_before = stage_prefills(pipeline.stats(), ar.name)
-            pipeline.set_phase_timer(steps)
-            log.info(
-                "open loop: %g req/s (%s arrivals, seed %d) for %g s after %g s of warm-up%s",
-                plan.rps,
-                plan.arrivals,
-                plan.seed,
-                plan.duration_s,
-                plan.warmup_s,
-                over(plan),
+    with logging_redirect_tqdm(), open_target(spec, graph, ar.name) as served:
+        if b.warmup:
+            load_in_child(
+                [
+                    f"--url={served.url}",
+                    f"--prompts={prompts_file}",
+                    f"--num-prompts={b.warmup}",
+                    f"--max-frames={max_frames}",
+                    f"--model={model}",
+                    f"--voice={VOICE}",
+                    f"--warmup={b.warmup}",
+                    "--warmup-only",
+                ]
             )
-            requests = open_loop_in_child(
-                plan, srv.url, str(prompts_file), model, VOICE, max_frames
-            )
-            accrued = totals_since(before, server_totals(registry, ar.name))
-            windows = windows_since(windows_before, stage_windows(pipeline.stats(), ar.name))
-            prefills = prefills_since(prefills_before, stage_prefills(pipeline.stats(), ar.name))
-    finally:
-        pipeline.set_phase_timer(NoTimer())
+        before, unsettled = served.snapshot(ar.name)
+        if served.time_steps is not None:
+            served.time_steps(steps)
+        log.info(
+            "open loop: %g req/s (%s arrivals, seed %d) for %g s after %g s of warm-up%s",
+            plan.rps,
+            plan.arrivals,
+            plan.seed,
+            plan.duration_s,
+            plan.warmup_s,
+            over(plan),
+        )
+        requests = open_loop_in_child(plan, served.url, str(prompts_file), model, VOICE, max_frames)
+        after, unsettled_after = served.snapshot(ar.name)
+    got = unsettled or unsettled_after or accrued(before, after)
+    fields, nulls = server_fields(got, served.sample_rate, served.per_replica)
     when = datetime.now(UTC).isoformat(timespec="seconds")
     command = "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides)
     record = {
@@ -135,13 +118,13 @@ def run_open_loop_job(
             "warmup_requests": b.warmup,
             "client": "separate process",
             "phase_timing": b.phase_timing,
-            "pipeline_reused": reused,
+            "pipeline_reused": served.reused,
+            "deploy": served.deploy,
         },
         "open_loop": summary,
-        "steps": steps.summary(),
-        "first_audio_parts": first_audio_parts(accrued),
-        "windows": windows,
-        "prefills": prefills,
+        **fields,
+        "steps": steps.summary() if served.time_steps is not None else None,
+        "nulls": served.nulls | nulls,
         **record,
     }
     log_open_loop(summary)

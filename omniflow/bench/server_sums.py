@@ -1,23 +1,24 @@
-"""What a job reads from the server's own metrics (`serve/metrics.py`): running totals,
-snapshotted after the warm-ups and again after the measured rounds, whose differences are
-the job's (a reused pipeline's server is new per job, but its steps are not)."""
+"""What a job reads from the server's own metrics (`serve/metrics.py`): running totals of
+one server (a replica under deploy=ray), snapshotted after the warm-ups and again after the
+measured rounds, whose differences are the job's (bench/server_view.py; a reused pipeline's
+server is new per job, but its steps are not)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from omniflow.bench.samples import Samples
 
 FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
 
 
-def server_totals(registry: CollectorRegistry, stage: str) -> dict[str, float]:
+def server_totals(samples: Samples, stage: str) -> dict[str, float]:
     """The server's totals so far: the first-audio histograms' sums (seconds) of the whole
     and of its parts and their request count, the stage's step time (`step_s`) and the audio
     made (`audio_s`)."""
 
     def value(name: str, labels: dict[str, str] | None = None) -> float:
-        return registry.get_sample_value(name, labels) or 0.0
+        return samples.value(name, labels)
 
     first = {"total": value("omniflow_first_audio_seconds_sum")} | {
         p: value(f"omniflow_first_audio_{p}_seconds_sum") for p in FIRST_AUDIO_PARTS
@@ -27,11 +28,6 @@ def server_totals(registry: CollectorRegistry, stage: str) -> dict[str, float]:
         "step_s": value("omniflow_stage_step_seconds_sum", {"stage": stage}),
         "audio_s": value("omniflow_audio_seconds_total"),
     }
-
-
-def totals_since(before: dict[str, float], now: dict[str, float]) -> dict[str, float]:
-    """What accrued between two `server_totals` snapshots."""
-    return {k: now[k] - before[k] for k in now}
 
 
 def first_audio_parts(accrued: dict[str, float]) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ replays) or runs eagerly, and at 128 rows on the H200 the step times alone canno
 
 from __future__ import annotations
 
+from omniflow.bench.samples import Samples
 from omniflow.core.pipeline import PipelineStats, PrefillCounters, WindowCounters
 
 
@@ -56,3 +57,35 @@ def windows_since(
     if now is None or before is None:
         return now
     return {k: v - before.get(k, 0) for k, v in now.items()}
+
+
+def windows_of(samples: Samples, stage: str) -> dict[str, int] | None:
+    """`stage_windows` read from the server's metrics (serve/metrics.py's window counters);
+    None when windows are off (no series for the stage)."""
+    at = {"stage": stage}
+    if not samples.has("omniflow_window_planned_total", at):
+        return None
+    flat = {
+        key: int(samples.value(f"omniflow_window_{name}_total", at))
+        for key, name in WINDOW_FIELDS.items()
+    }
+    refusals = samples.by_label("omniflow_window_refusals_total", "reason", at)
+    flat.update({f"refused_{k}": int(v) for k, v in sorted(refusals.items())})
+    return flat
+
+
+WINDOW_FIELDS = {"planned_windows": "planned", "executed_windows": "executed"}
+WINDOW_FIELDS |= {"executed_steps": "steps"}
+
+
+def prefills_of(samples: Samples, stage: str) -> PrefillCounters | None:
+    """`stage_prefills` read from the server's metrics; None for a stage without prefills."""
+    at = {"stage": stage}
+    if not samples.has("omniflow_prefill_steps_total", at):
+        return None
+
+    def count(name: str) -> int:
+        return int(samples.value(f"omniflow_prefill_{name}_total", at))
+
+    steps, tokens, graphed = count("steps"), count("tokens"), count("graphed")
+    return PrefillCounters(steps, tokens, graphed, count("graph_replays"))

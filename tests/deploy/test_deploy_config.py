@@ -116,7 +116,6 @@ def test_schema_error_is_a_config_error():
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["bench", "platform=cpu", "deploy=ray"], "deploy: bench runs its pipeline in"),
         (["synth", "deploy=ray"], "deploy: not a synth key"),
         (["synth", "deploy.replicas=2"], "deploy.replicas: acts only with deploy=ray"),
     ],

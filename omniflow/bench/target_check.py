@@ -1,0 +1,27 @@
+"""What a bench job's target refuses, checked before anything heavy is imported or built
+(the CLI and a sweep's validation call it first): under `deploy=ray`, what a Ray deployment
+cannot do, and what `omniflow serve deploy=ray` refuses."""
+
+from __future__ import annotations
+
+from omniflow.config.deploy_schema import DeployConfig
+from omniflow.config.graph import StageGraph
+from omniflow.config.schema import OmniflowSpec
+from omniflow.deploy.preflight import check_deploy  # finds Ray, imports none
+from omniflow.errors import ConfigError
+
+
+def check_target(spec: OmniflowSpec, graph: StageGraph) -> DeployConfig | None:
+    """The resolved deploy settings under deploy=ray (None: in-process), after refusing what
+    a Ray deployment cannot do (a ConfigError naming the key: one line, exit 2)."""
+    if spec.deploy.name != "ray":
+        return None
+    if spec.bench.phase_timing == "device":
+        raise ConfigError(
+            "bench.phase_timing",
+            "device synchronises the device around every phase of a step, and under "
+            "deploy=ray the steps run in the replicas' processes, out of the job's reach; "
+            "leave bench.phase_timing at steps (result.json's steps is then null) or bench "
+            "the pipeline in-process (deploy=local)",
+        )
+    return check_deploy(spec, graph)
