@@ -62,7 +62,8 @@ class Item:
 
 
 def check_batch_keys(s: SynthConfig) -> None:
-    """Batch keys act only with `texts`, and one-request keys only without it."""
+    """Batch keys act only with `texts`, and one-request keys only without it; a batch's
+    `out_dir` is made when it does not exist."""
     if s.texts is None:
         for key, default in ONLY_WITH_TEXTS.items():
             if getattr(s, key) != default:
@@ -73,8 +74,12 @@ def check_batch_keys(s: SynthConfig) -> None:
     for key in ("text", "out", "ref_audio", "ref_text"):
         if getattr(s, key) != SynthConfig.model_fields[key].default:
             raise ConfigError(f"synth.{key}", "each line of synth.texts has its own; leave it out")
-    if not Path(s.out_dir).is_dir():
-        raise ConfigError("synth.out_dir", f"{s.out_dir!r} is not a directory")
+    try:  # made here, as `mkdir -p` would, so a path it cannot be is said before the build
+        Path(s.out_dir).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError("synth.out_dir", f"{s.out_dir!r} is a file, not a directory") from None
+    except OSError as exc:
+        raise ConfigError("synth.out_dir", f"{s.out_dir!r}: {exc.strerror}") from None
 
 
 def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[str]]:

@@ -32,8 +32,7 @@ def test_a_batch_writes_a_file_per_good_line_and_names_the_bad_ones(tmp_path):
         {"id": "c", "text": "A second sentence, longer.", "seed": 2, "voice": "ryan"},
         {"id": "a", "text": "again"},
     )
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "new" / "out"  # made, parents and all
     r = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "concurrency=2")
     assert r.returncode == 1, r.stderr  # some lines failed
     assert "line 2: " in r.stderr and "nobody" in r.stderr
@@ -67,6 +66,7 @@ def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path
     one_line_error(
         omniflow(*BASE, f"texts={texts}", f"out_dir={tmp_path}", "text=Hi"), "synth.text"
     )
+    one_line_error(omniflow(*BASE, f"texts={texts}", f"out_dir={texts}"), "synth.out_dir")
 
 
 def test_ctrl_c_leaves_only_whole_files(tmp_path):
