@@ -156,9 +156,9 @@ BENCH_READ: dict[str, tuple[str, str]] = {
         "rounds",
         "max_frames",
         "phase_timing",
-        "reuse_pipeline",
     ]
 } | {
+    "bench.reuse_pipeline": ("bench/target.py", "reuse_pipeline"),  # in-process and Ray
     "bench.prompts_per_lane": ("config/schema.py", "prompts_per_lane"),  # round_prompts
     "bench.out_dir": ("bench/app.py", "out_dir"),
     **{
