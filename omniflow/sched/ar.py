@@ -43,8 +43,8 @@ from omniflow.sched.live_input import extend_live, playing
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.seating import (
+    free_seats,
     preemption_victim,
-    resident_capacity,
     row_order,
     rows_for_arrivals,
 )
@@ -151,12 +151,12 @@ class ARScheduler:
     def first_audio_wait_s(self) -> float | None:
         """Expected seconds before a request added now is seated and heard on time
         (`ar_admission.first_audio_wait_s`). Read from another thread: an estimate."""
-        residents = resident_capacity(self.config, self.playback)
-        return first_audio_wait_s(self.waiting, self.running, residents, self.seats, self.playback)
+        free = free_seats(self.config, self.playback, self.running)
+        return first_audio_wait_s(self.waiting, self.running, free, self.seats, self.playback)
 
     def seats_free(self) -> bool:
-        """A request added now could be seated next step (`resident_capacity` not reached)."""
-        return len(self.running) < resident_capacity(self.config, self.playback)
+        """A request added now could be seated next step (`free_seats`)."""
+        return free_seats(self.config, self.playback, self.running) > 0
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
@@ -184,8 +184,8 @@ class ARScheduler:
         computed_before: dict[str, int] = {}
 
         rows = self.config.max_num_seqs
-        residents = resident_capacity(self.config, self.playback)
-        kept = rows_for_arrivals(self.waiting, self._paused, residents - len(self.running), self.kv)
+        free = free_seats(self.config, self.playback, self.running)
+        kept = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         for req in row_order(self.running, rows - kept, self.playback):
             if budget <= 0 or len(scheduled) >= rows - kept:
@@ -215,12 +215,7 @@ class ARScheduler:
         # now, less one token for each request admitted below (it decodes next step).
         room = budget
         for req in list(self.waiting):
-            if (
-                budget <= 0
-                or preempted_now
-                or len(self.running) >= residents
-                or len(scheduled) >= rows
-            ):
+            if budget <= 0 or preempted_now or free <= 0 or len(scheduled) >= rows:
                 break
             if req.request_id in self._paused or req.input_room == 0:
                 continue  # preempted while paused or text-starved: it waits, others go on
@@ -238,6 +233,7 @@ class ARScheduler:
             self.waiting.remove(req)
             req.state = RequestState.RUNNING
             self.running.append(req)
+            free -= 1
             scheduled[req.request_id] = n
             new_blocks[req.request_id] = blocks
             computed_before[req.request_id] = req.num_computed_tokens

@@ -49,7 +49,7 @@ class SeatGaps:
 def first_audio_wait_s(
     waiting: Collection[Request],
     running: Collection[Request],
-    residents: int,
+    free: int,
     seats: SeatGaps,
     playback: PlaybackClock | None,
 ) -> float | None:
@@ -57,7 +57,7 @@ def first_audio_wait_s(
     ahead of it times the measured interval between seats freeing (None: no seat has freed
     yet), or, while steps take longer than the audio they make and a stream is late, how
     late it is (admission control refuses past `server.max_first_audio_wait_s`)."""
-    wait = seats.wait_s(len(waiting) + 1 - (residents - len(running)))
+    wait = seats.wait_s(len(waiting) + 1 - free)
     if playback is None:
         return wait
     late = playback.late_s(playing(running))

@@ -25,6 +25,18 @@ def resident_capacity(config: SchedulerConfig, playback: PlaybackClock | None) -
     return min(cap, playback.rotation_capacity(rows))
 
 
+def free_seats(
+    config: SchedulerConfig, playback: PlaybackClock | None, running: Collection[Request]
+) -> int:
+    """How many more requests may become resident now. A text-starved stream (its next text
+    token has not arrived) takes no turn at the rows, so only the others count against
+    `resident_capacity`; every resident holds a decoder slot and its KV, so all of them
+    count against `max_resident_seqs` (or `max_num_seqs`)."""
+    taking_turns = sum(1 for r in running if r.input_room != 0)
+    slots = config.max_resident_seqs or config.max_num_seqs
+    return min(resident_capacity(config, playback) - taking_turns, slots - len(running))
+
+
 def row_order(
     running: Sequence[Request], rows: int, playback: PlaybackClock | None
 ) -> list[Request]:

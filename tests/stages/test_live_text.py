@@ -78,6 +78,27 @@ def test_a_starved_request_waits_for_its_text_and_the_others_go_on():
     assert len(collect(outputs)["live"]) == 40 - len("Hello there")
 
 
+@pytest.mark.parametrize(("residents", "seated"), [(None, 2), (6, 4)])
+def test_starved_streams_hold_slots_not_turns(residents, seated):
+    """Two text-starved streams hold two of four rows' residents by default (max_num_seqs:
+    each holds a decoder slot); with room for more residents (max_resident_seqs) they take
+    no turn at the rows, and four new requests are seated beside them at once (a class of
+    four rows never measured, since only the two ever ran)."""
+    engine, proc = talker_engine(max_num_seqs=4, max_resident_seqs=residents, window_k=4)
+    engine.scheduler.playback = PlaybackClock(0.08, 0.04)
+    for i in range(2):
+        live = speech(f"live{i}", "Hi you ", seed=i, max_new_tokens=30, incremental=True)
+        engine.add_request(proc.make_request(live))
+    for _ in range(10):
+        engine.step()
+    assert all(engine.scheduler.requests[f"live{i}"].input_room == 0 for i in range(2))
+    new = {f"new{i}" for i in range(4)}
+    for i, rid in enumerate(sorted(new)):
+        engine.add_request(proc.make_request(speech(rid, seed=9 + i, max_new_tokens=5)))
+    engine.step()
+    assert len({r.request_id for r in engine.scheduler.running} & new) == seated
+
+
 def test_a_starved_stream_has_no_deadline_and_resumes_a_frame_ahead():
     now = [100.0]
     engine, proc = talker_engine(window_k=4)
