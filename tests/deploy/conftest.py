@@ -14,14 +14,6 @@ def pytest_configure(config):
     )
 
 
-def pytest_collection_modifyitems(items):
-    """Every `ray` test in one xdist group, so under `--dist loadgroup` (the README's test
-    command) one worker starts one cluster for them all, not one cluster per worker."""
-    for item in items:
-        if item.get_closest_marker("ray") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local cluster of two CPUs for every test that needs one (each module releases
