@@ -87,10 +87,8 @@ def test_the_base_model_refusals_are_one_line():
 
 
 def test_a_real_size_preset_without_a_checkpoint_needs_an_opt_in_on_the_cpu():
-    for command in ("synth", "serve"):
-        r = omniflow(command, "model=qwen3_tts_1_7b", "text=Hi", "out=x.wav", "platform=cpu")
-        if command == "serve":
-            r = omniflow(command, "model=qwen3_tts_1_7b", "platform=cpu", "server.port=0")
+    for args in (("synth", "text=Hi", "out=x.wav"), ("serve", "server.port=0")):
+        r = omniflow(*args, "model=qwen3_tts_1_7b", "platform=cpu")
         line = one_line_error(r, "model.path", "model.allow_large_dummy=true", "GB")
         assert "noise, not speech" in line
 

@@ -70,7 +70,7 @@ def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path
 
 
 def test_ctrl_c_leaves_only_whole_files(tmp_path):
-    lines = [{"id": f"n{i}", "text": "A sentence. " * 30, "seed": i} for i in range(30)]
+    lines = [{"id": f"n{i}", "text": "A sentence. " * 8, "seed": i} for i in range(30)]
     texts = write_lines(tmp_path / "in.jsonl", *lines)
     out = tmp_path / "out"
     out.mkdir()
