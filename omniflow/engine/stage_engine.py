@@ -2,8 +2,9 @@
 
 `StageEngine` runs a `StepLoop` (`engine/step_loop.py`) on a thread (the embedded, in-process
 runtime): work arrives as typed messages (`engine/messages.py`) through a thread-safe queue
-and is applied on the engine thread; outputs leave through the `on_output` callback. A
-process-per-stage runtime would implement the same `StageEngineHandle` interface over IPC.
+and is applied on the engine thread; outputs leave through the `on_output` callback. A stage
+in a Ray actor (`pipeline.runtime: ray`) runs this same engine there, and the orchestrator
+drives it through `deploy/remote_stage.py`, another `StageHandle` (`engine/handles.py`).
 """
 
 from __future__ import annotations
