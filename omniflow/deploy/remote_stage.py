@@ -132,8 +132,12 @@ class RayStage:
                 self._check_sends()
             except RayError as exc:
                 if not self._stopping.is_set():
-                    why = type(exc).__name__
-                    self._die(f"stage {self.name} failed: its Ray actor died ({why})")
+                    what = (
+                        f"its Ray actor could not apply a message ({exc.cause!r})"
+                        if isinstance(exc, RayTaskError)
+                        else f"its Ray actor died ({type(exc).__name__})"
+                    )
+                    self._die(f"stage {self.name} failed: {what}")
                 return
             self._stats = batch.stats
             self.scheduler.wait_s = batch.first_audio_wait_s

@@ -235,9 +235,8 @@ class Session(Speaker):
                 f"as long as its reference): {how} x_vector_only_mode true",
                 "voice" if saved is not None else "x_vector_only_mode",
             )
-        clone = saved
-        if clone is None and body.task_type == "Base":  # a reference of its own: encoded once
-            clone = await self.service.clone_from_reference(body, place)
+        # a registered voice, or a reference of its own, encoded once (as the HTTP route does)
+        clone = saved or await self.service.clone_from_reference(body, place)
         self.template, self.clone, self.stream_audio = body, clone, stream_audio
         self.registered = saved is not None
         self.incremental = incremental
