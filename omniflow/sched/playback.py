@@ -124,15 +124,22 @@ class PlaybackClock:
 
     def window_steps(self, cap: int, streams: Iterable[tuple[str, int]], at: float) -> int:
         """The most steps (<= cap) a window may run: its audio arrives at its end, so every
-        scheduled stream's slack must cover them. `streams`: (request, frames made)."""
+        scheduled stream's slack (`window_slack`) must cover them. `streams`: (request,
+        frames made)."""
         streams = list(streams)
         step = self.step_s_at(len(streams))
-        if step is None:
+        if step is None or not streams:
             return cap  # nothing measured yet: the gates alone decide
-        slacks = [s for rid, n in streams if (s := self.slack(rid, n, at)) is not None]
-        if not slacks:
-            return cap
-        return max(1, min(cap, math.floor(min(slacks) / step)))
+        least = min(self.window_slack(rid, n, at) for rid, n in streams)
+        return max(1, min(cap, math.floor(least / step)))
+
+    def window_slack(self, request_id: str, frames: int, at: float) -> float:
+        """`slack` for sizing a window. A stream without a clock yet has its first frame in
+        flight (async scheduling plans the next step before the prefill's result is in):
+        it starts playing about now, with one frame of audio, so its next frame is due a
+        frame from now. Left out, it would get a full window and stall a frame later."""
+        slack = self.slack(request_id, frames, at)
+        return (max(frames, 1) * self.frame_s - self.margin_s) if slack is None else slack
 
 
 def _ewma(old: float | None, sample: float) -> float:

@@ -41,7 +41,15 @@ def test_window_length_follows_the_tightest_slack():
     assert c.window_steps(4, [("a", 5), ("b", 20)], at=10.2) == 4  # window_k caps it
     assert c.window_steps(8, [("b", 20)], at=10.2) == 8
     assert c.window_steps(8, [("a", 1)], at=10.2) == 1  # late already: single steps
-    assert c.window_steps(8, [("new", 0)], at=10.2) == 8  # not playing yet: no constraint
+    # first frame in flight: it plays from about now with 80 ms, 40 ms of slack -> 1 step
+    assert c.window_steps(8, [("new", 0)], at=10.2) == 1
+    assert c.window_steps(8, [("new", 0), ("b", 20)], at=10.2) == 1
+    c.observe_step(0.005 * 3, steps=3)  # 30 ms * 0.8 + 5 ms * 0.2 = 25 ms a step
+    assert c.window_steps(8, [("new", 0)], at=10.2) == 1
+    fast = clock()
+    fast.observe_step(0.004, steps=1)  # 4 ms a step: 40 ms of slack holds 10, capped at 8
+    assert fast.window_steps(8, [("new", 0)], at=10.2) == 8
+    assert fast.window_steps(8, [("new", 0)], at=99.0) == 8  # no clock: `at` does not age it
 
 
 def test_step_time_is_a_running_estimate():
