@@ -2,13 +2,14 @@
 # Open-loop first audio and stalls of several servers, one after the other on one GPU: the
 # same seeded arrivals from this tree's load generator (omniflow/bench/open_client.py)
 # against `omniflow serve` of each variant. A variant is LABEL,TREE[,OVERRIDES]: a tree
-# imported through PYTHONPATH (an older one may predate the open-loop bench) and server
+# (a directory holding `omniflow/`, e.g. `git archive REV omniflow | tar x -C DIR`; the
+# server runs from it, and an older one may predate the open-loop bench) and server
 # overrides on top of SERVE_ARGS.
 #   RATES="10 20" benchmarks/open_loop_runs.sh OUT_DIR old,snap_old new,snap k0,snap,pipeline.stages.talker.window_k=0
 # Per variant and rate: LABEL_rpsR.json (the summary), LABEL_rpsR_requests.json (every
 # request with its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it).
 set -euo pipefail
-out=$1; shift
+out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
 client=$(cd "$(dirname "$0")/.." && pwd)
 serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
@@ -16,8 +17,9 @@ mkdir -p "$out"
 port=8101
 for variant in "$@"; do
   IFS=, read -r label tree overrides <<< "$variant"
-  PYTHONPATH="$tree:${PYTHONPATH:-}" python3 -m omniflow serve $serve_args ${overrides:-} \
-    server.port=$port > "$out/serve_$label.log" 2>&1 &
+  # run from the tree: `python -m` puts the working directory ahead of PYTHONPATH
+  (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH:-}" exec python3 -m omniflow serve $serve_args \
+    ${overrides:-} server.port=$port) > "$out/serve_$label.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do grep -q "omniflow ready" "$out/serve_$label.log" && break; sleep 0.5; done
   echo "$label ready after $SECONDS s" >> "$out/timing.txt"
