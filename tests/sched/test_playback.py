@@ -116,6 +116,17 @@ def test_the_planned_window_is_as_long_as_the_slack_allows():
     assert engine.scheduler.gauges().windows.sizes == {4: 1}  # on /metrics by length
 
 
+def test_the_window_planned_behind_a_prefill_in_flight_is_sized_for_a_fresh_stream():
+    # async scheduling plans the next step before the prefill's frame is in: that stream
+    # plays from about then with one frame (80 ms), 40 ms of slack -> 4 steps of 10 ms
+    engine, proc = talker_engine(window_k=8, async_scheduling=True)
+    engine.scheduler.playback = clock(now=lambda: 100.0)
+    engine.scheduler.playback.step_s = 0.01
+    engine.add_request(proc.make_request(fixed("a", 40, seed=2)))
+    assert engine.scheduler.schedule().window == {}  # the prefill
+    assert engine.scheduler.schedule().window == {"a": 4}
+
+
 @pytest.mark.parametrize(
     ("overrides", "margin"),
     [
