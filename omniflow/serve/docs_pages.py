@@ -41,15 +41,20 @@ def install_docs(app: FastAPI) -> None:
     app.add_api_route("/redoc", redoc_page, methods=["GET"], include_in_schema=False)
 
 
+def rooted(request: Request, path: str) -> str:
+    """`path` as the browser must ask for it: behind a proxy that serves the app under a
+    prefix (the ASGI `root_path`), links without it would miss the app."""
+    return request.scope.get("root_path", "") + path
+
+
 async def swagger_page(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
     return get_swagger_ui_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
+        openapi_url=rooted(request, request.app.openapi_url),
         title=f"{request.app.title} - Swagger UI",
-        oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT}",
-        swagger_js_url=f"{root}{ASSETS}/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}{ASSETS}/swagger-ui.css",
-        swagger_favicon_url=f"{root}{ASSETS}/favicon.png",
+        oauth2_redirect_url=rooted(request, OAUTH2_REDIRECT),
+        swagger_js_url=rooted(request, f"{ASSETS}/swagger-ui-bundle.js"),
+        swagger_css_url=rooted(request, f"{ASSETS}/swagger-ui.css"),
+        swagger_favicon_url=rooted(request, f"{ASSETS}/favicon.png"),
     )
 
 
@@ -58,11 +63,10 @@ async def oauth2_redirect() -> HTMLResponse:
 
 
 async def redoc_page(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
     return get_redoc_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
+        openapi_url=rooted(request, request.app.openapi_url),
         title=f"{request.app.title} - ReDoc",
-        redoc_js_url=f"{root}{ASSETS}/redoc.standalone.js",
-        redoc_favicon_url=f"{root}{ASSETS}/favicon.png",
+        redoc_js_url=rooted(request, f"{ASSETS}/redoc.standalone.js"),
+        redoc_favicon_url=rooted(request, f"{ASSETS}/favicon.png"),
         with_google_fonts=False,
     )
