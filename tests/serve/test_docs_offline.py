@@ -46,3 +46,14 @@ def test_the_swagger_ui_served_reads_openapi_3_1(client):
 def test_an_unknown_asset_is_a_json_404(client):
     r = client.get("/docs/assets/nothing.js")
     assert r.status_code == 404 and r.json()["error"]["code"] == "404"
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_behind_a_proxy_prefix_every_link_carries_it(page):
+    """A proxy serving the app under /tts (root_path): the page's links must include it, or
+    the browser asks the proxy for paths outside the app."""
+    app = build_app(FakePipeline(), compose(["platform=cpu"]).server)
+    html = TestClient(app, root_path="/tts").get(page).text
+    links = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(r"url: '([^']+)'", html)
+    assert links and all(link.startswith("/tts/") for link in links), links
+    assert "/tts/openapi.json" in html
