@@ -152,8 +152,16 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
     if rid in seen:
         raise ValueError(f"id {rid!r} repeats an earlier line's")
     seen.add(rid)
-    defaults = {"voice": s.voice, "language": s.language, "instructions": s.instructions}
-    fields = {**defaults, "seed": s.seed, "speed": s.speed, **obj, "input": obj.get("text")}
+    defaults = {
+        "voice": s.voice,
+        "language": s.language,
+        "instructions": s.instructions,
+        "seed": s.seed,
+        "speed": s.speed,
+        "max_new_tokens": s.max_new_tokens,
+        "ignore_eos": s.ignore_eos,
+    }  # every synth key a request takes, for each line (a line's own value wins)
+    fields = {**defaults, **obj, "input": obj.get("text")}
     fields.pop("text", None)
     if "ref_audio" in obj:
         fields["task_type"] = "Base"

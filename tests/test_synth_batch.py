@@ -58,6 +58,27 @@ def test_a_rerun_skips_what_is_written(tmp_path):
     assert (out / "x.flac").stat().st_mtime_ns == written
 
 
+def test_the_synth_keys_of_a_request_act_on_every_line(tmp_path):
+    texts = write_lines(
+        tmp_path / "in.jsonl",
+        {"id": "a", "text": "Hello there, a sentence of some length.", "seed": 1},
+        {"id": "b", "text": "Hello.", "seed": 2, "max_new_tokens": 3},  # its own wins
+    )
+    out = tmp_path / "out"
+    r = omniflow(
+        *BASE,
+        f"texts={texts}",
+        f"out_dir={out}",
+        "format=pcm",
+        "max_new_tokens=7",
+        "ignore_eos=true",
+    )
+    assert r.returncode == 0, r.stderr
+    frame_bytes = 1920 * 2  # 16-bit PCM, 1,920 samples a frame
+    assert (out / "a.pcm").stat().st_size == 7 * frame_bytes
+    assert (out / "b.pcm").stat().st_size == 3 * frame_bytes
+
+
 def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path):
     texts = write_lines(tmp_path / "in.jsonl", {"id": "x", "text": "Hello."})
     one_line_error(omniflow(*BASE, f"out_dir={tmp_path}"), "synth.out_dir", "synth.texts")
