@@ -125,6 +125,21 @@ class StageEngine(StepLoop):
             except queue.Empty:
                 return
 
+    def take_arrivals(self) -> list[StageOutput]:
+        """`_drain` within a step (`StepLoop.take_arrivals`): the outputs are returned with
+        the step's, after them. The stop sentinel ends it as in `_drain` (the loop then sees
+        `_stopping`)."""
+        self.arrivals.clear()
+        outputs: list[StageOutput] = []
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return outputs
+            if item is None:
+                return outputs
+            outputs += self.apply(item)
+
     def _loop(self) -> None:
         try:
             while not self._stopping.is_set():

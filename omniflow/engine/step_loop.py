@@ -179,7 +179,11 @@ class StepLoop:
             # The tokens first: the update lifts a window's fence. When the fence held this
             # round's plan back, plan and submit the next step before waiting for the audio.
             done = self.scheduler.update(prev_plan, result)
-            self._unsent = done  # ended by the update: the death path must still end them
+            taken: list[StageOutput] = []
+            if submitted is None and audio is not None:
+                # An arrival that cut the window is seated in this plan, not the one after.
+                taken = self.take_arrivals() if self.arrivals.pending() else []
+            self._unsent = done + taken  # ended here: the death path must still end them
             if submitted is None and audio is not None:
                 plan = self.scheduler.schedule()
                 # notices only (an AR scheduler ends requests in update and finish alone), so
@@ -187,10 +191,16 @@ class StepLoop:
                 outputs = outputs + self.scheduler.drain_outputs()
                 if not plan.is_empty or plan.finished_ids:
                     submitted = self._executor.submit(self.runner.execute, plan)
-            outputs = outputs + self._with_audio(done, audio)
+            outputs = outputs + self._with_audio(done, audio) + taken
             self._unsent = []
         self._inflight = (plan, submitted) if submitted is not None else None
         return outputs
+
+    def take_arrivals(self) -> list[StageOutput]:
+        """Apply the messages queued while a step ran, before the next plan; returns their
+        outputs. Called when an arrival cut a window, so that the arrival is prefilled in
+        the step right after it. A loop stepped by its caller has no queue: nothing here."""
+        return []
 
     def _with_audio(
         self, outputs: list[StageOutput], audio: PendingAudio | None

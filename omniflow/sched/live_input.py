@@ -32,7 +32,7 @@ def extend_live(
     except ValueError as exc:
         return "error", str(exc)
     if starved and playback is not None:
-        playback.resume(req.request_id, len(req.output_tokens))
+        playback.resume(req.request_id, req.num_generated)  # with a frame still in flight
     cap = req.live.length_cap()
     if cap is not None:  # never below what it has made: it may end right here
         most = max(req.num_generated, min(req.sampling.max_new_tokens, cap))

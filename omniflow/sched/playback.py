@@ -128,8 +128,10 @@ class PlaybackClock:
         frames made)."""
         streams = list(streams)
         step = self.step_s_at(len(streams))
-        if step is None or not streams:
-            return cap  # nothing measured yet: the gates alone decide
+        if not streams:
+            return cap
+        if step is None:  # nothing measured yet: a fresh stream gets steps that measure
+            return 1 if any(rid not in self.started for rid, _ in streams) else cap
         least = min(self.window_slack(rid, n, at) for rid, n in streams)
         return max(1, min(cap, math.floor(least / step)))
 

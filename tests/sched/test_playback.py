@@ -32,7 +32,10 @@ def test_slack_is_the_next_frames_deadline_minus_now():
 
 def test_window_length_follows_the_tightest_slack():
     c = clock()
-    assert c.window_steps(8, [("a", 1)], at=0.0) == 8  # no step measured: the cap
+    assert c.window_steps(8, [("new", 0)], at=0.0) == 1  # nothing measured, a fresh stream
+    c.frames_made("s", 0, at=0.0)
+    assert c.window_steps(8, [("s", 1)], at=0.0) == 8  # nothing measured: the cap
+    c.forget("s")
     c.observe_step(0.09, steps=3)  # 30 ms a step
     c.frames_made("a", 0, at=10.0)
     c.frames_made("b", 0, at=10.0)

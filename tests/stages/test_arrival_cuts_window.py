@@ -79,3 +79,26 @@ def test_no_cut_when_every_seat_is_taken():
     assert not engine.scheduler.seats_free()
     engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))
     assert not engine.arrivals.pending()
+
+
+def test_async_an_arrival_that_cuts_a_window_is_prefilled_in_the_very_next_step():
+    """Under async scheduling the step after a cut window is planned as soon as the window's
+    tokens are in: the arrival is applied first and that step prefills it (before, the next
+    step ran the window's rows alone and the arrival waited one more)."""
+    engine, proc = talker_engine(window_k=8, async_scheduling=True, stream_decode=True)
+    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
+    execute, seen = engine.runner.execute, []
+
+    def spy(plan):
+        if plan.window and not any(p.window for p in seen):
+            engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))  # arrives mid-window
+        seen.append(plan)
+        return execute(plan)
+
+    engine.runner.execute = spy  # type: ignore[method-assign]
+    while len(seen) < 2 or not any(p.window for p in seen[:-1]):
+        engine.step()  # no inbox drain between steps: only the step itself takes the arrival
+    window = next(i for i, p in enumerate(seen) if p.window)
+    assert "b" in {r.request_id for r in seen[window + 1].new_requests}
+    outputs = engine.run_until_idle()
+    assert {o.request_id for o in outputs if o.finished} == {"a", "b"}
