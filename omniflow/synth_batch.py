@@ -1,12 +1,14 @@
 """`omniflow synth texts=LINES.jsonl out_dir=DIR`: many requests through one pipeline.
 
 Each line is a JSON object: `id` (the file's name), `text`, and optionally `voice`,
-`language`, `instructions`, `seed`, `max_new_tokens`, `speed`, `ref_audio` + `ref_text` (a
-voice clone on a Base model). Every line is checked by the server's request rules before anything is
-built; a bad line is reported with its number and the rest go on. Up to `synth.concurrency`
-requests are in flight at once (the engine batches them), each file is written to a
-temporary name and renamed when complete, a file already in `out_dir` is skipped (a rerun
-resumes), and Ctrl-C aborts what is in flight and leaves only complete files.
+`language`, `instructions`, `seed`, `max_new_tokens`, `speed`, `ref_audio` + `ref_text` or
+`x_vector_only_mode` (a voice clone on a Base model); the same synth keys given on the
+command line (and `ignore_eos`) are every line's defaults. Every line is checked by the
+server's request rules before anything is built; a bad line is reported with its number and
+the rest go on. Up to `synth.concurrency` requests are in flight at once (the engine batches
+them), each file is written to a temporary name and renamed when complete, a file already in
+`out_dir` is skipped (a rerun resumes), and Ctrl-C aborts what is in flight and leaves only
+complete files.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from omniflow.core.pipeline import Pipeline
 
 LINE_KEYS = {"id", "text", "voice", "language", "instructions", "seed", "max_new_tokens"}
-LINE_KEYS |= {"speed", "ref_audio", "ref_text"}
+LINE_KEYS |= {"speed", "ref_audio", "ref_text", "x_vector_only_mode"}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 EXTENSIONS = {"wav": ".wav", "flac": ".flac", "mp3": ".mp3", "opus": ".opus", "pcm": ".pcm"}
 ONLY_WITH_TEXTS = {"out_dir": None, "format": "wav", "concurrency": 8}
@@ -160,6 +162,7 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
         "speed": s.speed,
         "max_new_tokens": s.max_new_tokens,
         "ignore_eos": s.ignore_eos,
+        "x_vector_only_mode": s.x_vector_only_mode or None,
     }  # every synth key a request takes, for each line (a line's own value wins)
     fields = {**defaults, **obj, "input": obj.get("text")}
     fields.pop("text", None)

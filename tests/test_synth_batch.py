@@ -14,6 +14,7 @@ import time
 import soundfile
 
 from tests.test_cli_errors import omniflow, one_line_error
+from tests.test_synth_cli import reference_wav
 
 BASE = ["synth", "pipeline=qwen3_tts_fused", "platform=cpu"]
 
@@ -77,6 +78,22 @@ def test_the_synth_keys_of_a_request_act_on_every_line(tmp_path):
     frame_bytes = 1920 * 2  # 16-bit PCM, 1,920 samples a frame
     assert (out / "a.pcm").stat().st_size == 7 * frame_bytes
     assert (out / "b.pcm").stat().st_size == 3 * frame_bytes
+
+
+def test_x_vector_only_mode_clones_every_line_or_one(tmp_path):
+    ref = reference_wav(tmp_path / "ref.wav")
+    texts = write_lines(
+        tmp_path / "in.jsonl",
+        {"id": "a", "text": "Hello.", "seed": 1, "ref_audio": ref},
+        {"id": "b", "text": "Hi.", "seed": 2, "ref_audio": ref, "x_vector_only_mode": True},
+    )
+    base = ["synth", "model=qwen3_tts_tiny_base", "platform=cpu", f"texts={texts}"]
+    alone = omniflow(*base, f"out_dir={tmp_path / 'one'}")
+    assert alone.returncode == 1 and "line 1: " in alone.stderr  # no transcript, no mode
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["b.wav"]
+    every = omniflow(*base, f"out_dir={tmp_path / 'all'}", "x_vector_only_mode=true")
+    assert every.returncode == 0, every.stderr
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["a.wav", "b.wav"]
 
 
 def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path):

@@ -220,8 +220,9 @@ class SynthConfig(Frozen):
     texts: str | None = Field(
         None,
         description="Batch: a JSONL file, one request a line (id, text, and optionally voice, "
-        "language, instructions, seed, max_new_tokens, ref_audio + ref_text); each becomes "
-        "out_dir/ID.FORMAT; files already there are skipped (a rerun resumes).",
+        "language, instructions, seed, max_new_tokens, speed, ref_audio + ref_text or "
+        "x_vector_only_mode; those set here are every line's defaults, with ignore_eos); each "
+        "becomes out_dir/ID.FORMAT; files already there are skipped (a rerun resumes).",
     )
     out_dir: str | None = Field(None, description="Batch (texts): the directory of the files.")
     format: Literal["wav", "flac", "mp3", "opus", "pcm"] = Field(
