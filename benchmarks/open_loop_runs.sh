@@ -4,7 +4,8 @@
 # against `omniflow serve` of each variant. A variant is LABEL,TREE[,OVERRIDES]: a tree
 # (a directory holding `omniflow/`, e.g. `git archive REV omniflow | tar x -C DIR`; the
 # server runs from it, and an older one may predate the open-loop bench) and server
-# overrides on top of SERVE_ARGS.
+# overrides on top of SERVE_ARGS (the served model's name in MODEL; a server that dies is
+# noted in timing.txt and skipped).
 #   RATES="10 20" benchmarks/open_loop_runs.sh OUT_DIR old,snap_old new,snap k0,snap,pipeline.stages.talker.window_k=0
 # Per variant and rate: LABEL_rpsR.json (the summary), LABEL_rpsR_requests.json (every
 # request with its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it).
@@ -13,21 +14,30 @@ out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
 client=$(cd "$(dirname "$0")/.." && pwd)
 serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
-mkdir -p "$out"
 port=8101
 for variant in "$@"; do
   IFS=, read -r label tree overrides <<< "$variant"
+  tree=$(cd "$tree" && pwd)
   # run from the tree: `python -m` puts the working directory ahead of PYTHONPATH
   (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH:-}" exec python3 -m omniflow serve $serve_args \
     ${overrides:-} server.port=$port) > "$out/serve_$label.log" 2>&1 &
   pid=$!
-  for _ in $(seq 600); do grep -q "omniflow ready" "$out/serve_$label.log" && break; sleep 0.5; done
+  for _ in $(seq 600); do
+    grep -q "omniflow ready" "$out/serve_$label.log" && break
+    kill -0 $pid 2>/dev/null || break  # it died (a bad tree or override): its log says why
+    sleep 0.5
+  done
+  if ! kill -0 $pid 2>/dev/null; then
+    echo "$label died after $SECONDS s (serve_$label.log)" >> "$out/timing.txt"
+    port=$((port + 1))
+    continue
+  fi
   echo "$label ready after $SECONDS s" >> "$out/timing.txt"
   for rps in $rates; do
-    PYTHONPATH="$client:${PYTHONPATH:-}" python3 -m omniflow.bench.open_client \
+    (cd "$client" && PYTHONPATH="$client:${PYTHONPATH:-}" exec python3 -m omniflow.bench.open_client \
       --url "http://127.0.0.1:$port" --rps "$rps" --duration-s "${DURATION_S:-20}" \
-      --warmup-s "${WARMUP_S:-5}" --drain-s 30 --model qwen3-tts-12hz-1.7b-customvoice \
-      --out "$out/${label}_rps${rps}_requests.json" \
+      --warmup-s "${WARMUP_S:-5}" --drain-s 30 --model "${MODEL:-qwen3-tts-12hz-1.7b-customvoice}" \
+      --out "$out/${label}_rps${rps}_requests.json") \
       > "$out/${label}_rps$rps.json" 2> "$out/${label}_rps$rps.err" || true
     python3 -c "import httpx,sys; print(httpx.get(sys.argv[1]).text)" \
       "http://127.0.0.1:$port/metrics" > "$out/${label}_rps$rps.metrics" || true
