@@ -96,9 +96,16 @@ def test_async_an_arrival_that_cuts_a_window_is_prefilled_in_the_very_next_step(
         return execute(plan)
 
     engine.runner.execute = spy  # type: ignore[method-assign]
+    outputs = []
     while len(seen) < 2 or not any(p.window for p in seen[:-1]):
-        engine.step()  # no inbox drain between steps: only the step itself takes the arrival
+        outputs += engine.step()  # no inbox drain between steps: the step takes the arrival
     window = next(i for i, p in enumerate(seen) if p.window)
     assert "b" in {r.request_id for r in seen[window + 1].new_requests}
-    outputs = engine.run_until_idle()
+    outputs += engine.run_until_idle()
     assert {o.request_id for o in outputs if o.finished} == {"a", "b"}
+    alone = {}
+    for rid, frames, seed in (("a", 30, 4), ("b", 5, 7)):  # each request's codes, by itself
+        solo, proc = talker_engine(async_scheduling=True, stream_decode=True)
+        solo.add_request(proc.make_request(fixed(rid, frames, seed=seed)))
+        alone |= collect(solo.run_until_idle())
+    assert collect(outputs) == alone
