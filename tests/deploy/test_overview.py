@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytest.importorskip("ray")  # board.py defines a Ray actor class (no cluster started)
+
 from omniflow.deploy.board import STALE_S, Report  # noqa: E402
 from omniflow.deploy.overview import current, health, metrics  # noqa: E402
 

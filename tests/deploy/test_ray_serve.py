@@ -15,12 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import ray  # the dev extra installs it (omniflow[ray]): CI runs these tests
 
-from omniflow.config.compose import compose
-from omniflow.config.resolve import build_graph
-from omniflow.deploy.header import REPLICA_HEADER
-from omniflow.deploy.settings import resolve_deploy
+# the dev extra installs both (omniflow[ray], openai): CI runs these tests
+ray = pytest.importorskip("ray")
+pytest.importorskip("openai")
+
+from omniflow.config.compose import compose  # noqa: E402
+from omniflow.config.resolve import build_graph  # noqa: E402
+from omniflow.deploy.header import REPLICA_HEADER  # noqa: E402
+from omniflow.deploy.settings import resolve_deploy  # noqa: E402
+from tests.serve.helpers import LOW, openai_client  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -54,8 +58,6 @@ def url(ray_cluster):
 
 
 def register(url: str) -> httpx.Response:
-    from tests.serve.test_voice_registry_http import LOW
-
     body = {"name": "me", "ref_audio": LOW, "ref_text": "A low tone."}
     return httpx.post(f"{url}/v1/audio/voices", json=body, timeout=60)
 
@@ -94,9 +96,7 @@ def check_a_voice_registered_through_one_replica_is_on_both(url, voice):
 
 def openai_speech(url: str, voice: str) -> httpx.Response:
     """A streamed PCM request through the real `openai` client (its raw httpx response)."""
-    from openai import OpenAI
-
-    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    client = openai_client(url)
     with client.audio.speech.with_streaming_response.create(
         model=MODEL, voice=voice, input=TEXT, response_format="pcm", extra_body=SEEDED
     ) as response:

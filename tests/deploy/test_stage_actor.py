@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from omniflow.config.compose import compose
-from omniflow.config.resolve import build_graph
-from omniflow.deploy.stage_actor import Sequencer, StageActor
-from omniflow.deploy.stage_wire import Prepared
-from omniflow.engine.messages import Abort, Add, Hold, Wake
-from tests.factories import speech
+pytest.importorskip("ray")  # stage_actor.py defines a Ray actor class (no cluster started)
+
+from omniflow.config.compose import compose  # noqa: E402
+from omniflow.config.resolve import build_graph  # noqa: E402
+from omniflow.deploy.stage_actor import Sequencer, StageActor  # noqa: E402
+from omniflow.deploy.stage_wire import Prepared  # noqa: E402
+from omniflow.engine.messages import Abort, Add, Hold, Wake  # noqa: E402
+from tests.factories import speech  # noqa: E402
 
 
 def test_batches_are_applied_in_the_order_they_were_numbered():

@@ -11,9 +11,9 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
-from openai import OpenAI
 
 from tests.serve.conftest import assert_released
+from tests.serve.helpers import openai_client
 
 MODEL = "qwen3-tts-tiny"
 N = 20
@@ -21,8 +21,8 @@ PCM_BYTES = N * 1920 * 2
 EXTRA = {"seed": 3, "max_new_tokens": N, "ignore_eos": True}
 
 
-def client(live) -> OpenAI:
-    return OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+def client(live):
+    return openai_client(live.url)
 
 
 def speech_stream(live, fmt: str) -> bytes:

@@ -51,7 +51,7 @@ def test_a_stopped_base_model_server_releases_its_pipeline_after_every_kind_of_r
     import httpx
 
     from tests.serve.conftest import LiveServer
-    from tests.serve.test_voice_clone_http import audio_file, b64
+    from tests.serve.helpers import audio_file, b64
 
     def serve() -> weakref.ref:
         server = LiveServer("model=qwen3_tts_tiny_base")

@@ -16,8 +16,7 @@ from omniflow.config.compose import compose
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.run import ServerThread
 from tests.serve.fake_pipeline import INFO, FakePipeline
-from tests.serve.test_voice_clone_http import audio_file, b64
-from tests.serve.test_voice_registry_http import CloningFake
+from tests.serve.helpers import CloningFake, audio_file, b64
 
 BODY = json.dumps(
     {"model": "qwen3-tts-tiny", "voice": "vivian", "input": "Hi.", "max_new_tokens": 2}

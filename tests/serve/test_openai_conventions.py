@@ -10,7 +10,8 @@ import time
 import httpx
 import numpy as np
 import soundfile
-from openai import OpenAI
+
+from tests.serve.helpers import openai_client
 
 MODEL = "qwen3-tts-tiny"
 N = 20
@@ -34,7 +35,7 @@ def whole_pcm(live) -> bytes:
 
 def stream(live, fmt: str) -> tuple[httpx.Headers, list[bytes]]:
     """The SDK's streaming call with stream_format="audio", chunk by chunk."""
-    client = OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+    client = openai_client(live.url)
     with client.audio.speech.with_streaming_response.create(
         model=MODEL,
         voice="vivian",

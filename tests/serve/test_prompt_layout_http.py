@@ -5,13 +5,14 @@ and the languages offered leave out the dialects."""
 from __future__ import annotations
 
 import httpx
-from openai import OpenAI
+
+from tests.serve.helpers import openai_client
 
 N = 6
 
 
 def pcm(live, **extra) -> bytes:
-    client = OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+    client = openai_client(live.url)
     body = {"seed": 5, "max_new_tokens": N, "ignore_eos": True, **extra}
     with client.audio.speech.with_streaming_response.create(
         model="qwen3-tts-tiny",

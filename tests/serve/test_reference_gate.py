@@ -19,9 +19,8 @@ from omniflow.config.compose import compose
 from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, ReferenceGate
 from omniflow.serve.run import ServerThread
 from tests.serve.fake_pipeline import INFO
+from tests.serve.helpers import CloningFake, audio_file, b64
 from tests.serve.test_idle_connections import closed_within
-from tests.serve.test_voice_clone_http import audio_file, b64
-from tests.serve.test_voice_registry_http import CloningFake
 
 REF = b64(audio_file())
 

@@ -4,18 +4,12 @@ fields; and every bad reference a 400 naming the field."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import io
-import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import numpy as np
 import pytest
-import soundfile
-from openai import OpenAI
 
 from omniflow.config.compose import compose
 from omniflow.core.speech import SpeechRequest
@@ -23,25 +17,12 @@ from omniflow.models.qwen3_tts.reference import EncodedReference
 from omniflow.serve.run import ServerThread
 from tests.serve.conftest import LiveServer
 from tests.serve.fake_pipeline import INFO, FakePipeline
+from tests.serve.helpers import audio_file, b64, openai_client
 
 MODEL = "qwen3-tts-tiny-base"
 N = 6
 MAX_S = 3.0
 MAX_BYTES = 400_000
-
-
-def audio_file(
-    rate: int = 24000, seconds: float = 1.0, freq: float = 220.0, amp: float = 0.5, **kw
-) -> bytes:
-    t = np.arange(int(rate * seconds)) / rate
-    buf = io.BytesIO()
-    data = (amp * np.sin(2 * math.pi * freq * t)).astype(np.float32)
-    soundfile.write(buf, data, rate, format=kw.get("format", "WAV"))
-    return buf.getvalue()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +36,7 @@ def base():
 
 
 def clone_pcm(server, **extra) -> bytes:
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    client = openai_client(server.url)
     body = {"task_type": "Base", "seed": 3, "max_new_tokens": N, "ignore_eos": True, **extra}
     with client.audio.speech.with_streaming_response.create(
         model=MODEL,

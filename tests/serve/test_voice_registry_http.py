@@ -6,24 +6,19 @@ with a counting encoder shows that a voice is encoded once, off the event loop."
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from openai import OpenAI
 
 from omniflow.config.compose import compose
-from omniflow.models.qwen3_tts.reference import EncodedReference
 from omniflow.serve.run import ServerThread
 from tests.serve.conftest import LiveServer
-from tests.serve.fake_pipeline import INFO, FakePipeline
-from tests.serve.test_voice_clone_http import audio_file, b64
+from tests.serve.fake_pipeline import INFO
+from tests.serve.helpers import HIGH, LOW, CloningFake, audio_file, b64, openai_client
 
 MODEL = "qwen3-tts-tiny-base"
 N = 4
-LOW, HIGH = b64(audio_file(freq=220.0)), b64(audio_file(freq=1500.0, rate=16000))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +36,7 @@ def register(server, **fields) -> httpx.Response:
 def speak(server, voice: str | None = None, **extra) -> bytes:
     """PCM of a short request through the openai client; `voice` alone is a plain OpenAI
     request (no task_type): on a Base model that is a voice clone."""
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    client = openai_client(server.url)
     body = {"seed": 3, "max_new_tokens": N, "ignore_eos": True, **extra}
     with client.audio.speech.with_streaming_response.create(
         model=MODEL,
@@ -187,36 +182,6 @@ def test_a_custom_voice_model_registers_nothing(live):
 
 
 # ------------------------------------------------------------- fake pipeline: encode once
-
-
-class CountingEncoder:
-    """Counts encodings; holds each one until `release` is set (the test decides)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.started = threading.Event()
-        self.release = threading.Event()
-        self.release.set()
-
-    def encode(self, audio):
-        self.calls += 1
-        self.started.set()
-        assert self.release.wait(30)
-        return EncodedReference(ref_codes=((7,) * 16,) * 2, speaker_embedding=(0.5,) * 4)
-
-
-class CloningFake(FakePipeline):
-    def __init__(self) -> None:
-        super().__init__(dataclasses.replace(INFO, task_types=("Base",)))
-        self.encoder = CountingEncoder()
-        self.seen = []
-
-    def reference_encoder(self):  # type: ignore[override]
-        return self.encoder
-
-    def submit(self, speech, sink, *limits):
-        self.seen.append(speech)
-        super().submit(dataclasses.replace(speech, voice="vivian"), sink, *limits)
 
 
 def fake_server(fake: CloningFake, max_voices: int) -> ServerThread:

@@ -17,7 +17,7 @@ from websockets.sync.client import connect
 
 from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
 from tests.serve.conftest import LiveServer, assert_released
-from tests.serve.test_voice_clone_http import audio_file, b64
+from tests.serve.helpers import audio_file, b64
 from tests.serve.test_websocket import (
     LONG,
     configure,
