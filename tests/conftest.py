@@ -7,6 +7,7 @@ on a machine without CUDA skips them with the reason instead of failing them.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -19,8 +20,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 NO_CUDA = "needs a CUDA GPU (torch.cuda.is_available() is false on this machine)"
 
+RAY_WORKER = re.compile(r"tests/deploy/[^/:]*ray[^/:]*\.py::")
+"""Tests of these modules (tests/deploy/*ray*.py) run on one pytest-xdist worker, one after
+the other: those that start the local Ray cluster (the `ray_cluster` fixture) share it."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()) and not RAY_WORKER.match(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} starts the Ray cluster: its module belongs in tests/deploy with "
+                "'ray' in its name, so that it runs on the one worker that has the cluster"
+            )
     cuda_items = [item for item in items if item.get_closest_marker("cuda")]
     if not cuda_items:
         return
@@ -37,3 +48,21 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: no error where it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`-n N` (`--dist load`): as `load`, every test handed out on its own, except the
+    `RAY_WORKER` modules' tests, handed to one worker together. Under `load` two workers
+    would each start a cluster of their own, two clusters' processes on the CI machine's
+    two cores. (pytest-xdist's `xdist_group` mark cannot do it here: under pytest 9 its
+    `loadgroup` mode no longer renames the grouped tests, so it groups nothing.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneRayWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if RAY_WORKER.match(nodeid) else nodeid
+
+    return OneRayWorker(config, log)
