@@ -1,5 +1,7 @@
 """`python -m omniflow serve` as a process: starts, serves, warns about dummy weights, and
-shuts down cleanly on SIGTERM and SIGINT."""
+shuts down cleanly on SIGTERM and SIGINT, `omniflow stopped` its last line either way (issue
+36 item 12: uvicorn re-raised SIGTERM once it had shut down, the handler's SystemExit skipped
+the line, and a supervisor reading the log could not tell a clean stop from a crash)."""
 
 from __future__ import annotations
 
@@ -71,3 +73,4 @@ def test_embedded_default_serves_and_stops_cleanly(sig):
     rest = proc.stderr.read() if proc.stderr else ""
     assert rc == 0, rest
     assert "stopping engines" in rest and "Traceback" not in rest
+    assert rest.rstrip().splitlines()[-1].endswith("omniflow stopped"), rest[-2000:]
