@@ -13,6 +13,7 @@ import time
 
 import soundfile
 
+from omniflow import cli
 from tests.test_cli_errors import omniflow, one_line_error
 from tests.test_synth_cli import reference_wav
 
@@ -46,16 +47,18 @@ def test_a_batch_writes_a_file_per_good_line_and_names_the_bad_ones(tmp_path):
     assert "wrote 2 files" in r.stdout and "3 failed" in r.stdout
 
 
-def test_a_rerun_skips_what_is_written(tmp_path):
+def test_a_rerun_skips_what_is_written(tmp_path, capsys):
+    """The same command twice, through `omniflow synth`'s entry point in this process (the
+    batch as a child process: the test above)."""
     texts = write_lines(tmp_path / "in.jsonl", {"id": "x", "text": "Hello.", "seed": 3})
     out = tmp_path / "out"
     out.mkdir()
-    first = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "format=flac")
-    assert first.returncode == 0, first.stderr
+    argv = [*BASE, f"texts={texts}", f"out_dir={out}", "format=flac"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
     written = (out / "x.flac").stat().st_mtime_ns
-    again = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "format=flac")
-    assert again.returncode == 0, again.stderr
-    assert "1 files already written, skipped" in again.stderr
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert "1 files already written, skipped" in capsys.readouterr().err
     assert (out / "x.flac").stat().st_mtime_ns == written
 
 
