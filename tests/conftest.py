@@ -24,6 +24,15 @@ RAY_WORKER = re.compile(r"tests/deploy/[^/:]*ray[^/:]*\.py::")
 """Tests of these modules (tests/deploy/*ray*.py) run on one pytest-xdist worker, one after
 the other: those that start the local Ray cluster (the `ray_cluster` fixture) share it."""
 
+ONE_WORKER = {
+    "ray": RAY_WORKER,
+    # the Triton interpreter's child runs every kernel module's checks for the first test
+    # that asks (tests/kernels/interpret.py): ~15 s, paid by each worker that gets one
+    "kernels": re.compile(r"tests/kernels/"),
+}
+"""Groups of tests that share something expensive made once per process: pytest-xdist
+hands each group to one worker (`pytest_xdist_make_scheduler`)."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -52,17 +61,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: no error where it is not installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`-n N` (`--dist load`): as `load`, every test handed out on its own, except the
-    `RAY_WORKER` modules' tests, handed to one worker together. Under `load` two workers
-    would each start a cluster of their own, two clusters' processes on the CI machine's
-    two cores. (pytest-xdist's `xdist_group` mark cannot do it here: under pytest 9 its
-    `loadgroup` mode no longer renames the grouped tests, so it groups nothing.)"""
+    """`-n N` (`--dist load`): as `load`, every test handed out on its own, except each
+    `ONE_WORKER` group's tests, handed to one worker together (the largest groups first).
+    Under `load` two workers would each start a Ray cluster, two clusters' processes on the
+    CI machine's two cores, and each run the kernels' interpreter child. (pytest-xdist's
+    `xdist_group` mark cannot do it here: under pytest 9 its `loadgroup` mode no longer
+    renames the grouped tests, so it groups nothing.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class OneRayWorker(LoadScopeScheduling):
+    class OneWorkerGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "ray" if RAY_WORKER.match(nodeid) else nodeid
+            return next((g for g, ids in ONE_WORKER.items() if ids.match(nodeid)), nodeid)
 
-    return OneRayWorker(config, log)
+    return OneWorkerGroups(config, log)
