@@ -98,20 +98,25 @@ def test_an_open_loop_sweep_writes_each_rates_result_a_table_and_a_plot(tmp_path
     assert again.returncode == 0 and "| req/s |" in again.stdout
 
 
-def test_a_single_open_loop_run_prints_its_open_loop_object(tmp_path):
-    r = omniflow(
-        "bench",
-        "platform=cpu",
-        "bench.warmup=1",
-        "bench.rps=3",
-        "bench.arrivals=constant",
-        "bench.warmup_s=0",
-        "bench.duration_s=1",
-        "bench.max_frames=6",  # asked for: each request at most 6 frames
-        cwd=tmp_path,
+def test_a_single_open_loop_run_prints_its_open_loop_object(tmp_path, capsys, monkeypatch):
+    """Through `omniflow bench`'s entry point in this process, from an empty directory (the
+    command line as a child: the sweep above)."""
+    monkeypatch.chdir(tmp_path)
+    r = cli.main(
+        [
+            "bench",
+            "platform=cpu",
+            "bench.warmup=1",
+            "bench.rps=3",
+            "bench.arrivals=constant",
+            "bench.warmup_s=0",
+            "bench.duration_s=1",
+            "bench.max_frames=6",  # asked for: each request at most 6 frames
+        ]
     )
-    assert r.returncode == 0, r.stderr
-    o = json.loads(r.stdout)
+    out = capsys.readouterr()
+    assert r == 0, out.err
+    o = json.loads(out.out)
     assert o["rps"] == 3 and o["arrivals"] == "constant"
     assert o["requests"] == o["succeeded"] == 3  # at 0, 1/3, 2/3 s
     assert o["frames_per_request"]["max"] <= 6
