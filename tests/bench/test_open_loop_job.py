@@ -44,12 +44,23 @@ def omniflow(*args: str, cwd) -> subprocess.CompletedProcess[str]:
     )
 
 
+SHORT = [  # 28 to 36 frames each at the dummy weights' speaking rate (the shipped set: 40-110)
+    "A short line, said at its own pace.",
+    "Another one, a little longer than that.",
+    "Open loop: requests arrive as they will.",
+    "Seeded arrivals, two rates, one pattern.",
+]
+
+
 def test_an_open_loop_sweep_writes_each_rates_result_a_table_and_a_plot(tmp_path):
     out = tmp_path / "sweep"
+    prompts = tmp_path / "short.jsonl"
+    prompts.write_text("".join(json.dumps({"text": t, "seconds": 2.5}) + "\n" for t in SHORT))
     r = omniflow(
         "bench",
         "-m",
         "platform=cpu",
+        f"bench.prompts={prompts}",
         "bench.warmup=0",
         "bench.warmup_s=0.25",
         "bench.duration_s=1",
