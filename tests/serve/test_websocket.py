@@ -228,7 +228,7 @@ def test_closing_the_socket_aborts_the_utterance(live):
 
 def test_many_utterances_on_one_socket(live):
     with connect(ws_url(live)) as ws:
-        configure(ws, response_format="pcm")
+        configure(ws, response_format="pcm", max_new_tokens=4)  # audio for each: a few frames
         for n in range(5):
             text(ws, f"Utterance {n}. Second ")
             text(ws, "sentence!")

@@ -163,7 +163,8 @@ def test_a_long_utterance_is_not_idle():
     """The idle timeout counts from the last message or the end of the speech, whichever is
     later: a session whose speech outlasts the timeout is not closed under it."""
     with LiveServer("server.ws_idle_timeout_s=0.3") as server, connect(ws_url(server)) as ws:
-        configure(ws, response_format="pcm", seed=1, max_new_tokens=40, ignore_eos=True)
+        # 4 x 20 frames: ~2 s on a 2-core CI machine, several times the 0.3 s timeout
+        configure(ws, response_format="pcm", seed=1, max_new_tokens=20, ignore_eos=True)
         began = time.monotonic()
         text(ws, "One. Two. Three. Four.")
         done(ws)
