@@ -165,7 +165,7 @@ def build_codec_graph(
     # heuristic's pick (a bf16 dilated one took 11.5 ms of a 52 ms pass that way).
     prepare_device("cuda", graph.platform.cudnn_benchmark)
     spec = graph.model
-    dtype = DTYPES[spec.codec_dtype]
+    dtype = DTYPES[graph.platform.codec_dtype]
     weights = load_codec(spec.codec, None, spec.seed + 1).to(device="cuda", dtype=dtype).eval()
     decoder = StreamingDecoder(weights.decoder, batch, torch.device("cuda"), dtype)
     graphs = DecoderStepGraphs(decoder, batch, buckets=(batch,), frames=frames)

@@ -103,7 +103,7 @@ def memory_estimate(graph: StageGraph) -> MemoryEstimate:
     model = graph.model
     dtype = DTYPE_BYTES[model.dtype or graph.platform.dtype]
     counts = parameter_counts(model)
-    weights = counts["lm"] * dtype + counts["codec"] * DTYPE_BYTES[model.codec_dtype]
+    weights = counts["lm"] * dtype + counts["codec"] * DTYPE_BYTES[graph.platform.codec_dtype]
     weights += counts.get("encoders", 0) * DTYPE_BYTES["float32"]
     t = model.talker
     kv = 0

@@ -132,8 +132,8 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
     model = ctx.graph.model
     path = Path(model.path) if model.load == "checkpoint" and model.path else None
     weights = ctx.share("qwen3_tts.codec", lambda: load_codec(model.codec, path, model.seed + 1))
-    # model.codec_dtype: fp32 by default (PCM exactness); bf16 trades it for throughput.
-    dtype = DTYPES[model.codec_dtype]
+    # model.codec_dtype, else the platform's: fp32 is exact PCM, fp16 (CUDA) trades a bound.
+    dtype = DTYPES[ctx.graph.platform.codec_dtype]
     weights = weights.to(device=ctx.device, dtype=dtype).eval()
     return StreamingDecoder(weights.decoder, slots, ctx.device, dtype)
 

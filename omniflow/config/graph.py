@@ -72,6 +72,10 @@ class ResolvedPlatform(Frozen):
     name: Literal["cpu", "cuda", "npu"] = Field(description="Platform.")
     device: str = Field(description="torch device string.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="Compute dtype.")
+    codec_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        description="The streaming codec decoder's dtype (`model.codec_dtype`, else the "
+        "platform's)."
+    )
     cuda_graphs: bool = Field(description="CUDA graphs in use.")
     cudnn_benchmark: bool = Field(description="CUDA: cuDNN picks convolution algorithms by timing.")
     gpu_memory_utilization: float | None = Field(

@@ -64,6 +64,7 @@ def resolve_platform(
         name=name,
         device=device,
         dtype=dtype,
+        codec_dtype=model.codec_dtype or cfg.codec_dtype or info.codec_dtype,
         cuda_graphs=cfg.cuda_graphs and info.has_graph_capture,
         cudnn_benchmark=bool(cfg.cudnn_benchmark) and name == "cuda",
         gpu_memory_utilization=cfg.gpu_memory_utilization if name == "cuda" else None,

@@ -162,6 +162,11 @@ class PlatformConfig(Frozen):
 
     name: Literal["auto", "cpu", "cuda", "npu"] = Field(description="Platform name.")
     dtype: Dtype | None = Field(None, description="Default dtype; unset: the platform's own.")
+    codec_dtype: Dtype | None = Field(
+        None,
+        description="The streaming codec decoder's dtype where `model.codec_dtype` is unset; "
+        "unset: the platform's own (float16 on CUDA, float32 elsewhere).",
+    )
     cuda_graphs: bool = Field(False, description="Capture CUDA graphs for bucketed batch sizes.")
     gpu_memory_utilization: float | None = Field(
         None,

@@ -136,11 +136,12 @@ class ModelConfig(Frozen):
         "where it cannot act (a checkpoint, or another platform).",
     )
     dtype: Dtype | None = Field(None, description="Weights/activations dtype; unset: platform's.")
-    codec_dtype: Dtype = Field(
-        "float32",
-        description="The streaming codec decoder's dtype (float32: exact PCM; bfloat16 or "
-        "float16: a faster decoder at large batches on a GPU, PCM within a stated bound of "
-        "float32's, measured: see docs/performance.md).",
+    codec_dtype: Dtype | None = Field(
+        None,
+        description="The streaming codec decoder's dtype; unset: the platform's (float16 on "
+        "CUDA, float32 elsewhere). float32 gives exact PCM; bfloat16 and float16 a faster "
+        "decoder at large batches on a GPU, PCM within a stated bound of float32's "
+        "(docs/reference.md).",
     )
     tokenizer: Literal["auto", "byte", "bpe"] = Field(
         "auto", description="auto: the checkpoint's BPE with a path, else byte-level."

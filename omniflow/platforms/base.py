@@ -29,11 +29,14 @@ class PlatformInfo:
     """Decode and mixed (prefill) steps attend in one padded batch instead of request by
     request. Off on the CPU, where the per-request path keeps every row bitwise independent
     of its neighbours."""
+    codec_dtype: str = "float32"
+    """The streaming codec decoder's dtype where `model.codec_dtype` is unset: float16 on
+    CUDA (the decoder is most of a large batch's step; its PCM bound: docs/reference.md)."""
 
 
 PLATFORMS: dict[PlatformName, PlatformInfo] = {
     "cpu": PlatformInfo("cpu", "cpu", "float32", False, None),
-    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, None, True),
+    "cuda": PlatformInfo("cuda", "cuda", "bfloat16", True, None, True, "float16"),
     "npu": PlatformInfo("npu", "npu", "bfloat16", False, "torch_npu"),
 }
 

@@ -54,6 +54,7 @@ READ: dict[str, tuple[str, str]] = {
     "platform.cudnn_benchmark": ("build/pipeline.py", "cudnn_benchmark"),
     "platform.device": ("build/pipeline.py", "device"),
     "platform.dtype": ("build/pipeline.py", "dtype"),
+    "platform.codec_dtype": ("build/qwen3_tts.py", "codec_dtype"),
     "model.name": ("engine/orchestrator.py", "name"),
     "model.load": ("models/qwen3_tts/factory.py", "load"),
     "model.path": ("models/qwen3_tts/factory.py", "path"),
@@ -62,7 +63,7 @@ READ: dict[str, tuple[str, str]] = {
     # it cannot act: tests/test_newcomer_mistakes.py)
     "model.allow_large_dummy": ("preflight.py", "allow_large_dummy"),
     "model.dtype": ("models/qwen3_tts/factory.py", "dtype"),
-    "model.codec_dtype": ("build/qwen3_tts.py", "codec_dtype"),
+    "model.codec_dtype": ("config/resolve_platform.py", "codec_dtype"),
     "model.tokenizer": ("models/qwen3_tts/factory.py", "tokenizer"),
     "model.supports_instructions": ("build/qwen3_tts.py", "supports_instructions"),
     # the front end's VoiceDesign rules; the task it serves (ModelConfig.task_type)

@@ -77,3 +77,19 @@ def test_a_non_zero_device_index_is_refused_where_it_cannot_act(platform):
     assert exc.value.key == "platform.device_index"
     assert platform != "cuda" or "CUDA_VISIBLE_DEVICES" in str(exc.value)
     assert build_graph(compose([f"platform={platform}", "+platform.device_index=0"]))
+
+
+def codec_dtype(*overrides: str) -> str:
+    return build_graph(compose(list(overrides))).platform.codec_dtype
+
+
+def test_codec_dtype_is_the_models_else_the_platforms():
+    """CUDA decodes in float16 unless asked (its bound: tests/codec_bound.py), the CPU in
+    float32 (exact PCM); `model.codec_dtype` wins over `platform.codec_dtype`."""
+    assert codec_dtype("platform=cuda") == "float16"
+    assert codec_dtype("platform=cpu") == "float32"
+    assert codec_dtype("platform=cuda", "model.codec_dtype=float32") == "float32"
+    assert codec_dtype("platform=cuda", "platform.codec_dtype=bfloat16") == "bfloat16"
+    assert codec_dtype("platform=cpu", "platform.codec_dtype=float16") == "float16"
+    both = ("platform.codec_dtype=bfloat16", "model.codec_dtype=float32")
+    assert codec_dtype("platform=cuda", *both) == "float32"
