@@ -48,7 +48,7 @@ from omniflow.sched.seating import (
     row_order,
     rows_for_arrivals,
 )
-from omniflow.sched.window import Candidate, WindowStats, decodes_only, plan_window
+from omniflow.sched.window import Candidate, WindowStats, plan_window
 
 
 class ARScheduler:
@@ -240,13 +240,12 @@ class ARScheduler:
             budget -= n
             room -= 1
 
-        candidates = [
-            Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
-            for rid, n in scheduled.items()
-        ]
         window, extra = plan_window(
             self.window_k,
-            candidates,
+            [
+                Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
+                for rid, n in scheduled.items()
+            ],
             waiting=admissible_waiting(self.waiting, self._paused),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
@@ -265,7 +264,7 @@ class ARScheduler:
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
         if self.playback is not None and not plan.is_empty:
-            self.playback.planned(step_id, decode=decodes_only(candidates))
+            self.playback.planned(step_id)
         return plan
 
     def _slack_k(self, scheduled: dict[str, int]) -> int | None:

@@ -39,16 +39,11 @@ class PlaybackClock:
     """Running estimate of one decode step's wall time (None until measured)."""
     step_s_by_rows: dict[int, float] = field(default_factory=dict)
     """The same estimate per batch-size class (`rows_bucket`)."""
-    decode_s_by_rows: dict[int, float] = field(default_factory=dict)
-    """Per class, decode steps only (no prefill in them): what a window's steps cost. A
-    step that admits prompts takes several times as long; mixed into this estimate it would
-    shrink every window under a steady stream of arrivals."""
-    _planned_at: dict[int, tuple[float, bool]] = field(default_factory=dict)
+    _planned_at: dict[int, float] = field(default_factory=dict)
     _ended_at: float = 0.0
 
-    def planned(self, step_id: int, decode: bool = False) -> None:
-        """Step `step_id` was planned now; `decode`: every row decodes (no prefill)."""
-        self._planned_at[step_id] = (self.now(), decode)
+    def planned(self, step_id: int) -> None:
+        self._planned_at[step_id] = self.now()
 
     def step_done(self, step_id: int, steps: int, rows: int = 1) -> float:
         """A planned step's result is in: its wall time (from when it was planned or when
@@ -57,8 +52,7 @@ class PlaybackClock:
         now = self.now()
         planned = self._planned_at.pop(step_id, None)
         if planned is not None:
-            at, decode = planned
-            self.observe_step(now - max(at, self._ended_at), steps, rows, decode)
+            self.observe_step(now - max(planned, self._ended_at), steps, rows)
         self._ended_at = now
         return now
 
@@ -99,28 +93,23 @@ class PlaybackClock:
         least = self.min_slack(streams)
         return 0.0 if least is None or least >= 0 else -least
 
-    def observe_step(self, seconds: float, steps: int, rows: int = 1, decode: bool = False) -> None:
-        """A result covering `steps` steps of `rows` requests took `seconds`; `decode`:
-        decode steps only (a window's, or a single step that admitted nothing)."""
+    def observe_step(self, seconds: float, steps: int, rows: int = 1) -> None:
+        """A result covering `steps` decode steps of `rows` requests took `seconds`."""
         if steps <= 0 or seconds <= 0:
             return
         sample = seconds / steps
         self.step_s = _ewma(self.step_s, sample)
         bucket = rows_bucket(rows)
         self.step_s_by_rows[bucket] = _ewma(self.step_s_by_rows.get(bucket), sample)
-        if decode:
-            self.decode_s_by_rows[bucket] = _ewma(self.decode_s_by_rows.get(bucket), sample)
 
-    def step_s_at(self, rows: int, measured: bool = False, decode: bool = False) -> float | None:
+    def step_s_at(self, rows: int, measured: bool = False) -> float | None:
         """The step time of `rows` rows: their class's estimate, else the nearest larger
         class measured (an upper bound), else the overall estimate (a guess from smaller
-        batches; None with `measured`, or before any step). `decode`: of decode steps, where
-        one of them has been measured."""
-        table = self.decode_s_by_rows if decode and self.decode_s_by_rows else self.step_s_by_rows
+        batches; None with `measured`, or before any step)."""
         bucket = rows_bucket(rows)
-        larger = sorted(b for b in table if b >= bucket)
+        larger = sorted(b for b in self.step_s_by_rows if b >= bucket)
         if larger:
-            return table[larger[0]]
+            return self.step_s_by_rows[larger[0]]
         return None if measured else self.step_s
 
     def rotation_capacity(self, rows: int) -> int:
@@ -138,7 +127,7 @@ class PlaybackClock:
         scheduled stream's slack (`window_slack`) must cover them. `streams`: (request,
         frames made)."""
         streams = list(streams)
-        step = self.step_s_at(len(streams), decode=True)
+        step = self.step_s_at(len(streams))
         if not streams:
             return cap
         if step is None:  # nothing measured yet: a fresh stream gets steps that measure

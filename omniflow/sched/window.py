@@ -112,11 +112,6 @@ def plan_window(
     return sizes, extra
 
 
-def decodes_only(candidates: list[Candidate]) -> bool:
-    """Every row of the step decodes its next token: no prompt, no recompute, no arrival."""
-    return not any(_prefills(c) for c in candidates)
-
-
 def _prefills(c: Candidate) -> bool:
     """Its step computes context rather than one decode token: a request new to the runner,
     or one still in its prompt (judged on the computed count *before* this step, so its last

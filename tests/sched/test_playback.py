@@ -65,35 +65,6 @@ def test_step_time_is_a_running_estimate():
     assert c.step_s == pytest.approx(0.012)
 
 
-def test_windows_are_sized_by_decode_steps_not_by_the_steps_that_admit():
-    # under steady arrivals half the steps admit prompts and take several times a decode
-    # step's time; a window holds decode steps only, so only those size it
-    now = [0.0]
-    c = clock(now=lambda: now[0])
-    c.planned(0, decode=True)
-    now[0] = 0.08
-    c.step_done(0, steps=8, rows=4)  # a window: 10 ms a step
-    c.planned(1, decode=False)
-    now[0] = 0.13
-    c.step_done(1, steps=1, rows=4)  # a step that admitted a prompt: 50 ms
-    c.frames_made("a", 0, at=0.13)
-    # 80 ms of audio, 40 ms of margin: 40 ms of slack holds 4 decode steps of 10 ms (the
-    # mixed estimate, 0.8 * 10 + 0.2 * 50 = 18 ms, would allow 2)
-    assert c.window_steps(8, [("a", 1)], at=0.13) == 4
-    assert c.step_s_at(4) == pytest.approx(0.018)  # seating and lateness see every step
-
-
-def test_the_scheduler_tells_the_clock_which_steps_only_decode():
-    engine, proc = talker_engine(window_k=8)
-    ticks = itertools.count()
-    engine.scheduler.playback = c = clock(now=lambda: next(ticks) * 0.01)
-    engine.add_request(proc.make_request(fixed("a", 12, seed=2)))
-    engine.step()  # the prefill
-    assert c.decode_s_by_rows == {} and set(c.step_s_by_rows) == {1}
-    engine.step()  # a decode step (a window's or a single one)
-    assert set(c.decode_s_by_rows) == {1}
-
-
 def slack_engine(tick_s: float, **kw):
     """A talker engine whose scheduler sizes windows by slack on a fake clock that moves
     `tick_s` at every reading."""
