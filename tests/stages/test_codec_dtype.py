@@ -45,3 +45,37 @@ def test_reduced_codec_dtype_stays_within_the_bound(fp32_fused, dtype):
     for pcm in (fused, two):  # the same codes (the talker is untouched), decoded in `dtype`
         assert assert_within_bound(want, torch.from_numpy(pcm), dtype).max_abs > 1e-4
     assert_within_bound(torch.from_numpy(two), torch.from_numpy(fused), dtype)
+
+
+def decoder_of(orch) -> torch.nn.Module:
+    """The codec decoder module of the stage that decodes (fused: the talker's model)."""
+    last = orch.engines[-1].runner
+    streaming = last.model.slots.decoder if hasattr(last, "model") else last.decoder
+    return streaming.decoder
+
+
+@pytest.mark.parametrize("pipeline", ["qwen3_tts_fused", "qwen3_tts"])
+def test_a_float16_decoder_that_overflows_ends_the_request_with_one_clear_error(pipeline):
+    """float16's range (65,504) is the risk float32 does not have: an overflow ends the
+    request with an error naming the key that avoids it, instead of streaming NaN, and the
+    stage goes on serving."""
+    orch = build(pipeline, "model.codec_dtype=float16")
+    try:
+        params = list(decoder_of(orch).pre_conv.parameters())
+        saved = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p in params:
+                p.mul_(1e6)  # activations far past float16's range
+        sink = Collector()
+        orch.submit(speech("r", max_new_tokens=6, ignore_eos=True), sink)
+        error = sink.wait().terminal.error
+        assert error is not None and "not finite" in error
+        assert "r" in error and "model.codec_dtype=float32" in error
+        with torch.no_grad():
+            for p, was in zip(params, saved, strict=True):
+                p.copy_(was)
+        sink = Collector()
+        orch.submit(speech("s", max_new_tokens=6, ignore_eos=True), sink)
+        assert sink.wait().terminal.error is None and len(sink.pcm) == 6 * 1920
+    finally:
+        orch.stop()

@@ -15,6 +15,9 @@ which a bucket's padding rows read and write and nothing else ever reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
 from omniflow.device.upload import upload_ints
@@ -29,6 +32,24 @@ fused talker's max_model_len bounds a request's frames below that by default).""
 
 class SlotsExhausted(RuntimeError):
     """No free decoder slot: the caller must wait or refuse the request."""
+
+
+def nonfinite(dtype: torch.dtype, request_ids: Sequence[str], rows: np.ndarray) -> str | None:
+    """The error for requests whose decoded PCM (`rows`, one per request) holds inf or NaN,
+    or None. Only a reduced-precision decoder is checked: float16's range (65,504) is the
+    one risk the float32 path does not have, and an overflow would otherwise reach the
+    listener as noise."""
+    if dtype == torch.float32 or not len(request_ids):
+        return None
+    ok = np.isfinite(rows.reshape(len(request_ids), -1)).all(axis=1)
+    if ok.all():
+        return None
+    bad = [rid for rid, fine in zip(request_ids, ok, strict=True) if not fine]
+    name = str(dtype).removeprefix("torch.")
+    return (
+        f"the codec decoder's {name} PCM is not finite for {', '.join(bad)} (its range was "
+        "exceeded); set model.codec_dtype=float32"
+    )
 
 
 class StepRope:

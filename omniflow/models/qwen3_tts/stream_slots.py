@@ -33,7 +33,7 @@ import torch
 from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import Frame, SampledStep
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
-from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 
 
@@ -136,7 +136,7 @@ class StreamSlots:
                     self._decode_group(rids, [frames[rid] for rid in rids], n)
                     for n, rids in groups.items()
                 ]
-            return PendingPcm(tuple(frames), parts, self._stream())
+            return PendingPcm(tuple(frames), parts, self._stream(), dec.dtype)
 
     def _whole_window(self, steps: Sequence[SampledStep]) -> bool:
         """Whether the window graph can read the steps' codes on the device (each step's
@@ -255,10 +255,13 @@ class PendingPcm:
         order: tuple[str, ...],
         parts: list[tuple[list[str], torch.Tensor]],
         stream: torch.cuda.Stream | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.order = order
         """The requests, in the order their PCM is returned."""
         self.parts = parts
+        self.dtype = dtype
+        """The decoder's: below float32 the PCM is checked for overflow (`nonfinite`)."""
         self.done: torch.cuda.Event | None = None
         """Recorded on `stream` (the decoder's, CUDA) after the copies to the host."""
         if stream is not None and parts:
@@ -268,12 +271,16 @@ class PendingPcm:
     def result(self) -> dict[str, np.ndarray]:
         """PCM per request, copied out of the pinned buffers: they go back to torch's pinned
         cache at once instead of riding along in the audio events (a whole response would
-        hold its pass's buffer until the request ends, and torch never frees pinned memory)."""
+        hold its pass's buffer until the request ends, and torch never frees pinned memory).
+        ValueError when a reduced-precision decoder overflowed."""
         if self.done is not None:
             self.done.synchronize()
         pcm: dict[str, np.ndarray] = {}
         for rids, host in self.parts:
             rows = host.numpy()
+            error = nonfinite(self.dtype, rids, rows)
+            if error is not None:
+                raise ValueError(error)
             if self.done is not None:  # each row its own array: none keeps a pass's batch
                 pcm.update((rid, row.copy()) for rid, row in zip(rids, rows, strict=True))
             else:
