@@ -23,7 +23,9 @@ per-frame figures.
 
 `--requests N` (more than the batch) keeps `batch` requests in flight until N have ended,
 each new one submitted as one ends, with the shipped LibriSpeech texts: the steady state of a
-busy server, where most steps are mixed, measured without HTTP.
+busy server, where most steps are mixed, measured without HTTP. With `--frames 0` each
+request is its prompt's natural length: requests of one length end together and the next
+ones arrive in a wave, natural lengths spread the arrivals out as served traffic does.
 
     python -m benchmarks.talker_baseline --model qwen3_tts_1_7b --platform cuda \
         --batch 128 --requests 512 --frames 50 pipeline.stages.talker.scheduler.max_num_seqs=128
@@ -54,7 +56,7 @@ import torch
 
 from benchmarks.kernel_categories import category_table, kernel_rows
 from benchmarks.timeline import RangeTimer, load_trace, summarize, timeline_profiler
-from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
+from omniflow.bench.client import DEFAULT_PROMPTS, Prompt, load_prompts
 from omniflow.bench.job import ar_stage, commit
 from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
@@ -151,19 +153,20 @@ def run_batch(
     try:
         if prof is not None:
             prof.start()
-        texts = (
-            [p.text for p in load_prompts(DEFAULT_PROMPTS, total)]
+        prompts = (
+            load_prompts(DEFAULT_PROMPTS, total)
             if requests
-            else [f"Benchmark sentence number {i}." for i in range(total)]
+            else [Prompt(f"Benchmark sentence number {i}.", frames) for i in range(total)]
         )
 
         def submit(i: int) -> None:
+            prompt = prompts[i % len(prompts)]
             speech = SpeechRequest.create(
-                texts[i % len(texts)],
+                prompt.text,
                 request_id=f"r{i}",
                 voice="vivian",
                 seed=i,
-                max_new_tokens=frames,
+                max_new_tokens=frames or prompt.frames,  # 0: the prompt's natural length
                 ignore_eos=True,
             )
             orch.submit(speech, lambda ev: ev.finished and ends.put(ev))
@@ -205,7 +208,7 @@ def run_batch(
         "window_k": {name: s.window_k for name, s in graph.stages.items()},
         "batch": batch,
         "requests": total,
-        "frames_per_request": frames,
+        "frames_per_request": frames or "natural",
         "overrides": list(overrides),
         "errors": errors,
         "build_s": build_s,
@@ -221,7 +224,13 @@ def main() -> None:
     ap.add_argument("--platform", default="auto")
     ap.add_argument("--pipeline", default="qwen3_tts_fused")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument(
+        "--frames",
+        type=int,
+        default=100,
+        help="frames per request; 0 with --requests: each prompt's natural length (arrivals "
+        "spread out as requests of different lengths end, as a served bench's are)",
+    )
     ap.add_argument(
         "--requests",
         type=int,
@@ -248,6 +257,8 @@ def main() -> None:
         ap.error("--profile synchronises every phase, --timeline none: pass one of them")
     if args.requests < 0 or 0 < args.requests < min(args.batch):
         ap.error(f"--requests {args.requests}: 0 (one burst) or at least the smallest --batch")
+    if args.frames < 0 or (args.frames == 0 and not args.requests):
+        ap.error(f"--frames {args.frames}: at least 1, or 0 (natural lengths) with --requests")
     tree = commit()  # OMNIFLOW_COMMIT on a GPU machine's copy of the tree (no .git)
     results = []
     for b in args.batch:

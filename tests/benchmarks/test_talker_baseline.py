@@ -73,3 +73,33 @@ def test_a_profile_writes_the_kernel_categories_per_engine_step(tmp_path):
     text = (tmp_path / "prof.b2.txt").read_text()
     assert text.startswith("kernels by category, per step (4 steps,")
     assert "| category | launches per step |" in text
+
+
+def test_frames_0_gives_each_request_its_prompts_natural_length(monkeypatch):
+    """`--frames 0 --requests N`: each request asks its prompt's length (the shipped
+    prompts' seconds x 12.5), so requests end apart and arrivals spread out."""
+    from benchmarks import talker_baseline
+    from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
+
+    asked: list[int] = []
+    real = talker_baseline.SpeechRequest.create
+
+    def create(text, **kw):
+        asked.append(kw["max_new_tokens"])
+        return real(text, **{**kw, "max_new_tokens": 2})  # quick: the ask is what is checked
+
+    monkeypatch.setattr(talker_baseline.SpeechRequest, "create", create)
+    r = run_batch("qwen3_tts_tiny", "cpu", "qwen3_tts_fused", 2, 0, requests=4)
+    assert r["errors"] == [] and r["frames_per_request"] == "natural"
+    assert asked == [p.frames for p in load_prompts(DEFAULT_PROMPTS, 4)]
+    assert len(set(asked)) > 1
+
+
+def test_frames_0_without_requests_is_refused(monkeypatch, capsys):
+    from benchmarks import talker_baseline
+
+    argv = ["talker_baseline", "--model", "qwen3_tts_tiny", "--platform", "cpu", "--frames", "0"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        talker_baseline.main()
+    assert exit_info.value.code == 2 and "--frames 0" in capsys.readouterr().err
