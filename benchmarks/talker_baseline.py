@@ -205,6 +205,7 @@ def run_batch(
         "stages": info.stages,
         "platform": graph.platform.name,
         "dtype": graph.platform.dtype,
+        "codec_dtype": graph.platform.codec_dtype,
         "window_k": {name: s.window_k for name, s in graph.stages.items()},
         "batch": batch,
         "requests": total,

@@ -218,6 +218,7 @@ def graph_config(graph: StageGraph) -> dict[str, Any]:
         "model": graph.model.name,
         "platform": graph.platform.name,
         "dtype": graph.platform.dtype,
+        "codec_dtype": graph.platform.codec_dtype,
         "window_k": ar.window_k,
         "playback_margin_ms": ar.playback_margin_ms,
         "async_scheduling": ar.scheduler.async_scheduling,

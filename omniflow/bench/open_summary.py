@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from omniflow.bench.plot import OpenLoopPoint, plot_open_loop
-from omniflow.bench.sweep import _swept, _value
+from omniflow.bench.sweep import override_value, precision, swept_keys
 
 
 def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: str) -> str:
     """The section's markdown (under `heading`), with the plot written beside summary.md."""
-    swept = [k for k in _swept(results) if k != "bench.rps"]  # the rate has its own column
+    swept = [k for k in swept_keys(results) if k != "bench.rps"]  # the rate has its own column
     sockets = any("last_audio_after_done_ms" in r["open_loop"] for r in results)
     head = [
         *swept,
@@ -43,7 +43,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
         fraction = o["underrun_fraction"]
         rows.append(
             [
-                *(_value(r, k) for k in swept),
+                *(override_value(r, k) for k in swept),
                 f"{o['rps']:g}",
                 str(o["requests"]),
                 str(o["succeeded"]),
@@ -65,7 +65,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
     )
     points = [
         OpenLoopPoint(
-            series=", ".join(f"{k.rsplit('.', 1)[-1]}={_value(r, k)}" for k in swept),
+            series=", ".join(f"{k.rsplit('.', 1)[-1]}={override_value(r, k)}" for k in swept),
             rps=r["open_loop"]["rps"],
             p95_ms=r["open_loop"]["first_audio_ms"]["p95"],
             stalled_fraction=r["open_loop"]["underrun_fraction"],
@@ -78,9 +78,10 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
     cfg, o = first["config"], first["open_loop"]
     return (
         f"{heading}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, {cfg['platform']} "
-        f"({cfg['dtype']}), open loop{_over(o)}: {o['arrivals']} arrivals (seed {o['seed']}), "
-        f"{o['duration_s']:g} s measured after {o['warmup_s']:g} s of warm-up, prompts at their "
-        f"natural length; commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n"
+        f"({precision(results)}), open loop{_over(o)}: {o['arrivals']} arrivals "
+        f"(seed {o['seed']}), {o['duration_s']:g} s measured after {o['warmup_s']:g} s of "
+        "warm-up, prompts at their natural length; "
+        f"commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n"
         f"{table}\n"
         + (
             f"\n![p95 first audio and stalled fraction against req/s]({plot.name})\n"

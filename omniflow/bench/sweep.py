@@ -92,7 +92,7 @@ def _job_index(path: Path) -> int:
     return int(path.name) if path.name.isdigit() else 10**9
 
 
-def _swept(results: list[dict[str, Any]]) -> list[str]:
+def swept_keys(results: list[dict[str, Any]]) -> list[str]:
     """Override keys whose values differ between jobs, in override order."""
     keys: list[str] = []
     values: dict[str, set[str]] = {}
@@ -106,12 +106,23 @@ def _swept(results: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len(values[k]) > 1]
 
 
-def _value(result: dict[str, Any], key: str) -> str:
+def override_value(result: dict[str, Any], key: str) -> str:
     for item in result["overrides"]:
         k, _, v = item.partition("=")
         if k == key:
             return v
     return ""
+
+
+def precision(results: list[dict[str, Any]]) -> str:
+    """The jobs' dtypes for a summary's first line: the talker's, then the codec decoder's
+    (one for all jobs, or "per job" where they differ; results from before the decoder's
+    was recorded name none)."""
+    talker = results[0]["config"]["dtype"]
+    codec = {r["config"].get("codec_dtype") for r in results} - {None}
+    if not codec:
+        return talker
+    return f"{talker}, decoder {codec.pop() if len(codec) == 1 else 'per job'}"
 
 
 def windows_cell(w: dict[str, int]) -> str:
@@ -133,7 +144,7 @@ def summarize(directory: Path) -> str:
         text = open_loop_section(opened, directory, f"# Sweep {directory.name} (open loop)")
         (directory / "summary.md").write_text(text)
         return text
-    swept = _swept(results)
+    swept = swept_keys(results)
     # prompts_per_lane gives each concurrency its own count: a column then, not the header
     counts = {r["config"]["num_prompts"] for r in results}
     per_job = len(counts) > 1 and "bench.num_prompts" not in swept  # else a column already
@@ -156,7 +167,7 @@ def summarize(directory: Path) -> str:
         rtf = s["rtf"]
         rows.append(
             [
-                *(_value(r, k) for k in swept),
+                *(override_value(r, k) for k in swept),
                 *([str(r["config"]["num_prompts"])] if per_job else []),
                 str(_failed(r)),
                 f"{rtf['median']:.3f} ({rtf['min']:.3f}-{rtf['max']:.3f})" if rtf else "-",
@@ -184,7 +195,7 @@ def summarize(directory: Path) -> str:
     )
     text = (
         f"# Sweep {directory.name}\n\n{cfg['model']}, {cfg['pipeline']} pipeline, "
-        f"{cfg['platform']} ({cfg['dtype']}), {prompts}, "
+        f"{cfg['platform']} ({precision(results)}), {prompts}, "
         f"commit {first.get('commit') or '?'}, {first.get('date', '?')}.\n\n{table}\n"
         + (f"\n![median RTF and worst underrun per job]({plot.name})\n" if plot else "")
     )
@@ -209,14 +220,14 @@ def _points(results: list[dict[str, Any]], swept: list[str]) -> list[Point]:
     xkey = swept[-1] if swept else None
     points = []
     for i, r in enumerate(results):
-        name = ", ".join(f"{k.rsplit('.', 1)[-1]}={_value(r, k)}" for k in swept[:-1])
+        name = ", ".join(f"{k.rsplit('.', 1)[-1]}={override_value(r, k)}" for k in swept[:-1])
         s = r["summary"]
         if s["rtf"] is None:  # no request completed: nothing to plot
             continue
         points.append(
             Point(
                 series=name or "median RTF",
-                x=_value(r, xkey) if xkey else str(i),
+                x=override_value(r, xkey) if xkey else str(i),
                 rtf=s["rtf"]["median"],
                 underrun_s=s["underrun_s"]["max"],
             )

@@ -13,6 +13,18 @@ class PendingAudio(Protocol):
     """PCM being made on the device."""
 
     def result(self) -> dict[str, np.ndarray]:
-        """PCM per request (float32 samples, mono), once it is made; RuntimeError or
-        ValueError when making it failed."""
+        """PCM per request (float32 samples, mono), once it is made; `AudioFailed` when some
+        requests' audio is unusable (the others' comes with it), RuntimeError or ValueError
+        when making it failed as a whole."""
         ...
+
+
+class AudioFailed(ValueError):
+    """Some requests' audio of a step is unusable (a reduced-precision decoder overflowed in
+    their rows): `errors` says why per request; `pcm` is every other request's audio, which
+    is good, so one bad row does not end its neighbours."""
+
+    def __init__(self, errors: dict[str, str], pcm: dict[str, np.ndarray]) -> None:
+        super().__init__("; ".join(sorted(set(errors.values()))))
+        self.errors = errors
+        self.pcm = pcm

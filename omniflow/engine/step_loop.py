@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from omniflow.core.arrivals import Arrivals
-from omniflow.core.audio import PendingAudio
+from omniflow.core.audio import AudioFailed, PendingAudio
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
 from omniflow.core.request import FinishReason
@@ -210,14 +210,22 @@ class StepLoop:
         tokens were applied)."""
         if audio is None:
             return outputs
+        failed: dict[str, str] = {}
         with self.timer.phase(self.name, "audio_wait"):
             try:
                 pcm = audio.result()
+            except AudioFailed as exc:  # those requests only: the others' audio is good
+                log.error("stage %s: audio of %s failed: %s", self.name, sorted(exc.errors), exc)
+                pcm, failed = exc.pcm, exc.errors
             except (RuntimeError, ValueError) as exc:
                 log.exception("stage %s: a step's audio failed", self.name)
                 return [self._audio_failed(o, str(exc)) for o in outputs]
         return [
-            dataclasses.replace(o, audio=pcm[o.request_id]) if o.request_id in pcm else o
+            self._audio_failed(o, failed[o.request_id])
+            if o.request_id in failed
+            else dataclasses.replace(o, audio=pcm[o.request_id])
+            if o.request_id in pcm
+            else o
             for o in outputs
         ]
 

@@ -12,7 +12,7 @@ import torch
 from omniflow.core.arrivals import Arrivals
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
-from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite, overflow_error
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.sched.generation import Chunk
 
@@ -94,7 +94,8 @@ class Code2WavRunner:
         outputs = {}
         for rid, chunk, audio in zip(rids, chunks, pcm, strict=True):
             samples = audio.float().cpu().numpy()
-            error = nonfinite(self.decoder.dtype, [rid], samples)
+            bad = nonfinite(self.decoder.dtype, [rid], samples)
+            error = overflow_error(self.decoder.dtype) if bad else None
             outputs[rid] = RequestStepOutput(audio=samples if error is None else None, error=error)
             if chunk.last or error is not None:
                 self._release(rid)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from omniflow.core.audio import PendingAudio
+from omniflow.core.audio import AudioFailed, PendingAudio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +27,27 @@ class StepAudio:
     step_id: int
 
     def result(self) -> dict[str, np.ndarray]:
-        """Each request's PCM, its parts joined in order (waits for the decoding)."""
-        try:
-            parts = [p.result() for p in self.pending]
-        except (RuntimeError, ValueError) as exc:
-            raise RuntimeError(f"{self.model} step failed: {exc}") from exc
+        """Each request's PCM, its parts joined in order (waits for the decoding);
+        `AudioFailed` names the requests a part could not make, with the others' PCM."""
+        parts: list[dict[str, np.ndarray]] = []
+        errors: dict[str, str] = {}
+        for pending in self.pending:
+            try:
+                parts.append(pending.result())
+            except AudioFailed as exc:
+                errors.update(exc.errors)
+                parts.append(exc.pcm)
+            except (RuntimeError, ValueError) as exc:
+                raise RuntimeError(f"{self.model} step failed: {exc}") from exc
         audio: dict[str, list[np.ndarray]] = {}
         for part in parts:
             for rid, pcm in part.items():
                 audio.setdefault(rid, []).append(pcm)
-        return {rid: p[0] if len(p) == 1 else np.concatenate(p) for rid, p in audio.items()}
+        joined = {
+            rid: p[0] if len(p) == 1 else np.concatenate(p)
+            for rid, p in audio.items()
+            if rid not in errors  # a request missing a part has no whole audio
+        }
+        if errors:
+            raise AudioFailed(errors, joined)
+        return joined

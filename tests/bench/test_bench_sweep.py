@@ -58,6 +58,7 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path, capsys):
     assert [res["config"]["pipeline_reused"] for res in results] == [False, False]
     for res in results:
         assert res["config"]["frames_per_prompt"] == [4, 4]
+        assert res["config"]["codec_dtype"] == "float32"  # the CPU's; CUDA's is float16
         assert res["summary"]["rtf"]["median"] > 0
         assert len(res["rounds"]) == 1 and res["rounds"][0]["requests"] == 2
         # the served streams carry exactly the frames asked for: none fails the length check
@@ -258,3 +259,15 @@ def test_the_summary_says_how_many_windows_ran():
 
     assert windows_cell({}) == "-"
     assert windows_cell({"executed_windows": 12, "executed_steps": 96}) == "12 (96)"
+
+
+def test_the_summary_names_the_decoders_dtype_once_or_per_job():
+    from omniflow.bench.sweep import precision
+
+    def job(codec: str | None) -> dict:
+        cfg = {"dtype": "bfloat16"} | ({} if codec is None else {"codec_dtype": codec})
+        return {"config": cfg}
+
+    assert precision([job("float16"), job("float16")]) == "bfloat16, decoder float16"
+    assert precision([job("float16"), job("float32")]) == "bfloat16, decoder per job"
+    assert precision([job(None)]) == "bfloat16"  # a result from before it was recorded

@@ -2,7 +2,7 @@
 pytest -m cuda).
 
 The tiny fused pipeline on CUDA with graphs, 8-step windows: with `audio_chunk_frames=4` the
-PCM is the one-pass PCM within TF32 rounding (tests/cuda/test_window_audio_cuda.py says why
+PCM is the one-pass PCM within the decoder's rounding (tests/cuda/test_window_audio_cuda.py says why
 passes over different frame counts differ there), every decoder pass runs on the side
 stream, and queueing a chunk does not wait for the device (the window's later steps run
 meanwhile)."""
@@ -105,7 +105,7 @@ def test_a_read_back_step_carries_the_event_behind_its_frames():
 def test_async_scheduling_with_late_window_audio_gives_the_sync_pcm(chunks):
     """Under async scheduling a window's audio is waited for after the next window is queued
     (`worker/step_audio.py`): on the main stream behind it without chunks, beside it on the
-    side stream with them. The PCM is the sync engine's (within TF32 rounding: the batch
+    side stream with them. The PCM is the sync engine's (within the decoder's rounding: the batch
     composition of a decoder pass may differ between the two schedules). The ordering itself
     is tested on the CPU (tests/stages/test_late_audio.py)."""
     sync = pcm(*chunks, "pipeline.stages.talker.scheduler.async_scheduling=false")

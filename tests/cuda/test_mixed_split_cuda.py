@@ -1,6 +1,7 @@
 """GPU: a request that arrives while another decodes makes mixed steps, whose decoding rows
 replay the decode graph (pytest -m cuda). The running request's audio equals its audio alone
-(within TF32 rounding of the decoder's buckets; a different code would change it wholesale)."""
+(within the decoder's rounding in its buckets, float16 on CUDA by default; a different code
+would change it wholesale)."""
 
 from __future__ import annotations
 

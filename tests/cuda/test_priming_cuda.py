@@ -2,9 +2,9 @@
 tiny Base preset (pytest -m cuda). Primed slots are filled eagerly and then decoded by the
 recorded per-frame (or window) step, so this checks that the graphs read the primed state.
 
-Fused vs two-stage agree within TF32 rounding (cuDNN runs the fp32 decoder's convolutions in
-TF32, and the two pipelines decode different frame counts per pass); on the CPU they agree
-within one 16-bit step (tests/stages/test_reference_priming_pipeline.py)."""
+Fused vs two-stage agree within the decoder's rounding (CUDA's default float16, or TF32 in
+float32's convolutions; the two pipelines decode different frame counts per pass); on the CPU
+in float32 they agree within one 16-bit step (tests/stages/test_reference_priming_pipeline.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """GPU: a window's frames decoded in one replay of the window decoder graph (pytest -m cuda).
 
-The tiny model on CUDA with graphs on: window_k=8 gives the K=0 codes and, within TF32
-rounding, the K=0 PCM: cuDNN runs the fp32 decoder's convolutions in TF32 (torch's default),
-and one pass over 8 frames picks other kernels than eight one-frame passes (so the two
-differ by ~1e-3 of the signal, where on the CPU they agree to one 16-bit step); and the
-talker decodes audio once per window."""
+The tiny model on CUDA with graphs on: window_k=8 gives the K=0 codes and, within the
+decoder's rounding, the K=0 PCM: the decoder runs in CUDA's default float16 (in float32,
+cuDNN's convolutions round to TF32), and one pass over 8 frames picks other kernels than
+eight one-frame passes (so the two differ by ~1e-3 of the signal, where on the CPU in
+float32 they agree to one 16-bit step); and the talker decodes audio once per window."""
 
 from __future__ import annotations
 

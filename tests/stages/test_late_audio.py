@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from omniflow.core.audio import AudioFailed
 from omniflow.worker.step_audio import StepAudio
 from tests.factories import speech, talker_engine
 
@@ -116,6 +117,29 @@ def test_a_decode_failing_names_the_model_when_the_step_audio_is_waited_for():
     assert str(err.value) == (
         "talker step failed: CUDA error: an illegal memory access was encountered"
     )
+
+
+class Parts:
+    def __init__(self, pcm, errors=None):
+        self.pcm, self.errors = pcm, errors or {}
+
+    def result(self):
+        if self.errors:
+            raise AudioFailed(self.errors, self.pcm)
+        return self.pcm
+
+
+def test_a_part_that_fails_some_rows_keeps_the_other_rows_audio_whole():
+    """A window decoded in two parts: the second part's row `a` overflowed. `a` has no whole
+    audio, so it is named and left out; `b`'s two parts are joined as usual."""
+    one = np.ones(4, np.float32)
+    first = Parts({"a": one, "b": one})
+    second = Parts({"b": 2 * one}, {"a": "not finite"})
+    with pytest.raises(AudioFailed) as err:
+        StepAudio([first, second], "talker", 7).result()
+    assert err.value.errors == {"a": "not finite"}
+    assert list(err.value.pcm) == ["b"]
+    np.testing.assert_array_equal(err.value.pcm["b"], np.r_[one, 2 * one])
 
 
 @pytest.mark.parametrize(("async_scheduling", "window_k"), [(False, 0), (True, 0), (True, 4)])

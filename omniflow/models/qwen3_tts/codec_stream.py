@@ -34,21 +34,23 @@ class SlotsExhausted(RuntimeError):
     """No free decoder slot: the caller must wait or refuse the request."""
 
 
-def nonfinite(dtype: torch.dtype, request_ids: Sequence[str], rows: np.ndarray) -> str | None:
-    """The error for requests whose decoded PCM (`rows`, one per request) holds inf or NaN,
-    or None. Only a reduced-precision decoder is checked: float16's range (65,504) is the
-    one risk the float32 path does not have, and an overflow would otherwise reach the
-    listener as noise."""
+def nonfinite(dtype: torch.dtype, request_ids: Sequence[str], rows: np.ndarray) -> list[str]:
+    """The requests whose decoded PCM (`rows`, one per request) holds inf or NaN. Only a
+    reduced-precision decoder is checked: float16's range (65,504) is the one risk the
+    float32 path does not have, and an overflow would otherwise reach the listener as
+    noise."""
     if dtype == torch.float32 or not len(request_ids):
-        return None
+        return []
     ok = np.isfinite(rows.reshape(len(request_ids), -1)).all(axis=1)
-    if ok.all():
-        return None
-    bad = [rid for rid, fine in zip(request_ids, ok, strict=True) if not fine]
+    return [rid for rid, fine in zip(request_ids, ok, strict=True) if not fine]
+
+
+def overflow_error(dtype: torch.dtype) -> str:
+    """What a request whose PCM `nonfinite` found is told."""
     name = str(dtype).removeprefix("torch.")
     return (
-        f"the codec decoder's {name} PCM is not finite for {', '.join(bad)} (its range was "
-        "exceeded); set model.codec_dtype=float32"
+        f"the codec decoder's {name} PCM is not finite (its range was exceeded); set "
+        "model.codec_dtype=float32"
     )
 
 

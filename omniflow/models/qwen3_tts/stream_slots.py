@@ -30,10 +30,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from omniflow.core.audio import AudioFailed
 from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import Frame, SampledStep
 from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
-from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite, overflow_error
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 
 
@@ -272,20 +273,23 @@ class PendingPcm:
         """PCM per request, copied out of the pinned buffers: they go back to torch's pinned
         cache at once instead of riding along in the audio events (a whole response would
         hold its pass's buffer until the request ends, and torch never frees pinned memory).
-        ValueError when a reduced-precision decoder overflowed."""
+        `AudioFailed` for the rows a reduced-precision decoder overflowed in."""
         if self.done is not None:
             self.done.synchronize()
         pcm: dict[str, np.ndarray] = {}
+        bad: dict[str, str] = {}
         for rids, host in self.parts:
             rows = host.numpy()
-            error = nonfinite(self.dtype, rids, rows)
-            if error is not None:
-                raise ValueError(error)
+            for rid in nonfinite(self.dtype, rids, rows):
+                bad[rid] = overflow_error(self.dtype)
             if self.done is not None:  # each row its own array: none keeps a pass's batch
                 pcm.update((rid, row.copy()) for rid, row in zip(rids, rows, strict=True))
             else:
                 pcm.update(zip(rids, rows, strict=True))
-        return {rid: pcm[rid] for rid in self.order}
+        good = {rid: pcm[rid] for rid in self.order if rid not in bad}
+        if bad:
+            raise AudioFailed(bad, good)
+        return good
 
 
 def to_host(pcm: torch.Tensor) -> torch.Tensor:
