@@ -1,7 +1,8 @@
 """`pipeline.runtime=ray`: the two-stage pipeline with the talker and code2wav each in its
 own Ray actor (deploy/stage_pipeline.py), on the session's local cluster, driven through the
-same orchestrator as in-process. Seeded requests give the in-process PCM bit for bit, cut
-in the same chunks (the intake's atomic chunks run in the code2wav actor); a consumer that
+same orchestrator as in-process. Seeded requests give the in-process PCM bit for bit one at
+a time, within one 16-bit step together (which share a code2wav step is timing), cut in the
+same chunks (the intake's atomic chunks run in the code2wav actor); a consumer that
 stops reading pauses code2wav and then, through the bounded backlog, the talker; invalid
 input raises before anything is queued; a stage whose actor dies ends its requests with one
 error each and the pipeline refuses new ones."""
@@ -42,15 +43,20 @@ def requests():
     ]
 
 
-def run_all(orch) -> list[Collector]:
+def run_all(orch, one_at_a_time: bool = False) -> list[Collector]:
+    """Concurrently, or one request after the other: then every code2wav step decodes one
+    request's chunk, the same batches on both sides (which requests share a step is timing;
+    a float sum over another batch may differ in its last bit)."""
     collectors = []
     for request in requests():
         collectors.append(Collector())
         orch.submit(request, collectors[-1])
+        if one_at_a_time:
+            collectors[-1].wait()
     return [c.wait() for c in collectors]
 
 
-def in_process() -> list[Collector]:
+def in_process(one_at_a_time: bool) -> list[Collector]:
     """The same requests in-process, on one thread as each actor has (Ray sets one thread
     for a one-CPU actor; the codec's float sums differ in the last bit across thread
     counts)."""
@@ -58,7 +64,7 @@ def in_process() -> list[Collector]:
     torch.set_num_threads(1)
     orch = build("qwen3_tts", CHUNKS)
     try:
-        return run_all(orch)
+        return run_all(orch, one_at_a_time)
     finally:
         orch.stop()
         torch.set_num_threads(threads)
@@ -72,13 +78,18 @@ def check_stage_actors_give_the_in_process_pcm(staged):
     from omniflow.deploy.remote_stage import RayStage
 
     assert all(isinstance(e, RayStage) for e in staged.engines)
-    got, expected = run_all(staged), in_process()
+    got, expected = run_all(staged, True), in_process(True)
     for ray_c, local in zip(got, expected, strict=True):
         assert ray_c.terminal.finish_reason == local.terminal.finish_reason
         assert ray_c.terminal.frames == local.terminal.frames
         assert chunk_sizes(ray_c) == chunk_sizes(local)
-        assert np.array_equal(ray_c.pcm, local.pcm)
+        assert np.array_equal(ray_c.pcm, local.pcm)  # bit for bit
     assert chunk_sizes(got[0]) == [3, 5, 4]  # initial chunk, whole chunks, then the tail
+    # all three at once: the same frames and chunks, PCM within one 16-bit step
+    for ray_c, local in zip(run_all(staged), in_process(False), strict=True):
+        assert ray_c.terminal.frames == local.terminal.frames
+        assert chunk_sizes(ray_c) == chunk_sizes(local)
+        np.testing.assert_allclose(ray_c.pcm, local.pcm, rtol=0, atol=1 / 32768)
     assert staged.stats().in_flight == 0
 
 
