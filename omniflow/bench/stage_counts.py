@@ -44,6 +44,7 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
         "planned_windows": w.planned,
         "executed_windows": w.executed,
         "executed_steps": w.steps,
+        "cut_windows": w.cut,
     }
     flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
     return flat
@@ -75,7 +76,7 @@ def windows_of(samples: Samples, stage: str) -> dict[str, int] | None:
 
 
 WINDOW_FIELDS = {"planned_windows": "planned", "executed_windows": "executed"}
-WINDOW_FIELDS |= {"executed_steps": "steps"}
+WINDOW_FIELDS |= {"executed_steps": "steps", "cut_windows": "cut"}
 
 
 def prefills_of(samples: Samples, stage: str) -> PrefillCounters | None:

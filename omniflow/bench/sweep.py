@@ -126,10 +126,12 @@ def precision(results: list[dict[str, Any]]) -> str:
 
 
 def windows_cell(w: dict[str, int]) -> str:
-    """A job's windows for the summary: executed (their steps)."""
+    """A job's windows for the summary: executed (their steps), and how many an arrival
+    cut short."""
     if not w:
         return "-"
-    return f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
+    cell = f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
+    return f"{cell}, {w['cut_windows']} cut" if w.get("cut_windows") else cell
 
 
 def summarize(directory: Path) -> str:

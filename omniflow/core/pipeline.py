@@ -82,6 +82,8 @@ class WindowCounters:
     refusals: dict[str, int] = field(default_factory=dict)
     sizes: dict[int, int] = field(default_factory=dict)
     """Planned windows by their length in steps (slack-sized windows vary)."""
+    cut: int = 0
+    """Windows an arrival ended before their planned length (`core/arrivals.py`)."""
 
 
 @dataclass(frozen=True)

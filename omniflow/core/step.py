@@ -99,3 +99,5 @@ class StepResult:
     """Forward steps the runner executed for a window plan (0 without a window)."""
     window_refusal: str | None = None
     """Why the runner ran a window plan as a single step (run-time gate), if it did."""
+    window_cut: bool = False
+    """An arrival waiting for a seat ended the window before its planned length."""

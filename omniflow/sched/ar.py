@@ -325,6 +325,7 @@ class ARScheduler:
                 self.window_stats.executed_windows += 1
             if result.window_refusal is not None:
                 self.window_stats.refusals[result.window_refusal] += 1
+            self.window_stats.cut_windows += result.window_cut
         outputs: list[StageOutput] = []
         for rid in plan.num_scheduled_tokens:
             if rid in plan.window:

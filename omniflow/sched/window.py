@@ -29,11 +29,13 @@ class WindowStats:
     refusals: Counter[str] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)
     """Planned windows by length (the longest request's steps)."""
+    cut_windows: int = 0
+    """Windows an arrival ended before their planned length."""
 
     def counters(self) -> WindowCounters:
         """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
         done = (self.planned_windows, self.executed_windows, self.executed_steps)
-        return WindowCounters(*done, dict(self.refusals), dict(self.sizes))
+        return WindowCounters(*done, dict(self.refusals), dict(self.sizes), self.cut_windows)
 
 
 @dataclass(frozen=True)

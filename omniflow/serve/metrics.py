@@ -235,6 +235,7 @@ WINDOW_COUNTERS: tuple[tuple[str, str, Callable[[WindowCounters], int]], ...] = 
     ("omniflow_window_planned", "Windows planned", lambda w: w.planned),
     ("omniflow_window_executed", "Windows executed with more than one step", lambda w: w.executed),
     ("omniflow_window_steps", "Forward steps executed inside windows", lambda w: w.steps),
+    ("omniflow_window_cut", "Windows an arrival ended before their length", lambda w: w.cut),
 )
 
 

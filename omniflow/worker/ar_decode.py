@@ -21,10 +21,10 @@ def decode_steps(
     step_id: int,
     audio_chunk_frames: int,
     arrived: Callable[[], bool] = lambda: False,
-) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
+) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int, bool]:
     """Request r computes up to ks[r] tokens and leaves at its k or at a stop token; the layout
     is built once and only shrinks. Returns the outputs (steps concatenated), their audio
-    still being decoded, and the number of steps run.
+    still being decoded, the number of steps run, and whether an arrival cut the window.
 
     Overlap: before the host reads step n back, step n+1 is queued for every row still short
     of its k, keyed by the counters the rows will have (`SamplingStaging.prepare(pending=1)`),
@@ -43,7 +43,7 @@ def decode_steps(
     parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
     sampled: list[SampledStep] = []
     chunks: list[PendingAudio] = []  # audio queued before the window's end
-    steps = 0
+    steps, cut = 0, False
     current: Queued | None = ops.queue_step(reqs, pending=0)
     while current is not None:
         steps += 1
@@ -51,7 +51,9 @@ def decode_steps(
             r.num_computed += 1
         batch, queued = current
         ops.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-        going = [] if arrived() else [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
+        going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
+        if going and arrived():
+            going, cut = [], True
         ahead: Queued | None = None
         if going:
             ops.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
@@ -78,4 +80,4 @@ def decode_steps(
                 chunks.append(ops.model.queue_audio(sampled))
             sampled = []
     outputs = {rid: concat(outs) for rid, outs in parts.items()}
-    return outputs, ops.audio(sampled, chunks, step_id), steps
+    return outputs, ops.audio(sampled, chunks, step_id), steps, cut

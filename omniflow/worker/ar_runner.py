@@ -198,9 +198,9 @@ class ARModelRunner:
                 single[rid] = RequestStepOutput(error=message)
             self._keep_audio(plan.step_id, audio)
             return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
-        outputs, audio, steps = self._decode(dict(plan.window), plan.step_id)
+        outputs, audio, steps, cut = self._decode(dict(plan.window), plan.step_id)
         self._keep_audio(plan.step_id, audio)
-        return StepResult(plan.step_id, outputs, window_steps=steps)
+        return StepResult(plan.step_id, outputs, window_steps=steps, window_cut=cut)
 
     # ------------------------------------------------------------------ steps
 
@@ -213,7 +213,7 @@ class ARModelRunner:
         otherwise decode eagerly beside every new prompt. The paths agree bit for bit on the
         CPU (tests/stages/test_runner_paths.py)."""
         if all(n == 1 and self.requests[rid].in_decode for rid, n in order):
-            outputs, audio, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
+            outputs, audio, _, _ = self._decode({rid: 1 for rid, _ in order}, step_id)
             return outputs, audio
         sampled = self._mixed_sample(order)
         if sampled is None:
@@ -262,7 +262,7 @@ class ARModelRunner:
 
     def _decode(
         self, ks: dict[str, int], step_id: int
-    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int]:
+    ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int, bool]:
         """The decode path (`worker/ar_decode.py`) over the rows of `ks`."""
         reqs = [self.requests[rid] for rid in ks]
         return decode_steps(

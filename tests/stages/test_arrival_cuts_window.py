@@ -31,11 +31,14 @@ def run_with_cuts(cut_plans: set[int], **kw):
 
 
 def test_a_window_cut_by_an_arrival_runs_one_step_and_keeps_the_codes():
-    base, base_steps, _ = run_with_cuts(set())
+    base, base_steps, uncut = run_with_cuts(set())
     assert max(base_steps.values()) == 8  # uncut: whole windows
     cut, steps, engine = run_with_cuts({1, 2})
     assert cut == base  # a shorter window is still exact
     assert steps[1] == 1 and steps[2] == 1  # ended at the first step boundary
+    # counted (on /metrics as omniflow_window_cut_total)
+    assert uncut.scheduler.gauges().windows.cut == 0
+    assert engine.scheduler.gauges().windows.cut == 2
     assert len(cut["a"]) == 23
     assert engine.scheduler.kv.num_used_blocks == 0
 
