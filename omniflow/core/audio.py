@@ -28,3 +28,6 @@ class AudioFailed(ValueError):
         super().__init__("; ".join(sorted(set(errors.values()))))
         self.errors = errors
         self.pcm = pcm
+
+    def __reduce__(self) -> tuple[type[AudioFailed], tuple[dict[str, str], dict[str, np.ndarray]]]:
+        return AudioFailed, (self.errors, self.pcm)  # it pickles whole (a process boundary)

@@ -52,8 +52,9 @@ def decode_steps(
         batch, queued = current
         ops.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
         going = [i for i, r in enumerate(reqs) if steps < ks[r.request_id]]
-        if going and arrived():
-            going, cut = [], True
+        cut_rows: set[int] = set()
+        if going and arrived():  # a cut, unless each of these rows stops here anyway
+            cut_rows, going = set(going), []
         ahead: Queued | None = None
         if going:
             ops.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
@@ -66,8 +67,10 @@ def decode_steps(
         for i, r in enumerate(reqs):
             out = outs[r.request_id]
             parts[r.request_id].append(out)
-            if i in row_of and out.tokens[0] not in r.sampling.stop_token_ids:
+            goes_on = out.tokens[0] not in r.sampling.stop_token_ids
+            if i in row_of and goes_on:
                 keep.append(i)  # the sampler bans stop ids until they may end a request
+            cut = cut or (i in cut_rows and goes_on)
         if len(keep) < len(going):
             ops.decode_batch.select([row_of[i] for i in keep])
             kept = [reqs[i] for i in keep]

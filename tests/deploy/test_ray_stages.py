@@ -87,6 +87,7 @@ def check_stage_actors_give_the_in_process_pcm(staged):
     assert chunk_sizes(got[0]) == [3, 5, 4]  # initial chunk, whole chunks, then the tail
     # all three at once: the same frames and chunks, PCM within one 16-bit step
     for ray_c, local in zip(run_all(staged), in_process(False), strict=True):
+        assert ray_c.terminal.finish_reason == local.terminal.finish_reason
         assert ray_c.terminal.frames == local.terminal.frames
         assert chunk_sizes(ray_c) == chunk_sizes(local)
         np.testing.assert_allclose(ray_c.pcm, local.pcm, rtol=0, atol=1 / 32768)

@@ -112,3 +112,31 @@ def test_async_an_arrival_that_cuts_a_window_is_prefilled_in_the_very_next_step(
         solo.add_request(proc.make_request(fixed(rid, frames, seed=seed)))
         alone |= collect(solo.run_until_idle())
     assert collect(outputs) == alone
+
+
+def test_a_window_whose_rows_all_stop_where_an_arrival_lands_is_not_counted_as_cut():
+    """The EOS-prone talker ends its request in a window's third step: an arrival flagged at
+    that step boundary changes nothing (the window ends there anyway), so it is no cut; at
+    the boundary before, it is one."""
+    from tests.stages.test_window_overlap import traced_engine
+
+    def run(flag_at: int) -> tuple[int, int]:
+        engine, _, _ = traced_engine(8, [("a", 3, False, "Hello there.", 40)])
+        runner, execute = engine.runner, engine.runner.execute
+        steps = []
+
+        def spy(plan):
+            if plan.window:
+                calls = iter(range(1, 100))
+                runner.arrivals.pending = lambda: next(calls) == flag_at
+            result = execute(plan)
+            if plan.window:
+                steps.append(result.window_steps)
+            return result
+
+        runner.execute = spy  # type: ignore[method-assign]
+        engine.run_until_idle()
+        return steps[0], engine.scheduler.gauges().windows.cut
+
+    assert run(3) == (3, 0)  # its stop token at step 3: the window ended there regardless
+    assert run(2) == (2, 1)  # flagged a step earlier: cut

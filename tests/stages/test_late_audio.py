@@ -180,3 +180,13 @@ def test_a_talker_without_a_decoder_hands_out_no_audio():
     plan = engine.scheduler.schedule()
     result = engine.runner.execute(plan)
     assert result.outputs["r0"].tokens and engine.runner.take_audio(plan.step_id) is None
+
+
+def test_audio_failed_pickles_whole():
+    """It may cross a process boundary (a Ray stage actor's): both maps survive."""
+    import pickle
+
+    sent = AudioFailed({"a": "not finite"}, {"b": np.ones(3, np.float32)})
+    got = pickle.loads(pickle.dumps(sent))
+    assert isinstance(got, AudioFailed) and got.errors == {"a": "not finite"}
+    np.testing.assert_array_equal(got.pcm["b"], np.ones(3, np.float32))
