@@ -57,10 +57,11 @@ import torch
 from benchmarks.kernel_categories import category_table, kernel_rows
 from benchmarks.timeline import RangeTimer, load_trace, summarize, timeline_profiler
 from omniflow.bench.client import DEFAULT_PROMPTS, Prompt, load_prompts
-from omniflow.bench.job import ar_stage, commit
+from omniflow.bench.job import ar_stage
 from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.build.pipeline import build_pipeline
+from omniflow.build_info import commit
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent

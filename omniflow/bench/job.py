@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import shlex
 import statistics
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from omniflow.bench.mode import check_mode
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
+from omniflow.build_info import commit, tree_fingerprint
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
@@ -44,21 +43,6 @@ from omniflow.errors import ConfigError
 log = logging.getLogger(__name__)
 
 VOICE = "vivian"
-
-
-def commit() -> str:
-    """The commit under test: OMNIFLOW_COMMIT when set (a GPU machine's copy of the tree may
-    carry no repository, or a stale one), else git's HEAD."""
-    if os.environ.get("OMNIFLOW_COMMIT"):
-        return os.environ["OMNIFLOW_COMMIT"]
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).parent,
-    )
-    return out.stdout.strip()
 
 
 def device_name(device: str) -> str:
@@ -138,6 +122,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         "steps": steps.summary() if served.time_steps is not None else None,
         "nulls": served.nulls | nulls,
         "commit": commit(),
+        "tree": tree_fingerprint(),  # tells two builds apart where no commit is known
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
         "device": device_name(graph.platform.device),

@@ -153,7 +153,7 @@ def report(args: argparse.Namespace, plan: Plan, requests: list[Request]) -> Non
     """Write the `--out` file (when asked) and print the summary."""
     if args.out:
         write_requests(args.out, plan, requests)
-    summary = summarize(requests, plan)
+    summary = summarize(requests, plan) | {"server": server_build(args.url)}
     print(json.dumps(summary, indent=2))
     if summary["failed"] or summary["rejected"]:
         print(
@@ -161,6 +161,17 @@ def report(args: argparse.Namespace, plan: Plan, requests: list[Request]) -> Non
             f"{summary['requests']} measured requests",
             file=sys.stderr,
         )
+
+
+def server_build(url: str) -> dict[str, str] | None:
+    """The build the server reports on `/health` (`build_info.py`: commit and tree
+    fingerprint), so that a result says which code it measured; None where it says none."""
+    try:
+        health = httpx.get(url.rstrip("/") + "/health", timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    build = health.get("build") if isinstance(health, dict) else None
+    return build if isinstance(build, dict) else None
 
 
 def main() -> None:

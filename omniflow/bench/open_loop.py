@@ -35,7 +35,7 @@ from typing import Any
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.bench.client import DEFAULT_PROMPTS
-from omniflow.bench.job import VOICE, ar_stage, commit, device_name, graph_config, load_in_child
+from omniflow.bench.job import VOICE, ar_stage, device_name, graph_config, load_in_child
 from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_client import load_texts
 from omniflow.bench.open_run import Request
@@ -43,6 +43,7 @@ from omniflow.bench.open_stats import read_requests, summarize
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
+from omniflow.build_info import commit, tree_fingerprint
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
@@ -104,6 +105,7 @@ def run_open_loop_job(
     record = {
         "device": device_name(graph.platform.device),
         "commit": commit(),
+        "tree": tree_fingerprint(),
         "date": when,
         "command": command,
     }

@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from omniflow.build_info import build
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
@@ -74,6 +75,8 @@ class SpeechService:
         self.limits = RequestLimits(server.max_buffered_audio_s, server.max_first_audio_wait_s)
         """What every speech request is submitted with (flow control, admission by deadline)."""
         self.info = pipeline.info()
+        self.build = build()
+        """The running build (`build_info.py`): which code answers, for A/B runs and ops."""
         self.reference = pipeline.reference_encoder()
         """Voice clone (a Base model's encoders); None: task_type Base is refused."""
         self.references = ReferenceGate(server.max_concurrent_references, malloc_trim())
@@ -211,7 +214,7 @@ class SpeechService:
 
     def health(self) -> JSONResponse:
         stats = self.pipeline.stats()
-        body: dict = {"model": self.info.model, "in_flight": stats.in_flight}
+        body: dict = {"model": self.info.model, "in_flight": stats.in_flight, "build": self.build}
         if self.responses.closing:
             return JSONResponse({"status": "shutting_down", **body}, status_code=503)
         if stats.healthy:

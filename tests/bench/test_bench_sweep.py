@@ -11,6 +11,7 @@ import pytest
 from omniflow import cli
 from omniflow.bench.job import load_in_child
 from omniflow.bench.sweep import sweep_jobs
+from omniflow.build_info import tree_fingerprint
 
 SMALL = [
     "platform=cpu",
@@ -59,6 +60,7 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path, capsys):
     for res in results:
         assert res["config"]["frames_per_prompt"] == [4, 4]
         assert res["config"]["codec_dtype"] == "float32"  # the CPU's; CUDA's is float16
+        assert res["tree"] == tree_fingerprint()  # the build measured, commit or not
         assert res["summary"]["rtf"]["median"] > 0
         assert len(res["rounds"]) == 1 and res["rounds"][0]["requests"] == 2
         # the served streams carry exactly the frames asked for: none fails the length check
@@ -142,7 +144,7 @@ def test_summarize_needs_a_sweep_directory(tmp_path):
 def test_a_job_records_the_commit_under_test_and_its_command(monkeypatch):
     """A GPU machine's copy of the tree may carry no repository (or a stale one): the
     commit comes from OMNIFLOW_COMMIT when set."""
-    from omniflow.bench.job import commit
+    from omniflow.build_info import commit
 
     monkeypatch.setenv("OMNIFLOW_COMMIT", "abc1234")
     assert commit() == "abc1234"

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import soundfile
 
+from omniflow.bench.open_client import server_build
+from omniflow.build_info import build
 from tests.serve.conftest import assert_released
 from tests.serve.helpers import openai_client
 
@@ -222,7 +224,11 @@ def test_info_endpoints_and_metrics(live):
     assert models["data"][0]["id"] == MODEL
     voices = httpx.get(live.url + "/v1/audio/voices").json()
     assert "vivian" in voices["voices"] and "ryan" in voices["voices"]
-    assert httpx.get(live.url + "/health").json()["status"] == "ok"
+    health = httpx.get(live.url + "/health").json()
+    assert health["status"] == "ok"
+    # which build answers: the open-loop client records it beside its figures
+    assert health["build"] == build() and len(health["build"]["tree"]) == 12
+    assert server_build(live.url) == health["build"]
     speech_stream(live, "pcm")
     text = httpx.get(live.url + "/metrics").text
     for series in (
