@@ -21,17 +21,22 @@ SOURCES = ("*.py", "*.yaml")
 
 def commit() -> str:
     """The commit under test: OMNIFLOW_COMMIT when set (a GPU machine's copy of the tree may
-    carry no repository, or a stale one), else git's HEAD ("" outside a repository)."""
+    carry no repository, or a stale one), else git's HEAD ("" outside a repository or
+    without git: a server must start anyway)."""
     if os.environ.get("OMNIFLOW_COMMIT"):
         return os.environ["OMNIFLOW_COMMIT"]
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=PACKAGE,
-    )
-    return out.stdout.strip()
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=PACKAGE,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):  # no git on this machine: the tree says
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 @functools.cache

@@ -29,3 +29,10 @@ def test_the_fingerprint_follows_the_code_and_configs_and_nothing_else(tmp_path)
 def test_the_commit_is_the_environment_s_where_set(monkeypatch):
     monkeypatch.setenv("OMNIFLOW_COMMIT", "abc1234")
     assert commit() == "abc1234"
+
+
+def test_without_git_or_a_repository_the_commit_is_empty_and_nothing_fails(monkeypatch):
+    """A server on a machine without git (or outside a checkout) still starts."""
+    monkeypatch.delenv("OMNIFLOW_COMMIT", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # git cannot be found
+    assert commit() == ""
