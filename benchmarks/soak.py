@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.burst import burst
 from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
-from omniflow.build_info import commit
+from omniflow.provenance import commit
 from omniflow.serve.ready import READY
 
 GAUGES = {

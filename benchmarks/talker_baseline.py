@@ -61,11 +61,11 @@ from omniflow.bench.job import ar_stage
 from omniflow.bench.stage_counts import prefills_since, stage_prefills
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.build.pipeline import build_pipeline
-from omniflow.build_info import commit
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
 from omniflow.core.speech import SpeechRequest
+from omniflow.provenance import commit
 
 
 class BatchTooLarge(ValueError):

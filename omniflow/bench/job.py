@@ -34,11 +34,11 @@ from omniflow.bench.mode import check_mode
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
-from omniflow.build_info import commit, tree_fingerprint
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
+from omniflow.provenance import commit, tree_fingerprint
 
 log = logging.getLogger(__name__)
 

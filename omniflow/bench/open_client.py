@@ -164,7 +164,7 @@ def report(args: argparse.Namespace, plan: Plan, requests: list[Request]) -> Non
 
 
 def server_build(url: str) -> dict[str, str] | None:
-    """The build the server reports on `/health` (`build_info.py`: commit and tree
+    """The build the server reports on `/health` (`provenance.py`: commit and tree
     fingerprint), so that a result says which code it measured; None where it says none."""
     try:
         health = httpx.get(url.rstrip("/") + "/health", timeout=10).json()

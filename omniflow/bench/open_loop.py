@@ -43,10 +43,10 @@ from omniflow.bench.open_stats import read_requests, summarize
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
-from omniflow.build_info import commit, tree_fingerprint
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
+from omniflow.provenance import commit, tree_fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from omniflow.build_info import build
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
@@ -34,6 +33,7 @@ from omniflow.core.pipeline import (
     RequestLimits,
 )
 from omniflow.core.voice import EncodedVoice, ReferenceEncoder
+from omniflow.provenance import build
 from omniflow.serve import endpoints
 from omniflow.serve.body_limit import BodyLimit
 from omniflow.serve.docs_pages import install_docs
@@ -76,7 +76,7 @@ class SpeechService:
         """What every speech request is submitted with (flow control, admission by deadline)."""
         self.info = pipeline.info()
         self.build = build()
-        """The running build (`build_info.py`): which code answers, for A/B runs and ops."""
+        """The running build (`provenance.py`): which code answers, for A/B runs and ops."""
         self.reference = pipeline.reference_encoder()
         """Voice clone (a Base model's encoders); None: task_type Base is refused."""
         self.references = ReferenceGate(server.max_concurrent_references, malloc_trim())

@@ -11,7 +11,7 @@ import pytest
 from omniflow import cli
 from omniflow.bench.job import load_in_child
 from omniflow.bench.sweep import sweep_jobs
-from omniflow.build_info import tree_fingerprint
+from omniflow.provenance import tree_fingerprint
 
 SMALL = [
     "platform=cpu",
@@ -144,7 +144,7 @@ def test_summarize_needs_a_sweep_directory(tmp_path):
 def test_a_job_records_the_commit_under_test_and_its_command(monkeypatch):
     """A GPU machine's copy of the tree may carry no repository (or a stale one): the
     commit comes from OMNIFLOW_COMMIT when set."""
-    from omniflow.build_info import commit
+    from omniflow.provenance import commit
 
     monkeypatch.setenv("OMNIFLOW_COMMIT", "abc1234")
     assert commit() == "abc1234"

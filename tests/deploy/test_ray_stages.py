@@ -107,8 +107,10 @@ def check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged):
     staged.submit(request, reader, RequestLimits(max_buffered_s=0.5))
     wait_for(lambda: all(s.paused == 1 for s in staged.stats().stages))
     # as in-process (tests/stages/test_flow.py): code2wav paused after chunks of 1, 5 and 5
-    # frames; the talker at a backlog of two 5-frame chunks
-    assert reader.pcm.size == 11 * SPF and not reader.done.is_set()
+    # frames, or one chunk later: the pause crosses into its actor while it may be decoding
+    # the next one (in-process it is applied between steps); the talker at a backlog of two
+    # 5-frame chunks
+    assert reader.pcm.size in (11 * SPF, 16 * SPF) and not reader.done.is_set()
     assert 10 <= stage_stats(staged, "code2wav").backlog_frames <= 11
     reader.read()
     assert reader.wait().terminal.finish_reason == "length"

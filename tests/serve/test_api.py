@@ -13,7 +13,7 @@ import pytest
 import soundfile
 
 from omniflow.bench.open_client import server_build
-from omniflow.build_info import build
+from omniflow.provenance import build
 from tests.serve.conftest import assert_released
 from tests.serve.helpers import openai_client
 

@@ -88,6 +88,7 @@ def test_serve_and_the_bench_app_name_no_engine_internals():
         "omniflow.config",
         "omniflow.errors",
         "omniflow.logs",
+        "omniflow.provenance",  # which build runs: stdlib only
         "omniflow.preflight",
         "omniflow.serve",
         "omniflow.bench",

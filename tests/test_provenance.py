@@ -1,11 +1,11 @@
-"""Which build is running (`omniflow/build_info.py`): the tree fingerprint tells two copies
+"""Which build is running (`omniflow/provenance.py`): the tree fingerprint tells two copies
 of the package apart exactly when their code or shipped configs differ, commit or not."""
 
 from __future__ import annotations
 
 import shutil
 
-from omniflow.build_info import PACKAGE, commit, tree_fingerprint
+from omniflow.provenance import PACKAGE, commit, tree_fingerprint
 
 
 def test_the_fingerprint_follows_the_code_and_configs_and_nothing_else(tmp_path):
@@ -17,7 +17,7 @@ def test_the_fingerprint_follows_the_code_and_configs_and_nothing_else(tmp_path)
     (b / "notes.txt").write_text("not code")  # neither code nor shipped config
     (b / "__pycache__").mkdir(exist_ok=True)
     assert tree_fingerprint.__wrapped__(b) == tree_fingerprint(a)
-    (b / "build_info.py").write_text((b / "build_info.py").read_text() + "\n# changed\n")
+    (b / "provenance.py").write_text((b / "provenance.py").read_text() + "\n# changed\n")
     assert tree_fingerprint.__wrapped__(b) != tree_fingerprint(a)
     c = tmp_path / "c" / "omniflow"
     shutil.copytree(a, c)
