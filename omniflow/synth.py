@@ -225,9 +225,9 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
         return run_batch(spec, graph)
     fmt = output_format(s.out)
     body = check_request(graph, spec, fmt)
-    check_memory(graph)
     reference = read_reference(s, graph.model.codec.sample_rate)
     check_request_fields(graph, body.voice if reference is None else None, s)
+    check_memory(graph)  # after the request's own, cheaper checks (counting weights is not)
     tmp = reserve(s.out)
     try:
         audio, finish, elapsed, rate = _generate(graph, body, reference)
