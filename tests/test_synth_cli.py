@@ -116,19 +116,20 @@ def test_synth_cli_says_which_voice_is_unknown(tmp_path):
     assert "Traceback" not in r.stderr and not (tmp_path / "x.wav").exists()
 
 
-def test_a_mistyped_voice_is_refused_before_the_memory_estimate(tmp_path, monkeypatch):
-    """The request's own checks are cheap; counting the weights (the memory estimate) is
-    not, so it comes after them."""
+def test_a_missing_reference_is_refused_before_the_memory_estimate(tmp_path, monkeypatch):
+    """The request's own checks (the reference file read here) are cheap; counting the
+    weights for the memory estimate is not, so it comes after them."""
     from omniflow import synth as synth_module
     from omniflow.errors import ConfigError
 
     def counted(graph):
-        raise AssertionError("the memory estimate ran before the voice was checked")
+        raise AssertionError("the memory estimate ran before the reference was read")
 
     monkeypatch.setattr(synth_module, "check_memory", counted)
-    out = str(tmp_path / "x.wav")
-    with pytest.raises(ConfigError, match="unknown voice 'nobody'"):
-        synth_module.run_synth(["synth.voice=nobody", f"synth.out={out}"], None)
+    args = ["model=qwen3_tts_tiny_base", "platform=cpu", "ref_text=x"]
+    args += [f"ref_audio={tmp_path / 'missing.wav'}", f"out={tmp_path / 'x.wav'}"]
+    with pytest.raises(ConfigError, match="does not exist"):
+        synth_module.run_synth(args, None)
 
 
 @pytest.mark.parametrize(
