@@ -106,12 +106,14 @@ def check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged):
     request = speech("slow", max_new_tokens=frames, ignore_eos=True, seed=6)
     staged.submit(request, reader, RequestLimits(max_buffered_s=0.5))
     wait_for(lambda: all(s.paused == 1 for s in staged.stats().stages))
-    # as in-process (tests/stages/test_flow.py): code2wav paused after chunks of 1, 5 and 5
-    # frames, or one chunk later: the pause crosses into its actor while it may be decoding
-    # the next one (in-process it is applied between steps); the talker at a backlog of two
-    # 5-frame chunks
-    assert reader.pcm.size in (11 * SPF, 16 * SPF) and not reader.done.is_set()
-    assert 10 <= stage_stats(staged, "code2wav").backlog_frames <= 11
+    # In-process (tests/stages/test_flow.py) code2wav pauses after chunks of 1, 5 and 5 frames
+    # and the talker at a backlog of two 5-frame chunks. Here the pauses and the consumption
+    # counts cross into the actors asynchronously, so code2wav may finish one more chunk and
+    # the talker stop a little early: the bounds hold, not the exact counts.
+    delivered = reader.pcm.size // SPF
+    backlog = stage_stats(staged, "code2wav").backlog_frames
+    assert delivered in (11, 16) and not reader.done.is_set()
+    assert backlog <= 11 and delivered + backlog <= 22 < frames
     reader.read()
     assert reader.wait().terminal.finish_reason == "length"
     alone = Collector()
