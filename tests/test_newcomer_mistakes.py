@@ -108,6 +108,18 @@ def test_the_estimate_counts_weights_and_the_kv_cache():
     assert tiny.weights + tiny.kv_cache < 0.1 * GB  # no opt-in for the default
 
 
+def test_the_estimate_counts_the_codec_in_the_dtype_it_is_built_in():
+    """The decoder's weights at the resolved codec dtype (float16 where the platform says
+    so), not the model key alone: the two estimates differ by half the codec's fp32 bytes."""
+    from omniflow.build.checks import parameter_counts
+    from omniflow.preflight import memory_estimate
+
+    graph = build_graph(compose(["platform=cpu"]))
+    half = build_graph(compose(["platform=cpu", "platform.codec_dtype=float16"]))
+    codec = parameter_counts(graph.model)["codec"]
+    assert memory_estimate(graph).weights - memory_estimate(half).weights == 2 * codec
+
+
 def test_a_build_that_does_not_fit_is_refused(monkeypatch):
     import omniflow.preflight as preflight
     from omniflow.preflight import GB, check_memory

@@ -91,3 +91,17 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
         assert sink.wait().terminal.error is None and len(sink.pcm) == 6 * 1920
     finally:
         orch.stop()
+
+
+def test_the_decoder_is_built_in_the_platforms_codec_dtype():
+    """`platform.codec_dtype` (CUDA's float16 default) reaches the built decoder, not only
+    the printed config; `model.codec_dtype` wins over it."""
+    for overrides, want in (
+        (["platform.codec_dtype=float16"], torch.float16),
+        (["platform.codec_dtype=float16", "model.codec_dtype=bfloat16"], torch.bfloat16),
+    ):
+        orch = build("qwen3_tts_fused", *overrides)
+        try:
+            assert streaming_decoder_of(orch).dtype == want
+        finally:
+            orch.stop()
