@@ -110,35 +110,32 @@ class StageEngine(StepLoop):
                 self.on_output(out)
 
     def _drain(self, timeout: float | None) -> None:
-        """Apply queued commands; wait up to `timeout` for the first (None: forever). The
-        arrivals flag is cleared first: what it announced is applied here, and an arrival
-        after this sets it again."""
-        self.arrivals.clear()
-        try:
-            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
-        except queue.Empty:
-            return
-        while item is not None:
-            self._emit(self.apply(item))
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        """Apply queued commands and emit their outputs (`_take`)."""
+        self._emit(self._take(timeout))
 
     def take_arrivals(self) -> list[StageOutput]:
-        """`_drain` within a step (`StepLoop.take_arrivals`): the outputs are returned with
-        the step's, after them. The stop sentinel ends it as in `_drain` (the loop then sees
+        """`_take` within a step (`StepLoop.take_arrivals`): the outputs are returned with
+        the step's, after them."""
+        return self._take(0)
+
+    def _take(self, timeout: float | None) -> list[StageOutput]:
+        """Apply queued commands; wait up to `timeout` for the first (None: forever). The
+        arrivals flag is cleared first: what it announced is applied here, and an arrival
+        after this sets it again. The stop sentinel ends it (the loop then sees
         `_stopping`)."""
         self.arrivals.clear()
         outputs: list[StageOutput] = []
-        while True:
+        try:
+            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return outputs
+        while item is not None:
+            outputs += self.apply(item)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
-                return outputs
-            if item is None:
-                return outputs
-            outputs += self.apply(item)
+                break
+        return outputs
 
     def _loop(self) -> None:
         try:
