@@ -38,7 +38,7 @@ from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
-from omniflow.provenance import commit, tree_fingerprint
+from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
         **fields,
         "steps": steps.summary() if served.time_steps is not None else None,
         "nulls": served.nulls | nulls,
-        "commit": commit(),
-        "tree": tree_fingerprint(),  # tells two builds apart where no commit is known
+        **build(),  # commit and tree: which code ran, commit known or not
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides),
         "device": device_name(graph.platform.device),

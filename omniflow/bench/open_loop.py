@@ -46,7 +46,7 @@ from omniflow.bench.target import open_target
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError
-from omniflow.provenance import commit, tree_fingerprint
+from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,7 @@ def run_open_loop_job(
     command = "python -m omniflow bench " + " ".join(shlex.quote(o) for o in overrides)
     record = {
         "device": device_name(graph.platform.device),
-        "commit": commit(),
-        "tree": tree_fingerprint(),
+        **build(),  # commit and tree: which code ran, commit known or not
         "date": when,
         "command": command,
     }
