@@ -11,6 +11,13 @@ from tests.serve.conftest import assert_released
 from tests.serve.test_api import MODEL
 
 
+def speak(url: str, frames: int, text: str = "x", **extra) -> httpx.Response:
+    """One PCM request of `frames` frames (EOS ignored) to the server at `url`."""
+    body = {"model": MODEL, "voice": "vivian", "input": text, "response_format": "pcm"}
+    body |= {"max_new_tokens": frames, "ignore_eos": True, **extra}
+    return httpx.post(url + "/v1/audio/speech", timeout=60, json=body)
+
+
 def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
     from omniflow.config.compose import compose
     from omniflow.serve.run import ServerThread
@@ -22,33 +29,10 @@ def test_error_before_any_audio_is_a_json_error_not_an_empty_200():
     with ServerThread(pipeline, compose(["platform=cpu"]).server) as server:
         for stream in (False, True):
             pipeline.fail_next("chunk of 160 tokens exceeds the stage's whole per-step budget")
-            r = httpx.post(
-                server.url + "/v1/audio/speech",
-                timeout=60,
-                json={
-                    "model": MODEL,
-                    "voice": "vivian",
-                    "input": "x",
-                    "response_format": "pcm",
-                    "stream": stream,
-                    "max_new_tokens": 30,
-                    "ignore_eos": True,
-                },
-            )
+            r = speak(server.url, 30, stream=stream)
             assert r.status_code == 500
             assert "budget" in r.json()["error"]["message"]
-        ok = httpx.post(
-            server.url + "/v1/audio/speech",
-            timeout=60,
-            json={
-                "model": MODEL,
-                "voice": "vivian",
-                "input": "x",
-                "response_format": "pcm",
-                "max_new_tokens": 3,
-                "ignore_eos": True,
-            },
-        )
+        ok = speak(server.url, 3)
         assert ok.status_code == 200 and len(ok.content) == 3 * 1920 * 2
         metrics = httpx.get(server.url + "/metrics").text
         assert 'omniflow_requests_total{outcome="error"} 2.0' in metrics
@@ -130,18 +114,7 @@ def test_window_counters_on_metrics_only_when_windows_are_on(live):
     with LiveServer(
         "pipeline.stages.talker.window_k=8", "pipeline.stages.talker.playback_margin_ms=null"
     ) as server:
-        r = httpx.post(
-            server.url + "/v1/audio/speech",
-            timeout=60,
-            json={
-                "model": MODEL,
-                "voice": "vivian",
-                "input": "windows",
-                "response_format": "pcm",
-                "max_new_tokens": 30,
-                "ignore_eos": True,
-            },
-        )
+        r = speak(server.url, 30, "windows")
         assert r.status_code == 200 and len(r.content) == 30 * 1920 * 2
         text = httpx.get(server.url + "/metrics").text
         planned = [
