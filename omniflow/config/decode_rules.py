@@ -95,10 +95,21 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
         )
 
 
-def resolved_audio_chunk_frames(stage: StageConfig) -> int:
-    if isinstance(stage, ARStageConfig) and stage.audio_chunk_frames is not None:
+def resolved_audio_chunk_frames(
+    stage: StageConfig, k: int, platform: ResolvedPlatform | None
+) -> int:
+    """The stage's value, or for `null` the whole window (C = K: its audio in one pass on the
+    decoder's own CUDA stream) on a stage that decodes its own audio in windows where CUDA
+    graphs are captured, 0 elsewhere. On its own stream a window's audio pass no longer
+    delays the next step, above all an arrival's prefill (measured: see
+    docs/performance.md); without CUDA there is no second stream."""
+    if not isinstance(stage, ARStageConfig):
+        return 0
+    if stage.audio_chunk_frames is not None:
         return stage.audio_chunk_frames
-    return 0
+    if platform is None or platform.name != "cuda" or not platform.cuda_graphs:
+        return 0
+    return k if k >= 2 and stage.stream_decode else 0
 
 
 def resolved_playback_margin(stage: StageConfig, k: int) -> int | None:

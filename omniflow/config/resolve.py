@@ -78,7 +78,9 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             arch=stage.arch,
             window_k=resolved_window_k(stage, cap, platform),
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
-            audio_chunk_frames=resolved_audio_chunk_frames(stage),
+            audio_chunk_frames=resolved_audio_chunk_frames(
+                stage, resolved_window_k(stage, cap, platform), platform
+            ),
             playback_margin_ms=resolved_playback_margin(
                 stage, resolved_window_k(stage, cap, platform)
             ),

@@ -110,10 +110,31 @@ def test_audio_chunk_frames_takes_the_resolved_window():
     assert err.key == CHUNK and "null is 8 only where CUDA graphs are captured" in err.reason
 
 
-def test_audio_chunk_frames_unset_resolves_to_zero_on_every_stage():
+def test_audio_chunk_frames_unset_resolves_to_zero_where_no_stage_decodes_on_cuda():
     g = graph(*TWO, "pipeline.stages.talker.window_k=8")
     assert g.stages["talker"].audio_chunk_frames == 0
     assert g.stages["code2wav"].audio_chunk_frames == 0
+    # the two-stage talker decodes no audio of its own, even on CUDA
+    g = graph("pipeline=qwen3_tts", "platform=cuda", "pipeline.stages.talker.window_k=8")
+    assert g.stages["talker"].audio_chunk_frames == 0
+    # windows on the CPU: no second stream to decode on
+    assert (
+        graph(*FUSED, "pipeline.stages.talker.window_k=8").stages["talker"].audio_chunk_frames == 0
+    )
+
+
+@pytest.mark.parametrize(("k", "c"), [(None, 8), (4, 4), (16, 16), (0, 0)])
+def test_audio_chunk_frames_unset_is_the_window_on_cuda(k, c):
+    """On CUDA with graphs a fused talker's window audio is one pass on the decoder's own
+    stream (C = K); no windows, no chunks; `platform.cuda_graphs=false` and an explicit 0
+    keep the main stream."""
+    cuda = ["pipeline=qwen3_tts_fused", "platform=cuda"]
+    if k is not None:
+        cuda.append(f"pipeline.stages.talker.window_k={k}")
+    assert graph(*cuda).stages["talker"].audio_chunk_frames == c
+    assert graph(*cuda, f"{CHUNK}=0").stages["talker"].audio_chunk_frames == 0
+    eager = graph(*cuda, "platform.cuda_graphs=false", "pipeline.stages.talker.window_k=4")
+    assert eager.stages["talker"].audio_chunk_frames == 0
 
 
 @pytest.mark.parametrize(
