@@ -126,12 +126,16 @@ def precision(results: list[dict[str, Any]]) -> str:
 
 
 def windows_cell(w: dict[str, int]) -> str:
-    """A job's windows for the summary: executed (their steps), and how many an arrival
-    cut short."""
+    """A job's windows for the summary: executed (their steps), how many an arrival cut
+    short, and the steps arrivals had to themselves."""
     if not w:
         return "-"
     cell = f"{w.get('executed_windows', 0)} ({w.get('executed_steps', 0)})"
-    return f"{cell}, {w['cut_windows']} cut" if w.get("cut_windows") else cell
+    if w.get("cut_windows"):
+        cell += f", {w['cut_windows']} cut"
+    if w.get("arrival_steps"):
+        cell += f", {w['arrival_steps']} arrival steps"
+    return cell
 
 
 def summarize(directory: Path) -> str:

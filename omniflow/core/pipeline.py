@@ -84,6 +84,8 @@ class WindowCounters:
     """Planned windows by their length in steps (slack-sized windows vary)."""
     cut: int = 0
     """Windows an arrival ended before their planned length (`core/arrivals.py`)."""
+    arrival_steps: int = 0
+    """Steps the running streams sat out so that arrivals were prefilled alone."""
 
 
 @dataclass(frozen=True)

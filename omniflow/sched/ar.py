@@ -37,12 +37,13 @@ from omniflow.sched.ar_admission import (
     first_audio_wait_s,
 )
 from omniflow.sched.ar_plan import assemble_plan
-from omniflow.sched.ar_tokens import take_tokens
+from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.live_input import extend_live, playing
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.runner_roster import RunnerRoster
 from omniflow.sched.seating import (
+    arrivals_alone,
     free_seats,
     preemption_victim,
     row_order,
@@ -187,29 +188,11 @@ class ARScheduler:
         free = free_seats(self.config, self.playback, self.running)
         kept = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
-        for req in row_order(self.running, rows - kept, self.playback):
-            if budget <= 0 or len(scheduled) >= rows - kept:
-                break
-            if req not in self.running:
-                continue  # preempted above to make room for another
-            n = self._tokens_to_schedule(req, budget)
-            if n == 0:
-                continue
-            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
-            while blocks is None:
-                victim = preemption_victim(self.running, req, self._paused, scheduled)
-                self.running.remove(victim)
-                self._preempt(victim)
-                preempted_now = True
-                if victim is req:
-                    break
-                blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
-            if blocks is None:
-                break
-            scheduled[req.request_id] = n
-            new_blocks[req.request_id] = blocks
-            computed_before[req.request_id] = req.num_computed_tokens
-            budget -= n
+        held = self._outstanding.keys() | self._paused
+        alone = arrivals_alone(self.running, kept, held, self.playback)
+        seat = (scheduled, new_blocks, computed_before)
+        if not alone:
+            budget, preempted_now = self._seat_running(rows - kept, budget, *seat)
 
         # The room a waiting context would have next step: what the running requests leave
         # now, less one token for each request admitted below (it decodes next step).
@@ -240,6 +223,10 @@ class ARScheduler:
             budget -= n
             room -= 1
 
+        if alone and not scheduled:  # no arrival fitted after all: the step is theirs
+            alone = False
+            budget, preempted_now = self._seat_running(rows, budget, *seat)
+        self.window_stats.arrival_steps += alone
         window, extra = plan_window(
             self.window_k,
             [
@@ -267,6 +254,42 @@ class ARScheduler:
             self.playback.planned(step_id)
         return plan
 
+    def _seat_running(
+        self,
+        rows: int,
+        budget: int,
+        scheduled: dict[str, int],
+        new_blocks: dict[str, list[int]],
+        computed_before: dict[str, int],
+    ) -> tuple[int, bool]:
+        """Give running requests up to `rows` rows of the step, preempting the newest when KV
+        runs out. Returns the budget left and whether anyone was preempted."""
+        preempted = False
+        for req in row_order(self.running, rows, self.playback):
+            if budget <= 0 or len(scheduled) >= rows:
+                break
+            if req not in self.running:
+                continue  # preempted above to make room for another
+            n = self._tokens_to_schedule(req, budget)
+            if n == 0:
+                continue
+            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            while blocks is None:
+                victim = preemption_victim(self.running, req, self._paused, scheduled)
+                self.running.remove(victim)
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+                blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            if blocks is None:
+                break
+            scheduled[req.request_id] = n
+            new_blocks[req.request_id] = blocks
+            computed_before[req.request_id] = req.num_computed_tokens
+            budget -= n
+        return budget, preempted
+
     def _slack_k(self, scheduled: dict[str, int]) -> int | None:
         """The window length the scheduled streams' slack allows (None: no clock)."""
         if self.playback is None or self.window_k < 2:
@@ -275,28 +298,10 @@ class ARScheduler:
         return self.playback.window_steps(self.window_k, streams, self.playback.now())
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
-        """Tokens of `req` to compute now, clipped to the budget. A step that reaches the end
-        of its known tokens samples one, so it is planned only while the request may grow:
-        async scheduling never runs past max_new_tokens."""
-        if req.request_id in self._outstanding:
-            return 0  # the fence: at most one window in flight per request
-        if req.request_id in self._paused:
-            return 0  # backpressure: its consumer is behind
-        remaining = req.num_tokens - req.num_computed_tokens
-        if remaining <= 0:
+        """`tokens_to_schedule`: 0 behind the window fence or while paused (backpressure)."""
+        if req.request_id in self._outstanding or req.request_id in self._paused:
             return 0
-        n = min(remaining, budget)
-        if req.num_computed_tokens + n == req.num_tokens and not self._may_grow(req):
-            return 0
-        return n
-
-    def _may_grow(self, req: Request) -> bool:
-        """Below its limits, and not text-starved (its next step's text has arrived)."""
-        return (
-            req.num_generated < req.sampling.max_new_tokens
-            and req.num_tokens < self.config.max_model_len
-            and req.input_room != 0
-        )
+        return tokens_to_schedule(req, budget, self.config.max_model_len)
 
     def _preempt(self, req: Request) -> None:
         """Free the request's KV; it recomputes from prompt + outputs when resumed."""

@@ -43,3 +43,25 @@ def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | N
     if req.prompt_len + len(req.output_tokens) >= max_model_len:
         return RequestState.FINISHED_LENGTH
     return None
+
+
+def tokens_to_schedule(req: Request, budget: int, max_model_len: int) -> int:
+    """Tokens of `req` to compute now, clipped to the budget. A step that reaches the end of
+    its known tokens samples one, so it is planned only while the request may grow: async
+    scheduling never runs past max_new_tokens."""
+    remaining = req.num_tokens - req.num_computed_tokens
+    if remaining <= 0:
+        return 0
+    n = min(remaining, budget)
+    if req.num_computed_tokens + n == req.num_tokens and not may_grow(req, max_model_len):
+        return 0
+    return n
+
+
+def may_grow(req: Request, max_model_len: int) -> bool:
+    """Below its limits, and not text-starved (its next step's text has arrived)."""
+    return (
+        req.num_generated < req.sampling.max_new_tokens
+        and req.num_tokens < max_model_len
+        and req.input_room != 0
+    )

@@ -87,3 +87,23 @@ def preemption_victim(
         if r.request_id in paused:
             return r
     return others[0] if others else req
+
+
+def arrivals_alone(
+    running: Iterable[Request], arrivals: int, held: Collection[str], playback: PlaybackClock | None
+) -> bool:
+    """Whether the running streams sit this step out so that `arrivals` requests are
+    prefilled alone: a prefill step of a few prompts is shorter than one that also decodes
+    every running row, and an arrival's first audio waits for all of it. Only while every
+    stream that would run (not `held`: fenced or paused) is decoding and its playback slack
+    covers two steps at the measured step time (this one and its own next), so none is made
+    late; a stream still in its prompt keeps the step as it is."""
+    if not arrivals or playback is None:
+        return False
+    turn = [r for r in running if r.request_id not in held and r.input_room != 0]
+    if not turn or any(r.num_tokens - r.num_computed_tokens > 1 for r in turn):
+        return False
+    streams = [(r.request_id, len(r.output_tokens)) for r in turn]
+    if playback.step_s_at(len(streams)) is None:
+        return False  # no step measured yet: no telling what two steps take
+    return playback.window_steps(2, streams, playback.now()) >= 2

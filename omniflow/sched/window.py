@@ -31,11 +31,17 @@ class WindowStats:
     """Planned windows by length (the longest request's steps)."""
     cut_windows: int = 0
     """Windows an arrival ended before their planned length."""
+    arrival_steps: int = 0
+    """Steps the running streams sat out so that arrivals were prefilled alone
+    (`seating.arrivals_alone`)."""
 
     def counters(self) -> WindowCounters:
         """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
         done = (self.planned_windows, self.executed_windows, self.executed_steps)
-        return WindowCounters(*done, dict(self.refusals), dict(self.sizes), self.cut_windows)
+        sizes = dict(self.sizes)
+        return WindowCounters(
+            *done, dict(self.refusals), sizes, self.cut_windows, self.arrival_steps
+        )
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,11 @@ WINDOW_COUNTERS: tuple[tuple[str, str, Callable[[WindowCounters], int]], ...] = 
     ("omniflow_window_executed", "Windows executed with more than one step", lambda w: w.executed),
     ("omniflow_window_steps", "Forward steps executed inside windows", lambda w: w.steps),
     ("omniflow_window_cut", "Windows an arrival ended before their length", lambda w: w.cut),
+    (
+        "omniflow_window_arrival_steps",
+        "Steps the running streams sat out so that arrivals were prefilled alone",
+        lambda w: w.arrival_steps,
+    ),
 )
 
 

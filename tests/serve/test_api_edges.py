@@ -125,6 +125,7 @@ def test_window_counters_on_metrics_only_when_windows_are_on(live):
         assert planned and float(planned[0].split()[-1]) > 0
         assert "omniflow_window_steps_total" in text
         assert 'omniflow_window_cut_total{stage="talker"} 0.0' in text  # one request: no arrival
+        assert 'omniflow_window_arrival_steps_total{stage="talker"} 0.0' in text
 
 
 def test_instructions_change_the_prompt_and_are_refused_where_unsupported(live):

@@ -1,0 +1,140 @@
+"""An arrival's step of its own (`seating.arrivals_alone`): while every running stream's
+playback slack covers two steps, the running streams sit the step out and the arrivals are
+prefilled alone (their first audio waits for a prefill, not for a prefill beside every
+running row); a stream near its deadline, or one still in its prompt, keeps the step as it
+was. Sitting out changes when a stream decodes, not what: the codes stay the single-step
+codes."""
+
+from __future__ import annotations
+
+import itertools
+
+from omniflow.config.schema import SchedulerConfig
+from omniflow.sched.ar import ARScheduler
+from omniflow.sched.playback import PlaybackClock
+from omniflow.sched.seating import arrivals_alone
+from tests.factories import talker_engine
+from tests.sched.test_ar_scheduler import FakeRunner
+from tests.sched.test_ar_scheduler import req as prompt_req
+from tests.sched.test_seating import clock, req
+from tests.stages.test_talker_engine import collect, fixed
+
+
+def test_the_running_sit_out_while_every_slack_covers_two_steps():
+    c = clock()  # now = 10.0, 80 ms frames, 40 ms margin
+    ahead, tight = req("ahead", 30, 0), req("tight", 2, 1)
+    for r in (ahead, tight):
+        r.num_computed_tokens = r.num_tokens - 1  # decoding: its last token to compute
+    c.frames_made("ahead", 0, at=9.5)  # 1.86 s of slack
+    c.frames_made("tight", 0, at=9.95)  # 9.95 + 2 * 0.08 - 0.04 - 10 = 0.07 s
+    c.observe_step(0.02, steps=1, rows=2)  # 2 steps: 40 ms <= 70 ms
+    assert arrivals_alone([ahead, tight], 1, set(), c)
+    assert not arrivals_alone([ahead, tight], 0, set(), c)  # no arrival: nothing to seat
+    assert not arrivals_alone([ahead, tight], 1, set(), None)  # no clock: no slack known
+    for _ in range(10):
+        c.observe_step(0.04, steps=1, rows=2)  # 2 steps: ~80 ms > 70 ms
+    assert not arrivals_alone([ahead, tight], 1, set(), c)
+    # the tight stream's window is in flight (fenced): it would not run this step anyway
+    assert arrivals_alone([ahead, tight], 1, {"tight"}, c)
+
+
+def test_a_stream_in_its_prompt_keeps_the_step():
+    c = clock()
+    ahead, chunked = req("ahead", 30, 0), req("chunked", 0, 1)
+    ahead.num_computed_tokens = ahead.num_tokens - 1
+    chunked.num_computed_tokens = 0  # a long prompt prefilled in chunks: 2 tokens to go
+    c.frames_made("ahead", 0, at=9.5)
+    c.observe_step(0.01, steps=1, rows=2)
+    assert not arrivals_alone([ahead, chunked], 1, set(), c)
+    assert arrivals_alone([ahead], 1, set(), c)
+
+
+def _scheduler(now: list[float]) -> ARScheduler:
+    """Single steps (the fake runner makes one token a step) with a playback clock."""
+    cfg = SchedulerConfig(
+        max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256, block_size=4
+    )
+    return ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
+
+
+def _run(s: ARScheduler, runner: FakeRunner, now: list[float], step_s: float) -> set[str]:
+    """Plan a step, let it take `step_s`, apply it: the rows it ran."""
+    plan = s.schedule()
+    now[0] += step_s
+    s.update(plan, runner.execute(plan))
+    return set(plan.num_scheduled_tokens)
+
+
+def test_an_arrival_is_prefilled_alone_and_the_others_go_on_after():
+    now = [0.0]
+    s, runner = _scheduler(now), FakeRunner()
+    s.add_request(prompt_req("a", max_new=50))
+    s.add_request(prompt_req("b", max_new=50))
+    assert _run(s, runner, now, 0.01) == {"a", "b"}  # prompts; their first frames at 0.01
+    s.add_request(prompt_req("c", max_new=50))
+    # a and b: next frame due by 0.01 + 0.08 - 0.04 = 0.05, 40 ms away, two 10 ms steps
+    # fit: they sit the step out
+    assert _run(s, runner, now, 0.01) == {"c"}
+    assert s.window_stats.arrival_steps == 1
+    assert _run(s, runner, now, 0.01) == {"a", "b", "c"}
+
+
+def test_a_stream_near_its_deadline_shares_the_arrival_step():
+    now = [0.0]
+    s, runner = _scheduler(now), FakeRunner()
+    s.add_request(prompt_req("a", max_new=50))
+    assert _run(s, runner, now, 0.02) == {"a"}  # its next frame is due by 0.06
+    s.add_request(prompt_req("b", max_new=50))
+    # 40 ms of slack, two 20 ms steps: just enough (`>=`), b is seated alone
+    assert _run(s, runner, now, 0.02) == {"b"}
+    s.add_request(prompt_req("c", max_new=50))
+    # a: 20 ms of slack left, less than two steps: a shares c's step (b has 80 ms)
+    assert _run(s, runner, now, 0.02) == {"a", "b", "c"}
+    assert s.window_stats.arrival_steps == 1
+
+
+def test_no_step_measured_no_sitting_out():
+    now = [0.0]
+    s, runner = _scheduler(now), FakeRunner()
+    s.add_request(prompt_req("a", max_new=50))
+    assert _run(s, runner, now, 0.0) == {"a"}  # a step that took no time measures nothing
+    s.add_request(prompt_req("b", max_new=50))
+    assert _run(s, runner, now, 0.0) == {"a", "b"}
+    assert s.window_stats.arrival_steps == 0
+
+
+def test_an_arrival_the_admission_does_not_take_leaves_the_step_to_the_running(monkeypatch):
+    """The safety net: `rows_for_arrivals` and the admission loop agree on who is seated;
+    were they ever to differ, the running streams still get the step (an empty plan would
+    be planned again the same way, forever)."""
+    now = [0.0]
+    s, runner = _scheduler(now), FakeRunner()
+    s.add_request(prompt_req("a", max_new=50))
+    _run(s, runner, now, 0.01)
+    s.add_request(prompt_req("b", max_new=50))
+    s.pause("b")  # the admission loop skips a paused request; rows_for_arrivals, patched, not
+    monkeypatch.setattr("omniflow.sched.ar.rows_for_arrivals", lambda *a: 1)
+    assert _run(s, runner, now, 0.01) == {"a"}
+    assert s.window_stats.arrival_steps == 0
+
+
+def test_sitting_out_keeps_every_requests_codes():
+    """Seeded requests arriving while others run: the steps that seat them alone leave the
+    codes of every request those of the same requests run one after the other."""
+    reqs = [fixed(f"r{i}", 20, seed=i, text=f"Same length {i}.") for i in range(3)]
+    want = {}
+    for r in reqs:
+        base, proc = talker_engine()
+        base.add_request(proc.make_request(r))
+        want.update(collect(base.run_until_idle()))
+    engine, proc = talker_engine(window_k=4)
+    ticks = itertools.count()
+    engine.scheduler.playback = PlaybackClock(0.08, 0.04, now=lambda: next(ticks) * 0.001)
+    outputs = []
+    for r in reqs:
+        engine.add_request(proc.make_request(r))
+        for _ in range(3):
+            outputs.extend(engine.step())
+    outputs.extend(engine.run_until_idle())
+    assert engine.scheduler.window_stats.arrival_steps == 2  # r1 and r2 seated alone
+    assert collect(outputs) == want
