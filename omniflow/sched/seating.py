@@ -95,15 +95,19 @@ def arrivals_alone(
     """Whether the running streams sit this step out so that `arrivals` requests are
     prefilled alone: a prefill step of a few prompts is shorter than one that also decodes
     every running row, and an arrival's first audio waits for all of it. Only while every
-    stream that would run (not `held`: fenced or paused) is decoding and its playback slack
-    covers two steps at the measured step time (this one and its own next), so none is made
-    late; a stream still in its prompt keeps the step as it is."""
+    stream that would run (not `held`: fenced or paused) is decoding and has a frame of
+    audio in hand beyond its margin, and more than two steps at the measured step time (this
+    one and its own next): a fresh stream, its second frame due a frame after its first,
+    would be made late (a prefill step takes longer than the decode steps that set the
+    estimate). A stream still in its prompt keeps the step as it is."""
     if not arrivals or playback is None:
         return False
     turn = [r for r in running if r.request_id not in held and r.input_room != 0]
     if not turn or any(r.num_tokens - r.num_computed_tokens > 1 for r in turn):
         return False
-    streams = [(r.request_id, len(r.output_tokens)) for r in turn]
-    if playback.step_s_at(len(streams)) is None:
+    step = playback.step_s_at(len(turn))
+    if step is None:
         return False  # no step measured yet: no telling what two steps take
-    return playback.window_steps(2, streams, playback.now()) >= 2
+    at = playback.now()
+    least = min(playback.window_slack(r.request_id, len(r.output_tokens), at) for r in turn)
+    return least >= max(playback.frame_s, 2 * step)

@@ -20,22 +20,39 @@ from tests.sched.test_seating import clock, req
 from tests.stages.test_talker_engine import collect, fixed
 
 
-def test_the_running_sit_out_while_every_slack_covers_two_steps():
+def test_the_running_sit_out_while_every_stream_has_a_frame_in_hand():
     c = clock()  # now = 10.0, 80 ms frames, 40 ms margin
-    ahead, tight = req("ahead", 30, 0), req("tight", 2, 1)
-    for r in (ahead, tight):
+    ahead, next_ = req("ahead", 30, 0), req("next", 3, 1)
+    for r in (ahead, next_):
         r.num_computed_tokens = r.num_tokens - 1  # decoding: its last token to compute
     c.frames_made("ahead", 0, at=9.5)  # 1.86 s of slack
-    c.frames_made("tight", 0, at=9.95)  # 9.95 + 2 * 0.08 - 0.04 - 10 = 0.07 s
-    c.observe_step(0.02, steps=1, rows=2)  # 2 steps: 40 ms <= 70 ms
-    assert arrivals_alone([ahead, tight], 1, set(), c)
-    assert not arrivals_alone([ahead, tight], 0, set(), c)  # no arrival: nothing to seat
-    assert not arrivals_alone([ahead, tight], 1, set(), None)  # no clock: no slack known
+    c.frames_made("next", 0, at=9.9)  # 9.9 + 3 * 0.08 - 0.04 - 10 = 0.10 s
+    c.observe_step(0.02, steps=1, rows=2)  # 2 steps: 40 ms; a frame: 80 ms <= 100 ms
+    assert arrivals_alone([ahead, next_], 1, set(), c)
+    assert not arrivals_alone([ahead, next_], 0, set(), c)  # no arrival: nothing to seat
+    assert not arrivals_alone([ahead, next_], 1, set(), None)  # no clock: no slack known
     for _ in range(10):
-        c.observe_step(0.04, steps=1, rows=2)  # 2 steps: ~80 ms > 70 ms
-    assert not arrivals_alone([ahead, tight], 1, set(), c)
-    # the tight stream's window is in flight (fenced): it would not run this step anyway
-    assert arrivals_alone([ahead, tight], 1, {"tight"}, c)
+        c.observe_step(0.06, steps=1, rows=2)  # 2 steps: ~120 ms > 100 ms
+    assert not arrivals_alone([ahead, next_], 1, set(), c)
+    # its window is in flight (fenced): it would not run this step anyway
+    assert arrivals_alone([ahead, next_], 1, {"next"}, c)
+
+
+def test_a_fresh_stream_keeps_the_step():
+    """One frame made 10 ms ago: 30 ms of slack, three steps' worth at 10 ms, but less than
+    a frame in hand (a prefill step is longer than the decode steps that set the estimate)."""
+    c = clock()
+    ahead, fresh = req("ahead", 30, 0), req("fresh", 1, 1)
+    for r in (ahead, fresh):
+        r.num_computed_tokens = r.num_tokens - 1
+    c.frames_made("ahead", 0, at=9.5)
+    c.frames_made("fresh", 0, at=9.99)
+    c.observe_step(0.01, steps=1, rows=2)
+    assert not arrivals_alone([ahead, fresh], 1, set(), c)
+    unclocked = req("unclocked", 0, 2)  # its first frame in flight: 40 ms, as if just made
+    unclocked.num_computed_tokens = unclocked.num_tokens - 1
+    assert not arrivals_alone([ahead, unclocked], 1, set(), c)
+    assert arrivals_alone([ahead], 1, set(), c)
 
 
 def test_a_stream_in_its_prompt_keeps_the_step():
@@ -71,9 +88,10 @@ def test_an_arrival_is_prefilled_alone_and_the_others_go_on_after():
     s.add_request(prompt_req("a", max_new=50))
     s.add_request(prompt_req("b", max_new=50))
     assert _run(s, runner, now, 0.01) == {"a", "b"}  # prompts; their first frames at 0.01
+    assert _run(s, runner, now, 0.01) == {"a", "b"}  # second frames: due by 0.01 + 0.08
     s.add_request(prompt_req("c", max_new=50))
-    # a and b: next frame due by 0.01 + 0.08 - 0.04 = 0.05, 40 ms away, two 10 ms steps
-    # fit: they sit the step out
+    # a and b: third frame due by 0.01 + 2 * 0.08 - 0.04 = 0.13, 110 ms away: a frame and
+    # two 10 ms steps in hand, so they sit the step out
     assert _run(s, runner, now, 0.01) == {"c"}
     assert s.window_stats.arrival_steps == 1
     assert _run(s, runner, now, 0.01) == {"a", "b", "c"}
@@ -83,13 +101,13 @@ def test_a_stream_near_its_deadline_shares_the_arrival_step():
     now = [0.0]
     s, runner = _scheduler(now), FakeRunner()
     s.add_request(prompt_req("a", max_new=50))
-    assert _run(s, runner, now, 0.02) == {"a"}  # its next frame is due by 0.06
+    assert _run(s, runner, now, 0.01) == {"a"}  # first frame at 0.01
+    assert _run(s, runner, now, 0.01) == {"a"}  # second at 0.02: the third due by 0.13
     s.add_request(prompt_req("b", max_new=50))
-    # 40 ms of slack, two 20 ms steps: just enough (`>=`), b is seated alone
-    assert _run(s, runner, now, 0.02) == {"b"}
+    assert _run(s, runner, now, 0.01) == {"b"}  # 110 ms in hand: b is seated alone
+    now[0] += 0.03  # a: 0.13 - 0.06 = 70 ms, less than a frame
     s.add_request(prompt_req("c", max_new=50))
-    # a: 20 ms of slack left, less than two steps: a shares c's step (b has 80 ms)
-    assert _run(s, runner, now, 0.02) == {"a", "b", "c"}
+    assert _run(s, runner, now, 0.01) == {"a", "b", "c"}
     assert s.window_stats.arrival_steps == 1
 
 
