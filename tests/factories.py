@@ -132,14 +132,21 @@ def speech(rid: str, text: str = "Hello there.", **kw) -> SpeechRequest:
     return SpeechRequest(request_id=rid, text=text, **kw)
 
 
-def build(pipeline: str = "qwen3_tts", *overrides: str, bundle: TalkerBundle | None = None):
-    """A running orchestrator (threads started) for `pipeline` on the CPU."""
+def build(
+    pipeline: str = "qwen3_tts",
+    *overrides: str,
+    bundle: TalkerBundle | None = None,
+    start: bool = True,
+):
+    """A running orchestrator (threads started) for `pipeline` on the CPU. `start=False`:
+    not started yet, so requests submitted before `orch.start()` share the first step."""
     from omniflow.build.pipeline import build_pipeline
 
     platform = [] if any(o.startswith("platform=") for o in overrides) else ["platform=cpu"]
     graph = build_graph(compose([f"pipeline={pipeline}", *platform, *overrides]))
     orch = build_pipeline(graph, bundle)
-    orch.start()
+    if start:
+        orch.start()
     return orch
 
 

@@ -60,7 +60,7 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
     """float16's range (65,504) is the risk float32 does not have: the request whose PCM is
     not finite ends with one error naming the key that avoids it, instead of streaming NaN;
     the requests decoded beside it keep their audio, and the stage goes on serving."""
-    orch = build(pipeline, "model.codec_dtype=float16")
+    orch = build(pipeline, "model.codec_dtype=float16", start=False)
     try:
         streaming = streaming_decoder_of(orch)
         real = streaming.decode
@@ -78,8 +78,9 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
 
         monkeypatch.setattr(streaming, "decode", overflowing)
         sinks = {rid: Collector() for rid in ("r", "s")}
-        for rid, sink in sinks.items():
+        for rid, sink in sinks.items():  # before the start: both are seated in one step
             orch.submit(speech(rid, max_new_tokens=8, ignore_eos=True), sink)
+        orch.start()
         error = sinks["r"].wait().terminal.error
         assert error is not None and "not finite" in error
         assert "model.codec_dtype=float32" in error
