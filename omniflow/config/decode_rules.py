@@ -74,7 +74,7 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
     whole window (C = K) is one pass at the window's end, as without chunks, but on the
     decoder's own CUDA stream, beside the next window's steps (`worker/step_audio.py`)."""
     if not isinstance(stage, ARStageConfig) or not stage.audio_chunk_frames:
-        return  # null or 0: one pass at the window's end (0 is what the resolved graph shows)
+        return  # null or 0: nothing to check (null resolves to K or 0: resolved_audio_chunk_frames)
     c = stage.audio_chunk_frames
     ckey = f"{key}.audio_chunk_frames"
     if not stage.stream_decode:

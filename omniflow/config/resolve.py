@@ -64,26 +64,23 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
                 )
             )
         decodes_audio = stage.stream_decode or cap.decodes_audio
+        k = resolved_window_k(stage, cap, platform)
         ref = resolve_ref_context(key, stage, decodes_audio, cap, spec.model, errors)
         if cap.stage_kind == "ar":
             _check_kv_capacity(key, stage, errors)
             check_prompt_graphs(key, stage, errors)
-            check_audio_chunks(key, stage, resolved_window_k(stage, cap, platform), errors)
-            check_resident_seqs(key, stage, resolved_window_k(stage, cap, platform), errors)
+            check_audio_chunks(key, stage, k, errors)
+            check_resident_seqs(key, stage, k, errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(
             name=name,
             kind=stage.kind,
             arch=stage.arch,
-            window_k=resolved_window_k(stage, cap, platform),
+            window_k=k,
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
-            audio_chunk_frames=resolved_audio_chunk_frames(
-                stage, resolved_window_k(stage, cap, platform), platform
-            ),
-            playback_margin_ms=resolved_playback_margin(
-                stage, resolved_window_k(stage, cap, platform)
-            ),
+            audio_chunk_frames=resolved_audio_chunk_frames(stage, k, platform),
+            playback_margin_ms=resolved_playback_margin(stage, k),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),

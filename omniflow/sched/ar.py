@@ -186,17 +186,19 @@ class ARScheduler:
 
         rows = self.config.max_num_seqs
         free = free_seats(self.config, self.playback, self.running)
-        kept = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
+        kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         held = self._outstanding.keys() | self._paused
-        alone = arrivals_alone(self.running, kept, held, self.playback)
+        queued = admissible_waiting(self.waiting, self._paused)
+        alone = arrivals_alone(self.running, kept, queued, held, rows, spare, self.playback)
         seat = (scheduled, new_blocks, computed_before)
         if not alone:
             budget, preempted_now = self._seat_running(rows - kept, budget, *seat)
 
         # The room a waiting context would have next step: what the running requests leave
-        # now, less one token for each request admitted below (it decodes next step).
-        room = budget
+        # now (all of them, when they sit this step out), less one token for each request
+        # admitted below (it decodes next step).
+        room = budget - len(self.running) if alone else budget
         for req in list(self.waiting):
             if budget <= 0 or preempted_now or free <= 0 or len(scheduled) >= rows:
                 break
@@ -233,7 +235,7 @@ class ARScheduler:
                 Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
-            waiting=admissible_waiting(self.waiting, self._paused),
+            waiting=admissible_waiting(self.waiting, self._paused),  # those left waiting
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,

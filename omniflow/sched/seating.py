@@ -55,11 +55,12 @@ def row_order(
 
 def rows_for_arrivals(
     waiting: Iterable[Request], paused: Collection[str], free_residents: int, kv: KVCacheManager
-) -> int:
+) -> tuple[int, int]:
     """Rows kept this step for waiting requests that may become resident now: they have no
     audio yet, the earliest deadline of all, so running streams get the rows they leave.
     Counted as the admission loop takes them, in order, while their contexts fit the free
-    KV blocks: a row kept for one that cannot be admitted would be a row lost."""
+    KV blocks: a row kept for one that cannot be admitted would be a row lost. Returns
+    (those rows, the free KV blocks their contexts leave)."""
     ready, free = 0, kv.pool.num_free
     for r in waiting:
         if ready >= free_residents:
@@ -70,7 +71,7 @@ def rows_for_arrivals(
         if r.num_placeholders or need > free:
             break
         ready, free = ready + 1, free - need
-    return ready
+    return ready, free
 
 
 def preemption_victim(
@@ -90,22 +91,34 @@ def preemption_victim(
 
 
 def arrivals_alone(
-    running: Iterable[Request], arrivals: int, held: Collection[str], playback: PlaybackClock | None
+    running: Iterable[Request],
+    arrivals: int,
+    queued: int,
+    held: Collection[str],
+    rows: int,
+    spare_blocks: int,
+    playback: PlaybackClock | None,
 ) -> bool:
     """Whether the running streams sit this step out so that `arrivals` requests are
     prefilled alone: a prefill step of a few prompts is shorter than one that also decodes
     every running row, and an arrival's first audio waits for all of it. Only while every
     stream that would run (not `held`: fenced or paused) is decoding and has a frame of
-    audio in hand beyond its margin, and more than two steps at the measured step time (this
-    one and its own next): a fresh stream, its second frame due a frame after its first,
-    would be made late (a prefill step takes longer than the decode steps that set the
-    estimate). A stream still in its prompt keeps the step as it is."""
-    if not arrivals or playback is None:
+    audio in hand beyond its margin, and at least two steps of `rows` rows at the measured
+    step time (this one and its own next): a fresh stream, its second frame due a frame
+    after its first, would be made late (a prefill step takes longer than the decode steps
+    that set the estimate). Not when more are `queued` than can be seated (saturated: each
+    seat freed would cost the running streams a step) nor when the KV blocks left after the
+    arrivals' (`spare_blocks`) could not hold a next token of each running stream and each
+    arrival (one would be preempted next step: the newest, an arrival). A stream still in
+    its prompt keeps the step as it is."""
+    if not arrivals or queued > arrivals or playback is None:
         return False
     turn = [r for r in running if r.request_id not in held and r.input_room != 0]
-    if not turn or any(r.num_tokens - r.num_computed_tokens > 1 for r in turn):
+    if not turn or spare_blocks < len(turn) + arrivals:
         return False
-    step = playback.step_s_at(len(turn))
+    if any(r.num_tokens - r.num_computed_tokens > 1 for r in turn):
+        return False
+    step = playback.step_s_at(min(len(turn), rows))
     if step is None:
         return False  # no step measured yet: no telling what two steps take
     at = playback.now()

@@ -107,7 +107,8 @@ def test_a_derived_key_is_refused_saying_what_to_set(override, names):
 
 
 def test_audio_chunk_frames_prints_what_it_takes():
-    """`0` (printed when unset) means one pass at the window's end, as null does."""
+    """`0` (printed where null resolves to it: no CUDA graphs) means one pass at the window's
+    end on the main stream."""
     graph = build_graph(compose(["platform=cpu", "pipeline.stages.talker.audio_chunk_frames=0"]))
     assert graph.stages["talker"].audio_chunk_frames == 0
 

@@ -20,6 +20,11 @@ from tests.sched.test_seating import clock, req
 from tests.stages.test_talker_engine import collect, fixed
 
 
+def alone(running, c, arrivals=1, queued=None, held=(), rows=8, spare_blocks=100) -> bool:
+    queued = arrivals if queued is None else queued
+    return arrivals_alone(running, arrivals, queued, set(held), rows, spare_blocks, c)
+
+
 def test_the_running_sit_out_while_every_stream_has_a_frame_in_hand():
     c = clock()  # now = 10.0, 80 ms frames, 40 ms margin
     ahead, next_ = req("ahead", 30, 0), req("next", 3, 1)
@@ -28,14 +33,41 @@ def test_the_running_sit_out_while_every_stream_has_a_frame_in_hand():
     c.frames_made("ahead", 0, at=9.5)  # 1.86 s of slack
     c.frames_made("next", 0, at=9.9)  # 9.9 + 3 * 0.08 - 0.04 - 10 = 0.10 s
     c.observe_step(0.02, steps=1, rows=2)  # 2 steps: 40 ms; a frame: 80 ms <= 100 ms
-    assert arrivals_alone([ahead, next_], 1, set(), c)
-    assert not arrivals_alone([ahead, next_], 0, set(), c)  # no arrival: nothing to seat
-    assert not arrivals_alone([ahead, next_], 1, set(), None)  # no clock: no slack known
+    assert alone([ahead, next_], c)
+    assert not alone([ahead, next_], c, arrivals=0)  # no arrival: nothing to seat
+    assert not alone([ahead, next_], None)  # no clock: no slack known
     for _ in range(10):
         c.observe_step(0.06, steps=1, rows=2)  # 2 steps: ~120 ms > 100 ms
-    assert not arrivals_alone([ahead, next_], 1, set(), c)
+    assert not alone([ahead, next_], c)
     # its window is in flight (fenced): it would not run this step anyway
-    assert arrivals_alone([ahead, next_], 1, {"next"}, c)
+    assert alone([ahead, next_], c, held={"next"})
+
+
+def test_no_sitting_out_when_saturated_or_short_of_kv():
+    c = clock()
+    ahead = req("ahead", 30, 0)
+    ahead.num_computed_tokens = ahead.num_tokens - 1
+    c.frames_made("ahead", 0, at=9.5)
+    c.observe_step(0.01, steps=1, rows=1)
+    assert alone([ahead], c)
+    assert not alone([ahead], c, queued=2)  # more waiting than seats: throughput first
+    # after the arrival's context, a block for each next token (ahead's and the arrival's)
+    assert alone([ahead], c, spare_blocks=2)
+    assert not alone([ahead], c, spare_blocks=1)
+
+
+def test_the_step_time_is_that_of_a_steps_rows():
+    """With more residents than a step has rows, two steps are two steps of `rows` rows
+    (a batch of all residents is never run, never measured)."""
+    c = clock()
+    streams = [req(f"s{i}", 3, i) for i in range(4)]
+    for r in streams:
+        r.num_computed_tokens = r.num_tokens - 1
+        c.frames_made(r.request_id, 0, at=9.9)  # 100 ms of slack each
+    c.observe_step(0.02, steps=1, rows=2)  # two rows: 20 ms a step
+    c.observe_step(0.3, steps=1, rows=1)  # the overall estimate, now ~0.08 s, says no
+    assert alone(streams, c, rows=2)
+    assert not alone(streams, c, rows=8)  # 4 rows: unmeasured, the overall estimate
 
 
 def test_a_fresh_stream_keeps_the_step():
@@ -48,11 +80,11 @@ def test_a_fresh_stream_keeps_the_step():
     c.frames_made("ahead", 0, at=9.5)
     c.frames_made("fresh", 0, at=9.99)
     c.observe_step(0.01, steps=1, rows=2)
-    assert not arrivals_alone([ahead, fresh], 1, set(), c)
+    assert not alone([ahead, fresh], c)
     unclocked = req("unclocked", 0, 2)  # its first frame in flight: 40 ms, as if just made
     unclocked.num_computed_tokens = unclocked.num_tokens - 1
-    assert not arrivals_alone([ahead, unclocked], 1, set(), c)
-    assert arrivals_alone([ahead], 1, set(), c)
+    assert not alone([ahead, unclocked], c)
+    assert alone([ahead], c)
 
 
 def test_a_stream_in_its_prompt_keeps_the_step():
@@ -62,8 +94,8 @@ def test_a_stream_in_its_prompt_keeps_the_step():
     chunked.num_computed_tokens = 0  # a long prompt prefilled in chunks: 2 tokens to go
     c.frames_made("ahead", 0, at=9.5)
     c.observe_step(0.01, steps=1, rows=2)
-    assert not arrivals_alone([ahead, chunked], 1, set(), c)
-    assert arrivals_alone([ahead], 1, set(), c)
+    assert not alone([ahead, chunked], c)
+    assert alone([ahead], c)
 
 
 def _scheduler(now: list[float]) -> ARScheduler:
@@ -111,6 +143,48 @@ def test_a_stream_near_its_deadline_shares_the_arrival_step():
     assert s.window_stats.arrival_steps == 1
 
 
+def test_an_arrival_is_not_seated_alone_into_a_preemption():
+    """Seven 4-token KV blocks: after twelve frames `a` holds four, the arrival's 8-token
+    prompt takes two of the three left; alone, the next step would need two more (a's and
+    its own next token) and preempt the newest, the arrival. So it shares a's step."""
+    now = [0.0]
+    cfg = SchedulerConfig(
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=256,
+        block_size=4,
+        num_kv_blocks=7,
+    )
+    s = ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
+    runner = FakeRunner()
+    s.add_request(prompt_req("a", prompt_len=4, max_new=100))
+    for _ in range(12):
+        _run(s, runner, now, 0.005)
+    s.add_request(prompt_req("c", prompt_len=8, max_new=100))
+    assert _run(s, runner, now, 0.005) == {"a", "c"}
+    assert s.window_stats.arrival_steps == 0
+
+
+def test_a_sat_out_step_leaves_a_second_arrival_the_running_streams_room():
+    """Thirty streams sit out; arrivals of 30 and 35 tokens under a 64-token budget. The
+    room next step is what the running streams leave then (64 - 30 - 1), so the second
+    prompt is not held back for a step that could take it whole: it starts now."""
+    now = [0.0]
+    cfg = SchedulerConfig(
+        max_num_seqs=40, max_num_batched_tokens=64, max_model_len=256, block_size=4
+    )
+    s = ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
+    runner = FakeRunner()
+    for k in range(30):
+        s.add_request(prompt_req(f"s{k}", prompt_len=2, max_new=200))
+    for _ in range(20):
+        _run(s, runner, now, 0.005)
+    s.add_request(prompt_req("A", prompt_len=30, max_new=50))
+    s.add_request(prompt_req("B", prompt_len=35, max_new=50))
+    assert _run(s, runner, now, 0.005) == {"A", "B"}
+    assert s.window_stats.arrival_steps == 1
+
+
 def test_no_step_measured_no_sitting_out():
     now = [0.0]
     s, runner = _scheduler(now), FakeRunner()
@@ -131,7 +205,7 @@ def test_an_arrival_the_admission_does_not_take_leaves_the_step_to_the_running(m
     _run(s, runner, now, 0.01)
     s.add_request(prompt_req("b", max_new=50))
     s.pause("b")  # the admission loop skips a paused request; rows_for_arrivals, patched, not
-    monkeypatch.setattr("omniflow.sched.ar.rows_for_arrivals", lambda *a: 1)
+    monkeypatch.setattr("omniflow.sched.ar.rows_for_arrivals", lambda *a: (1, 100))
     assert _run(s, runner, now, 0.01) == {"a"}
     assert s.window_stats.arrival_steps == 0
 
