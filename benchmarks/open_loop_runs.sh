@@ -10,6 +10,10 @@
 # Per variant and rate: LABEL_rpsR.json (the summary, with the server's build from /health:
 # `server.tree` must differ between two trees), LABEL_rpsR_requests.json (every request with
 # its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it).
+# CLOSED="1:32 32:128 128:512" adds closed-loop rounds on the same server after the rates
+# (concurrency:prompts, ROUNDS rounds each, MAX_FRAMES frames a prompt, default 50; one
+# warm-up request): LABEL_cC_rN.json. `python -m benchmarks.open_loop_table OUT` makes the
+# table of both.
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
@@ -42,6 +46,15 @@ for variant in "$@"; do
       > "$out/${label}_rps$rps.json" 2> "$out/${label}_rps$rps.err" || true
     python3 -c "import httpx,sys; print(httpx.get(sys.argv[1]).text)" \
       "http://127.0.0.1:$port/metrics" > "$out/${label}_rps$rps.metrics" || true
+  done
+  for job in ${CLOSED:-}; do
+    IFS=: read -r conc prompts <<< "$job"
+    for round in $(seq "${ROUNDS:-1}"); do
+      (cd "$client" && PYTHONPATH="$client:${PYTHONPATH:-}" exec python3 -m omniflow.bench.client \
+        --url "http://127.0.0.1:$port" --num-prompts "$prompts" --concurrency "$conc" \
+        --max-frames "${MAX_FRAMES:-50}" --warmup 1 --model "${MODEL:-qwen3-tts-12hz-1.7b-customvoice}" \
+        --out "$out/${label}_c${conc}_r$round.json") > /dev/null 2> "$out/${label}_c${conc}_r$round.err" || true
+    done
   done
   kill -INT $pid; wait $pid || true
   echo "$label done after $SECONDS s" >> "$out/timing.txt"

@@ -1,0 +1,134 @@
+"""The table of a `benchmarks/open_loop_runs.sh` directory: per variant and rate, first audio,
+stalls, refusals and the server's build; per variant and closed-loop concurrency, audio-s/s
+over its rounds. The rows of docs/performance.md's open-loop tables come from here, so a
+figure is copied from one place and a rate whose client failed shows as failed, not as a
+gap in a hand-made table.
+
+    python -m benchmarks.open_loop_table OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+OPEN = re.compile(r"^(?P<label>.+)_rps(?P<rps>\d+(?:\.\d+)?)\.json$")
+CLOSED = re.compile(r"^(?P<label>.+)_c(?P<conc>\d+)_r(?P<round>\d+)\.json$")
+
+
+def _load(path: Path) -> dict | None:
+    """A client's summary, or None where the client wrote none (it failed: see its .err)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def open_rows(directory: Path) -> list[dict]:
+    """One row per open-loop summary (`LABEL_rpsR.json`), by variant then rate."""
+    rows = []
+    for path in directory.iterdir():
+        m = OPEN.match(path.name)
+        if m:
+            rows.append({"label": m["label"], "rps": float(m["rps"]), "summary": _load(path)})
+    return sorted(rows, key=lambda r: (r["label"], r["rps"]))
+
+
+def closed_rows(directory: Path) -> list[dict]:
+    """One row per variant and concurrency: the audio-s/s of each round (`LABEL_cC_rN.json`,
+    the closed-loop client's `--out`), failed requests summed."""
+    runs: dict[tuple[str, int], list[dict | None]] = {}
+    for path in directory.iterdir():
+        m = CLOSED.match(path.name)
+        if m:
+            data = _load(path)
+            runs.setdefault((m["label"], int(m["conc"])), []).append(
+                None if data is None else data.get("summary")
+            )
+    rows = []
+    for (label, conc), rounds in sorted(runs.items()):
+        done = [r for r in rounds if r is not None]
+        rows.append(
+            {
+                "label": label,
+                "concurrency": conc,
+                "rounds": len(rounds),
+                "throughput": [r["audio_throughput"] for r in done],
+                "failed": sum(r["failed"] for r in done),
+                "missing": len(rounds) - len(done),
+            }
+        )
+    return rows
+
+
+def _ms(x: dict | None) -> str:
+    if not x:
+        return "-"
+    return " / ".join(f"{x[k]:.1f}" for k in ("p50", "p95", "p99"))
+
+
+def _open_line(row: dict) -> str:
+    rate = f"{row['rps']:g}"
+    s = row["summary"]
+    if s is None:
+        return f"| {row['label']} | {rate} | failed: no summary (see its .err) | | | | |"
+    server = s.get("server") or {}
+    build = f"{(server.get('commit') or '?')[:7]} / {server.get('tree', '?')}"
+    stalled = f"{s['underrun_requests']} of {s['succeeded']}"
+    return (
+        f"| {row['label']} | {rate} | {s['requests']} | {s['rejected']} | "
+        f"{_ms(s.get('first_audio_ms'))} | {stalled} | {build} |"
+    )
+
+
+def _closed_line(row: dict) -> str:
+    t = row["throughput"]
+    if not t:
+        figure = "failed: no summary"
+    elif len(t) == 1:
+        figure = f"{t[0]:.2f}"
+    else:
+        figure = f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})"
+    lost = f", {row['missing']} round(s) without a summary" if row["missing"] else ""
+    rounds = f"{row['rounds']}{lost}"
+    return f"| {row['label']} | c{row['concurrency']} | {rounds} | {figure} | {row['failed']} |"
+
+
+def table(directory: Path) -> str:
+    """Markdown: the open-loop rows, then the closed-loop rows (each only if present)."""
+    parts = []
+    opened = open_rows(directory)
+    if opened:
+        parts += [
+            "| variant | req/s | requests | refused | first audio p50 / p95 / p99 (ms) | "
+            "stalled | server commit / tree |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+            *map(_open_line, opened),
+        ]
+    closed = closed_rows(directory)
+    if closed:
+        parts += [
+            "" if parts else None,
+            "| variant | closed loop | rounds | audio-s/s median (min-max) | failed requests |",
+            "| --- | --- | --- | --- | --- |",
+            *map(_closed_line, closed),
+        ]
+    lines = [p for p in parts if p is not None]
+    return "\n".join(lines) if lines else f"no open_loop_runs.sh results in {directory}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("directory", type=Path)
+    args = ap.parse_args()
+    if not args.directory.is_dir():
+        ap.error(f"{args.directory} is not a directory")
+    print(table(args.directory))
+
+
+if __name__ == "__main__":
+    main()
