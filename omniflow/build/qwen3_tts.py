@@ -140,7 +140,7 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
 
 def playback_clock(stage: ResolvedStage, ctx: BuildContext) -> PlaybackClock | None:
     """Each stream's playback clock, sizing windows by slack (None: fixed windows)."""
-    if stage.playback_margin_ms is None or stage.window_k < 2:
+    if stage.playback_margin_ms is None:
         return None
     codec = ctx.graph.model.codec
     return PlaybackClock(

@@ -113,15 +113,18 @@ def resolved_audio_chunk_frames(
 
 
 def resolved_playback_margin(stage: StageConfig, k: int) -> int | None:
-    """The margin that sizes this stage's windows (None: no windows, or fixed windows)."""
-    if not isinstance(stage, ARStageConfig) or k < 2:
+    """The margin of the stage's playback clock: it sizes windows, and on a stage that
+    decodes its own audio it also tells admission control and the seating what a stream can
+    wait, with or without windows (None: no clock; without windows a stage whose frames go
+    to a code2wav stage has no playback of its own to keep)."""
+    if not isinstance(stage, ARStageConfig) or (k < 2 and not stage.stream_decode):
         return None
     return stage.playback_margin_ms
 
 
 def check_resident_seqs(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
     """More residents than rows take turns by playback deadline: without a playback clock
-    (windows sized by slack) nothing would choose who sits out, so the key could not act."""
+    (`playback_margin_ms`) nothing would choose who sits out, so the key could not act."""
     if not isinstance(stage, ARStageConfig):
         return
     s = stage.scheduler
@@ -150,8 +153,7 @@ def check_resident_seqs(key: str, stage: StageConfig, k: int, errors: list[Confi
             ConfigError(
                 rkey,
                 f"above max_num_seqs {s.max_num_seqs}, streams take turns by playback deadline: "
-                f"that needs playback_margin_ms and window_k >= 2 (window_k is {k}, "
-                f"playback_margin_ms {stage.playback_margin_ms})",
+                "that needs playback_margin_ms (the playback clock; it is null)",
             )
         )
 

@@ -123,11 +123,13 @@ class ARStageConfig(StageBase):
         40,
         ge=0,
         le=2000,
-        description="With window_k: windows are sized by each stream's playback slack (its "
-        "next frame is due by its first frame's time + the audio made - this margin): a "
-        "window runs only as many steps, at the measured step time, as the tightest "
-        "scheduled stream can wait for its audio; window_k is the cap. null: every window "
-        "runs window_k steps whenever the gates allow. Without windows it has nothing to size.",
+        description="The playback clock's margin: each stream's next frame is due by its "
+        "first frame's time + the audio made - this margin. With window_k a window runs only "
+        "as many steps, at the measured step time, as the tightest scheduled stream can wait "
+        "(window_k is the cap); with or without windows, on a stage that decodes its own "
+        "audio, streams with audio in hand sit out an arrival's step and admission control "
+        "refuses a stream the measured step time could not keep playing. null: no clock "
+        "(windows run window_k steps whenever the gates allow).",
     )
 
 

@@ -153,7 +153,8 @@ class ARScheduler:
         """Expected seconds before a request added now is seated and heard on time
         (`ar_admission.first_audio_wait_s`). Read from another thread: an estimate."""
         free = free_seats(self.config, self.playback, self.running)
-        return first_audio_wait_s(self.waiting, self.running, free, self.seats, self.playback)
+        rows = self.config.max_num_seqs
+        return first_audio_wait_s(self.waiting, self.running, free, self.seats, self.playback, rows)
 
     def seats_free(self) -> bool:
         """A request added now could be seated next step (`free_seats`)."""
@@ -161,7 +162,8 @@ class ARScheduler:
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
-        windows = self.window_stats.counters() if self.window_k else None
+        clocked = self.window_k or self.playback is not None  # arrival steps need no window
+        windows = self.window_stats.counters() if clocked else None
         clock = self.playback
         return SchedulerGauges(
             running=len(self.running),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from omniflow.core.request import Request
 from omniflow.sched.live_input import playing
-from omniflow.sched.playback import PlaybackClock
+from omniflow.sched.playback import ROTATION_LOAD, PlaybackClock, rows_bucket
 
 
 def admissible_waiting(waiting: Iterable[Request], paused: Collection[str]) -> int:
@@ -16,6 +16,9 @@ def admissible_waiting(waiting: Iterable[Request], paused: Collection[str]) -> i
     k steps); paused and text-starved ones never count."""
     return sum(1 for r in waiting if r.request_id not in paused and r.input_room != 0)
 
+
+SETTLED_STEPS = 4
+"""Results a batch-size class's step time takes in before it may refuse a seat."""
 
 SEAT_EWMA = 0.1
 """Weight of the newest gap in the estimate of how often a seat frees."""
@@ -52,13 +55,37 @@ def first_audio_wait_s(
     free: int,
     seats: SeatGaps,
     playback: PlaybackClock | None,
+    rows: int,
 ) -> float | None:
-    """Expected seconds before a request added now is seated and heard on time: the requests
-    ahead of it times the measured interval between seats freeing (None: no seat has freed
-    yet), or, while steps take longer than the audio they make and a stream is late, how
-    late it is (admission control refuses past `server.max_first_audio_wait_s`)."""
+    """Expected seconds before a request added now is heard on time (admission control
+    refuses past `server.max_first_audio_wait_s`): the requests ahead of it times the
+    measured interval between seats freeing (None: no seat has freed yet), then, with a
+    playback clock, the step in flight and its own at the measured step time. A free seat
+    counts only while one more stream keeps time (`keeps_time`): past that, a stream seated
+    now would make every stream late, so it waits for one to leave. While steps take longer
+    than the audio they make and a stream is late, how late it is, if that is longer."""
+    if playback is not None and free > 0 and not keeps_time(playback, len(running) + 1, rows):
+        free = 0
     wait = seats.wait_s(len(waiting) + 1 - free)
     if playback is None:
         return wait
+    step = playback.step_s_at(min(len(running) + 1, rows))
+    if wait is not None and step is not None:
+        wait += 2 * step
     late = playback.late_s(playing(running))
     return late if late > (wait or 0.0) else wait
+
+
+def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
+    """Whether `streams` streams, `rows` a step, keep playing at the measured step time:
+    each makes a frame per step it runs, so the steps they need per frame of audio must fit
+    `ROTATION_LOAD` of its playback time, the reserve EDF seating keeps too (the rest
+    absorbs jitter: at the whole frame, the 2-core CPU's streams stalled). True until that
+    batch size's class has taken in `SETTLED_STEPS` results (smaller batches understate its
+    time, and a class's first step, a prefill or a first-time launch, overstates it)."""
+    bucket = rows_bucket(min(streams, rows))
+    if playback.steps_by_rows.get(bucket, 0) < SETTLED_STEPS:
+        return True
+    step = playback.step_s_by_rows[bucket]
+    turns = -(-streams // rows)  # steps until every stream has had one
+    return turns * step <= ROTATION_LOAD * playback.frame_s

@@ -39,6 +39,8 @@ class PlaybackClock:
     """Running estimate of one decode step's wall time (None until measured)."""
     step_s_by_rows: dict[int, float] = field(default_factory=dict)
     """The same estimate per batch-size class (`rows_bucket`)."""
+    steps_by_rows: dict[int, int] = field(default_factory=dict)
+    """How many results each class's estimate has taken in."""
     _planned_at: dict[int, float] = field(default_factory=dict)
     _ended_at: float = 0.0
 
@@ -101,6 +103,7 @@ class PlaybackClock:
         self.step_s = _ewma(self.step_s, sample)
         bucket = rows_bucket(rows)
         self.step_s_by_rows[bucket] = _ewma(self.step_s_by_rows.get(bucket), sample)
+        self.steps_by_rows[bucket] = self.steps_by_rows.get(bucket, 0) + 1
 
     def step_s_at(self, rows: int, measured: bool = False) -> float | None:
         """The step time of `rows` rows: their class's estimate, else the nearest larger

@@ -81,6 +81,57 @@ def test_a_stage_slower_than_real_time_with_a_late_stream_waits_by_its_lateness(
     s.requests["a"].output_tokens.extend([1, 2])  # two frames made: due by 10.12
     now[0] = 10.5  # 0.38 s late
     clock.step_s = 0.05  # faster than real time: it catches up by itself
-    assert s.first_audio_wait_s() == 0.0  # a seat is free, nobody is pushed
+    # a seat is free, nobody is pushed: the step in flight and its own, 50 ms each
+    assert s.first_audio_wait_s() == pytest.approx(0.1)
     clock.step_s = 0.1  # slower than real time
     assert s.first_audio_wait_s() == pytest.approx(0.38)
+
+
+def test_one_more_stream_must_keep_time():
+    """`keeps_time`: streams, `rows` a step, each needing a frame per 80 ms of playback, of
+    which 80 % (`ROTATION_LOAD`) may go to steps: 64 ms."""
+    from omniflow.sched.ar_admission import keeps_time
+    from omniflow.sched.playback import PlaybackClock
+
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.04)
+    assert keeps_time(clock, 3, rows=4)  # nothing measured: no telling
+    clock.observe_step(0.2, steps=1, rows=4)  # a first step (a prefill, first launches)
+    assert keeps_time(clock, 3, rows=4)  # one step is not yet a measure
+    for _ in range(30):
+        clock.observe_step(0.05, steps=1, rows=4)
+    assert keeps_time(clock, 3, rows=4)  # 50 ms steps, once settled
+    assert not keeps_time(clock, 6, rows=4)  # two turns of 50 ms: 100 ms
+    for _ in range(20):
+        clock.observe_step(0.06, steps=1, rows=4)
+    assert keeps_time(clock, 3, rows=4)  # 60 ms a frame
+    for _ in range(20):
+        clock.observe_step(0.07, steps=1, rows=4)
+    assert not keeps_time(clock, 3, rows=4)  # 70 ms a frame: no reserve left
+
+
+def test_a_free_seat_that_would_make_every_stream_late_is_not_free():
+    """On a stage whose measured step for one more row is slower than the audio it makes, a
+    free seat does not count: the request waits for a stream to leave (the seat interval),
+    then for the step in flight and its own."""
+    from omniflow.sched.playback import PlaybackClock
+
+    now = [0.0]
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.04, now=lambda: now[0])
+    cfg = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, num_kv_blocks=64)
+    s = ARScheduler(cfg, playback=clock, clock=lambda: now[0])
+    for i in range(3):
+        s.add_request(req(f"r{i}", prompt_len=4, max_new=50))
+    s.schedule()  # three running, one seat free
+    for _ in range(4):
+        clock.observe_step(0.03, steps=1, rows=4)
+    assert s.first_audio_wait_s() == pytest.approx(0.06)  # seated now: two 30 ms steps
+    for _ in range(20):
+        clock.observe_step(0.1, steps=1, rows=4)  # 100 ms a frame: slower than its audio
+    assert s.first_audio_wait_s() is None  # no seat has freed yet: no telling how long
+    s.finish("r0", "abort")
+    now[0] = 2.0
+    s.add_request(req("r3", prompt_len=4, max_new=50))
+    s.schedule()
+    s.finish("r1", "abort")  # seats free every 2 s
+    # r2, r3 run, two seats free; but at 100 ms a step one more stream is one too many
+    assert s.first_audio_wait_s() == pytest.approx(2.0 + 2 * 0.1, rel=1e-3)

@@ -142,7 +142,12 @@ def test_the_window_planned_behind_a_prefill_in_flight_is_sized_for_a_fresh_stre
             ["pipeline.stages.talker.window_k=8", "pipeline.stages.talker.playback_margin_ms=null"],
             None,
         ),
-        (["pipeline.stages.talker.window_k=0"], None),  # no windows: nothing to size
+        # no windows, but the talker decodes its own audio: admission and seating use it
+        (["pipeline.stages.talker.window_k=0"], 0.04),
+        (
+            ["pipeline.stages.talker.window_k=0", "pipeline.stages.talker.playback_margin_ms=null"],
+            None,
+        ),
     ],
 )
 def test_the_margin_key_gives_the_talker_its_clock(overrides, margin):
@@ -157,3 +162,13 @@ def test_the_margin_key_gives_the_talker_its_clock(overrides, margin):
     assert (got and got.margin_s) == margin
     if got is not None:
         assert got.frame_s == pytest.approx(0.08)  # 1920 samples at 24 kHz
+
+
+def test_a_talker_without_windows_or_audio_of_its_own_has_no_clock():
+    """The two-stage talker's frames go to code2wav: without windows it keeps no playback."""
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+
+    two = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
+    assert two.stages["talker"].window_k == 0
+    assert two.stages["talker"].playback_margin_ms is None

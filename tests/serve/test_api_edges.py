@@ -107,10 +107,15 @@ def test_client_gone_during_a_whole_response_aborts_the_request(live):
     assert_released(live.pipeline.stats())
 
 
-def test_window_counters_on_metrics_only_when_windows_are_on(live):
+def test_window_counters_on_metrics_only_with_windows_or_a_playback_clock(live):
     from tests.serve.conftest import LiveServer
 
-    assert "omniflow_window" not in httpx.get(live.url + "/metrics").text
+    # the CPU default: no windows, but the playback clock (arrivals prefilled alone)
+    text = httpx.get(live.url + "/metrics").text
+    assert 'omniflow_window_planned_total{stage="talker"} 0.0' in text
+    assert 'omniflow_window_arrival_steps_total{stage="talker"}' in text
+    with LiveServer("pipeline.stages.talker.playback_margin_ms=null") as server:
+        assert "omniflow_window" not in httpx.get(server.url + "/metrics").text
     with LiveServer(
         "pipeline.stages.talker.window_k=8", "pipeline.stages.talker.playback_margin_ms=null"
     ) as server:

@@ -16,6 +16,7 @@ from omniflow.engine.stage_engine import StageEngine
 from omniflow.models.qwen3_tts.ar_model import build_ar_model
 from omniflow.models.qwen3_tts.processor import TalkerProcessor
 from omniflow.sched.ar import ARScheduler
+from omniflow.sched.playback import PlaybackClock
 from omniflow.worker.ar_runner import ARModelRunner
 from tests.factories import EOS, Collector, build, eos_bundle, speech, stage_stats, talker_engine
 from tests.stages.test_talker_engine import fixed, generate, preemptible
@@ -161,6 +162,9 @@ def test_stats_mention_windows_only_when_enabled():
     _, _, win = generate([fixed("a", 4)], window_k=4)
     assert plain.scheduler.gauges().windows is None
     assert win.scheduler.gauges().windows is not None
+    # no windows but a playback clock: its arrival steps are counted with the windows'
+    plain.scheduler.playback = PlaybackClock(0.08, 0.04)
+    assert plain.scheduler.gauges().windows.arrival_steps == 0
 
 
 # ------------------------------------------------ the runner's run-time gate (_window_refusal)
