@@ -80,12 +80,14 @@ def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
     """Whether `streams` streams, `rows` a step, keep playing at the measured step time:
     each makes a frame per step it runs, so the steps they need per frame of audio must fit
     `ROTATION_LOAD` of its playback time, the reserve EDF seating keeps too (the rest
-    absorbs jitter: at the whole frame, the 2-core CPU's streams stalled). True until that
-    batch size's class has taken in `SETTLED_STEPS` results (smaller batches understate its
-    time, and a class's first step, a prefill or a first-time launch, overstates it)."""
+    absorbs jitter: at the whole frame, the 2-core CPU's streams stalled). A class's time
+    counts once it has taken in `SETTLED_STEPS` results (its first step, a prefill or a
+    first-time launch, overstates it); an unsettled class is bounded below by the largest
+    settled smaller one (more rows never step faster). True with none settled."""
     bucket = rows_bucket(min(streams, rows))
-    if playback.steps_by_rows.get(bucket, 0) < SETTLED_STEPS:
+    settled = [b for b, n in playback.steps_by_rows.items() if n >= SETTLED_STEPS and b <= bucket]
+    if not settled:
         return True
-    step = playback.step_s_by_rows[bucket]
+    step = playback.step_s_by_rows[max(settled)]
     turns = -(-streams // rows)  # steps until every stream has had one
     return turns * step <= ROTATION_LOAD * playback.frame_s

@@ -107,6 +107,10 @@ def test_one_more_stream_must_keep_time():
     for _ in range(20):
         clock.observe_step(0.07, steps=1, rows=4)
     assert not keeps_time(clock, 3, rows=4)  # 70 ms a frame: no reserve left
+    # 5 to 8 streams a step, never measured: at least what 3 or 4 take, already too long
+    assert not keeps_time(clock, 6, rows=8)
+    clock.observe_step(0.01, steps=1, rows=8)  # one result of 8 rows does not settle it
+    assert not keeps_time(clock, 6, rows=8)
 
 
 def test_a_free_seat_that_would_make_every_stream_late_is_not_free():
