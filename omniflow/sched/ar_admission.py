@@ -85,7 +85,8 @@ def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
     first-time launch, overstates it); an unsettled class is bounded below by the largest
     settled smaller one (more rows never step faster). True with none settled."""
     bucket = rows_bucket(min(streams, rows))
-    settled = [b for b, n in playback.steps_by_rows.items() if n >= SETTLED_STEPS and b <= bucket]
+    counts = list(playback.steps_by_rows.items())  # a snapshot: the engine thread adds classes
+    settled = [b for b, n in counts if n >= SETTLED_STEPS and b <= bucket]
     if not settled:
         return True
     step = playback.step_s_by_rows[max(settled)]

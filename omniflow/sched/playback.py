@@ -110,7 +110,9 @@ class PlaybackClock:
         class measured (an upper bound), else the overall estimate (a guess from smaller
         batches; None with `measured`, or before any step)."""
         bucket = rows_bucket(rows)
-        larger = sorted(b for b in self.step_s_by_rows if b >= bucket)
+        # a snapshot first: admission control reads this from another thread while the
+        # engine thread adds classes (list() of a dict copies it in one step under the GIL)
+        larger = sorted(b for b in list(self.step_s_by_rows) if b >= bucket)
         if larger:
             return self.step_s_by_rows[larger[0]]
         return None if measured else self.step_s
