@@ -139,7 +139,8 @@ def _stream_decoder(ctx: BuildContext, slots: int) -> StreamingDecoder:
 
 
 def playback_clock(stage: ResolvedStage, ctx: BuildContext) -> PlaybackClock | None:
-    """Each stream's playback clock, sizing windows by slack (None: fixed windows)."""
+    """Each stream's playback clock: windows sized by slack, arrivals seated alone, admission
+    by whether streams keep time (None: no clock, fixed windows)."""
     if stage.playback_margin_ms is None:
         return None
     codec = ctx.graph.model.codec

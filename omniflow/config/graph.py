@@ -49,7 +49,8 @@ class ResolvedStage(Frozen):
     )
     playback_margin_ms: int | None = Field(
         None,
-        description="Windows sized by playback slack with this margin (None: fixed window_k).",
+        description="The playback clock's margin: it sizes windows, seats arrivals alone and "
+        "informs admission (None: no clock; windows run window_k steps).",
     )
     stream_decode: bool = Field(description="Owns the streaming decoder and emits PCM.")
     ref_context_frames: int | None = Field(

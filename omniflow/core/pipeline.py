@@ -124,7 +124,7 @@ class SchedulerGauges:
     """AR stages: KV-cache blocks in use (None for stages without a KV cache)."""
     kv_blocks_total: int | None = None
     windows: WindowCounters | None = None
-    """Present only on a stage with window_k > 0."""
+    """Present on a stage with window_k > 0 or a playback clock (its arrival steps)."""
     preemptions: int | None = None
     """AR stages: requests preempted (recomputed later) so far."""
     paused: int = 0

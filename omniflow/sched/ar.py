@@ -49,7 +49,7 @@ from omniflow.sched.seating import (
     row_order,
     rows_for_arrivals,
 )
-from omniflow.sched.window import Candidate, WindowStats, plan_window
+from omniflow.sched.window import Candidate, WindowStats, plan_window, reconcile_window
 
 
 class ARScheduler:
@@ -66,7 +66,8 @@ class ARScheduler:
         self.seats = SeatGaps(clock)
         """How often a seat frees (admission control, `first_audio_wait_s`)."""
         self.playback = playback
-        """Sizes windows by each stream's slack (`sched/playback.py`); None: window_k."""
+        """Each stream's slack and the step time (`sched/playback.py`): sizes windows, seats
+        arrivals alone, informs admission; None: none of these, windows of window_k."""
         self.window_k = window_k
         self.window_stats = WindowStats()
         self._outstanding: dict[str, int] = {}
@@ -85,6 +86,8 @@ class ARScheduler:
         """Preemption and pause notices for downstream stages (drained with the plan)."""
         self._paused: set[str] = set()
         """Requests held out of planning until their consumer catches up (backpressure)."""
+        self._alone: set[int] = set()
+        """Arrival steps in flight: prefills only, kept out of the decode step-time estimate."""
 
     # ------------------------------------------------------------------ intake
 
@@ -249,6 +252,8 @@ class ARScheduler:
             new_blocks[rid] = new_blocks[rid] + extra[rid]
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
+        if alone:
+            self._alone.add(step_id)
         plan, expected = assemble_plan(
             step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster
         )
@@ -327,7 +332,9 @@ class ARScheduler:
         now = 0.0
         if self.playback is not None:
             rows = len(plan.num_scheduled_tokens)
-            now = self.playback.step_done(plan.step_id, result.window_steps or 1, rows)
+            decoded = 0 if plan.step_id in self._alone else (result.window_steps or 1)
+            self._alone.discard(plan.step_id)
+            now = self.playback.step_done(plan.step_id, decoded, rows)
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
             if result.window_steps > 1:
@@ -347,7 +354,7 @@ class ARScheduler:
             req.num_placeholders -= expected.get(rid, 0)
             out = result.outputs.get(rid)
             if rid in plan.window and req.state is RequestState.RUNNING:
-                self._reconcile_window(req, plan.window[rid], out.tokens if out else ())
+                reconcile_window(req, plan.window[rid], out.tokens if out else (), self.kv)
             if out is None:
                 continue
             if out.error is not None:
@@ -366,14 +373,6 @@ class ARScheduler:
                 self._finish(req, state)
             outputs.append(output)
         return outputs
-
-    def _reconcile_window(self, req: Request, k: int, tokens: tuple[int, ...]) -> None:
-        """The runner produced fewer than k tokens (EOS inside the window, a refusal): roll
-        the computed count back to what was really written and free the unused slots."""
-        short = k - len(tokens)
-        if short > 0:
-            req.num_computed_tokens -= short
-            self.kv.trim(req.request_id, req.num_computed_tokens)
 
     def _finish(self, req: Request, state: RequestState) -> None:
         if req.state is RequestState.RUNNING:

@@ -64,6 +64,8 @@ def first_audio_wait_s(
     counts only while one more stream keeps time (`keeps_time`): past that, a stream seated
     now would make every stream late, so it waits for one to leave. While steps take longer
     than the audio they make and a stream is late, how late it is, if that is longer."""
+    if not running and not waiting:
+        return 0.0  # idle: no one to wait for, and no step in flight (nor one to measure)
     if playback is not None and free > 0 and not keeps_time(playback, len(running) + 1, rows):
         free = 0
     wait = seats.wait_s(len(waiting) + 1 - free)

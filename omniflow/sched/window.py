@@ -138,3 +138,12 @@ def _refusal(candidates: list[Candidate], waiting: int) -> str | None:
         if c.computed_before + 1 != c.request.num_tokens:
             return "not_at_end"
     return None
+
+
+def reconcile_window(req: Request, k: int, tokens: tuple[int, ...], kv: KVCacheManager) -> None:
+    """The runner produced fewer than k tokens (EOS inside the window, a refusal): roll the
+    computed count back to what was really written and free the unused slots."""
+    short = k - len(tokens)
+    if short > 0:
+        req.num_computed_tokens -= short
+        kv.trim(req.request_id, req.num_computed_tokens)

@@ -252,7 +252,8 @@ def prefill_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFa
 
 
 def window_families(stages: tuple[StageStats, ...]) -> Iterator[CounterMetricFamily]:
-    """Multi-step window counters of the stages that have windows on."""
+    """Multi-step window counters (and arrival steps) of the stages that have windows or a
+    playback clock."""
     windowed = [(s.name, s.windows) for s in stages if s.windows is not None]
     if not windowed:
         return

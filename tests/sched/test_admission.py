@@ -139,3 +139,24 @@ def test_a_free_seat_that_would_make_every_stream_late_is_not_free():
     s.finish("r1", "abort")  # seats free every 2 s
     # r2, r3 run, two seats free; but at 100 ms a step one more stream is one too many
     assert s.first_audio_wait_s() == pytest.approx(2.0 + 2 * 0.1, rel=1e-3)
+
+
+def test_an_idle_stage_never_refuses():
+    """Nothing running and nothing queued: no step in flight and no one to wait for, however
+    slow the steps it measured before (a refusal would never end: nothing would run to
+    measure them again)."""
+    from omniflow.sched.playback import PlaybackClock
+
+    now = [0.0]
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.04, now=lambda: now[0])
+    cfg = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, num_kv_blocks=64)
+    s = ARScheduler(cfg, playback=clock, clock=lambda: now[0])
+    for _ in range(10):
+        clock.observe_step(0.5, steps=1, rows=1)  # slower than its audio
+    s.seats.freed()
+    now[0] = 1.0
+    s.seats.freed()  # a seat frees every second
+    assert s.first_audio_wait_s() == 0.0
+    s.add_request(req("r0", prompt_len=4, max_new=50))
+    s.schedule()  # one running: the next request waits for a stream to leave, then 2 steps
+    assert s.first_audio_wait_s() == pytest.approx(1.0 + 2 * 0.5)

@@ -126,9 +126,13 @@ def test_an_arrival_is_prefilled_alone_and_the_others_go_on_after():
     s.add_request(prompt_req("c", max_new=50))
     # a and b: third frame due by 0.01 + 2 * 0.08 - 0.04 = 0.13, 110 ms away: a frame and
     # two 10 ms steps in hand, so they sit the step out
+    measured = dict(s.playback.steps_by_rows)
     assert _run(s, runner, now, 0.01) == {"c"}
     assert s.window_stats.arrival_steps == 1
+    # a prefill alone is not a decode step: the step-time estimate does not take it in
+    assert s.playback.steps_by_rows == measured
     assert _run(s, runner, now, 0.01) == {"a", "b", "c"}
+    assert sum(s.playback.steps_by_rows.values()) == sum(measured.values()) + 1
 
 
 def test_a_stream_near_its_deadline_shares_the_arrival_step():
