@@ -86,8 +86,6 @@ class ARScheduler:
         """Preemption and pause notices for downstream stages (drained with the plan)."""
         self._paused: set[str] = set()
         """Requests held out of planning until their consumer catches up (backpressure)."""
-        self._alone: set[int] = set()
-        """Arrival steps in flight: prefills only, kept out of the decode step-time estimate."""
 
     # ------------------------------------------------------------------ intake
 
@@ -252,14 +250,13 @@ class ARScheduler:
             new_blocks[rid] = new_blocks[rid] + extra[rid]
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
-        if alone:
-            self._alone.add(step_id)
         plan, expected = assemble_plan(
             step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster
         )
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
-        if self.playback is not None and not plan.is_empty:
+        if self.playback is not None and not plan.is_empty and not alone:
+            # an arrival step (prefills only) is not timed: it is no decode step
             self.playback.planned(step_id)
         return plan
 
@@ -332,9 +329,7 @@ class ARScheduler:
         now = 0.0
         if self.playback is not None:
             rows = len(plan.num_scheduled_tokens)
-            decoded = 0 if plan.step_id in self._alone else (result.window_steps or 1)
-            self._alone.discard(plan.step_id)
-            now = self.playback.step_done(plan.step_id, decoded, rows)
+            now = self.playback.step_done(plan.step_id, result.window_steps or 1, rows)
         if plan.window:
             self.window_stats.executed_steps += result.window_steps
             if result.window_steps > 1:

@@ -11,11 +11,12 @@ from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request, RequestState, SamplingParams
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from omniflow.sched.ar import ARScheduler
+from omniflow.sched.playback import PlaybackClock
 
 EOS = 99
 
 
-def sched(**kw) -> ARScheduler:
+def sched(playback: PlaybackClock | None = None, **kw) -> ARScheduler:
     base = dict(
         max_num_seqs=4,
         max_num_batched_tokens=64,
@@ -24,7 +25,7 @@ def sched(**kw) -> ARScheduler:
         num_kv_blocks=256,
     )
     base.update(kw)
-    return ARScheduler(SchedulerConfig(**base))
+    return ARScheduler(SchedulerConfig(**base), playback=playback)
 
 
 def req(rid: str, prompt_len: int = 8, max_new: int = 5, **kw) -> Request:

@@ -11,12 +11,11 @@ import itertools
 
 import pytest
 
-from omniflow.config.schema import SchedulerConfig
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.seating import arrivals_alone
 from tests.factories import talker_engine
-from tests.sched.test_ar_scheduler import FakeRunner
+from tests.sched.test_ar_scheduler import FakeRunner, sched
 from tests.sched.test_ar_scheduler import req as prompt_req
 from tests.sched.test_seating import clock, req
 from tests.stages.test_talker_engine import collect, fixed
@@ -100,12 +99,11 @@ def test_a_stream_in_its_prompt_keeps_the_step():
     assert alone([ahead], c)
 
 
-def _scheduler(now: list[float]) -> ARScheduler:
-    """Single steps (the fake runner makes one token a step) with a playback clock."""
-    cfg = SchedulerConfig(
-        max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256, block_size=4
-    )
-    return ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
+def _scheduler(now: list[float], **kw) -> ARScheduler:
+    """Single steps (the fake runner makes one token a step) with a playback clock read
+    from `now`; `kw`: scheduler limits other than `sched`'s (2048 KV blocks here)."""
+    clock = PlaybackClock(0.08, 0.04, now=lambda: now[0])
+    return sched(playback=clock, **{"num_kv_blocks": 2048, **kw})
 
 
 def _run(s: ARScheduler, runner: FakeRunner, now: list[float], step_s: float) -> set[str]:
@@ -154,15 +152,7 @@ def test_an_arrival_is_not_seated_alone_into_a_preemption():
     prompt takes two of the three left; alone, the next step would need two more (a's and
     its own next token) and preempt the newest, the arrival. So it shares a's step."""
     now = [0.0]
-    cfg = SchedulerConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=256,
-        block_size=4,
-        num_kv_blocks=7,
-    )
-    s = ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
-    runner = FakeRunner()
+    s, runner = _scheduler(now, num_kv_blocks=7), FakeRunner()
     s.add_request(prompt_req("a", prompt_len=4, max_new=100))
     for _ in range(12):
         _run(s, runner, now, 0.005)
@@ -176,11 +166,7 @@ def test_a_sat_out_step_leaves_a_second_arrival_the_running_streams_room():
     room next step is what the running streams leave then (64 - 30 - 1), so the second
     prompt is not held back for a step that could take it whole: it starts now."""
     now = [0.0]
-    cfg = SchedulerConfig(
-        max_num_seqs=40, max_num_batched_tokens=64, max_model_len=256, block_size=4
-    )
-    s = ARScheduler(cfg, playback=PlaybackClock(0.08, 0.04, now=lambda: now[0]))
-    runner = FakeRunner()
+    s, runner = _scheduler(now, max_num_seqs=40), FakeRunner()
     for k in range(30):
         s.add_request(prompt_req(f"s{k}", prompt_len=2, max_new=200))
     for _ in range(20):
