@@ -148,6 +148,13 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             first["made_ms"],
             first["delivery_ms"],
         )
+        if first["queued_ms"] is not None:
+            log.info(
+                "made, split (mean of %d requests): queued %.1f ms for a seat + %.1f ms of steps",
+                first["split_requests"],
+                first["queued_ms"],
+                first["steps_ms"],
+            )
     if prefills is not None:
         log.info(
             "prefills of %s: %d steps, %d tokens; %d on prompt graphs (%d replays), %d eager",

@@ -10,6 +10,9 @@ from typing import Any
 from omniflow.bench.samples import Samples
 
 FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
+MADE_PARTS = ("queued", "steps")
+"""`made` in two (waiting for a seat, then the steps), for the requests whose source stage
+said when it seated them."""
 
 
 def server_totals(samples: Samples, stage: str) -> dict[str, float]:
@@ -21,10 +24,11 @@ def server_totals(samples: Samples, stage: str) -> dict[str, float]:
         return samples.value(name, labels)
 
     first = {"total": value("omniflow_first_audio_seconds_sum")} | {
-        p: value(f"omniflow_first_audio_{p}_seconds_sum") for p in FIRST_AUDIO_PARTS
+        p: value(f"omniflow_first_audio_{p}_seconds_sum") for p in (*FIRST_AUDIO_PARTS, *MADE_PARTS)
     }
     return first | {
         "count": value("omniflow_first_audio_seconds_count"),
+        "split_count": value("omniflow_first_audio_queued_seconds_count"),
         "step_s": value("omniflow_stage_step_seconds_sum", {"stage": stage}),
         "audio_s": value("omniflow_audio_seconds_total"),
     }
@@ -34,9 +38,11 @@ def first_audio_parts(accrued: dict[str, float]) -> dict[str, Any] | None:
     """Mean first audio of the requests in `accrued` (the measured rounds: the warm-ups ran
     before), measured by the server and split where it went (intake, the pipeline making it,
     delivery); the load generator's ttfp adds the network and its own side. None when no
-    request got audio."""
-    n = accrued["count"]
+    request got audio. `made` is split (`queued_ms`, `steps_ms`, over `split_requests`) where
+    the source stage said when it seated the requests; otherwise those are None."""
+    n, split = accrued["count"], accrued["split_count"]
     if n <= 0:
         return None
     means = {f"{k}_ms": 1e3 * accrued[k] / n for k in ("total", *FIRST_AUDIO_PARTS)}
-    return {"requests": int(n)} | means
+    made = {f"{k}_ms": 1e3 * accrued[k] / split if split > 0 else None for k in MADE_PARTS}
+    return {"requests": int(n)} | means | {"split_requests": int(split)} | made

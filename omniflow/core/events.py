@@ -26,6 +26,9 @@ class AudioEvent:
     """When the event was made (`time.perf_counter`, on the thread that made it): the server
     splits a request's first-audio latency at this point (`omniflow_first_audio_made_seconds`
     and `omniflow_first_audio_delivery_seconds`)."""
+    seated_at: float | None = None
+    """When the source stage first seated the request (`time.perf_counter`; None where it
+    does not say): splits the pipeline's part into queueing and the steps that made it."""
 
 
 Sink = Callable[[AudioEvent], None]

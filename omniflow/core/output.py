@@ -26,3 +26,5 @@ class StageOutput:
     consumed_frames: int = 0
     """Chunk-receiving stages: frames received from upstream that this output used up (the
     orchestrator's measure of the stage's backlog, docs/reliability.md)."""
+    seated_at: float | None = None
+    """On an AR request's first tokens: when a plan first seated it (`Request.seated_at`)."""

@@ -111,6 +111,9 @@ class Request:
     error: str | None = None
     live: LiveInput | None = None
     """Input still arriving (incremental text): it bounds the tokens it may sample."""
+    seated_at: float | None = None
+    """When a plan first seated it (`time.perf_counter`): the end of its queueing, which the
+    server reports as a part of its first audio."""
 
     @property
     def input_room(self) -> int | None:

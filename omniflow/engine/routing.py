@@ -74,6 +74,8 @@ class _Live:
     frames: int = 0
     source_reason: FinishReason | None = None
     flow: RequestFlow | None = None
+    seated_at: float | None = None
+    """When the source stage seated it (from its first output), for its audio events."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class Router:
         audio = stage == t.final and out.audio is not None and bool(out.audio.size)
         if stage == t.source:
             live.frames += len(frames)
+            live.seated_at = live.seated_at or out.seated_at
             live.source_reason = out.finish_reason or live.source_reason
         if live.flow is not None:
             self._send_flow(live.flow.on_used(stage, out.consumed_frames))
@@ -190,7 +193,7 @@ class Router:
         if stage != t.final:
             return
         if audio:
-            live.sink(AudioEvent(rid, pcm=out.audio, frames=live.frames))
+            live.sink(AudioEvent(rid, pcm=out.audio, frames=live.frames, seated_at=live.seated_at))
         if out.finished:
             self.live.pop(rid, None)
             if live.flow is not None:

@@ -220,6 +220,8 @@ class ARScheduler:
                 break
             self.waiting.remove(req)
             req.state = RequestState.RUNNING
+            if req.seated_at is None:  # the first seat (a preempted request comes back)
+                req.seated_at = time.perf_counter()
             self.running.append(req)
             free -= 1
             scheduled[req.request_id] = n

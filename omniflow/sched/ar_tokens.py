@@ -15,6 +15,7 @@ def take_tokens(
     tokens: list[int] = []
     frames: list[object] = []
     state: RequestState | None = None
+    first = not req.output_tokens
     for tok, frame in zip(out.tokens, out.frames, strict=True):
         req.output_tokens.append(tok)
         req.output_frames.append(frame)
@@ -29,6 +30,7 @@ def take_tokens(
         frames=tuple(frames),
         finished=state is not None,
         finish_reason=state.reason if state is not None else None,
+        seated_at=req.seated_at if first and tokens else None,
     )
     return output, state
 

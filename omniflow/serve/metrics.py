@@ -107,6 +107,16 @@ class Metrics:
             "First audio made to its first bytes sent (hand-off to the event loop, response"
             " start, encoding)",
         )
+        # The pipeline's part in two, where its source stage says when it seated the request:
+        # waiting for a seat, against the steps from there (the step in flight, its own
+        # prefill step, the first frame and its decoder pass).
+        self.first_audio_queued = part(
+            "queued", "Submission to the step that first seated the request (made's first part)"
+        )
+        self.first_audio_steps = part(
+            "steps",
+            "The step that first seated the request to its first audio made (made's second part)",
+        )
         self.e2e = Histogram(
             "omniflow_e2e_seconds",
             "Request arrival to its last audio bytes sent (a whole response: its body ready)",
@@ -147,13 +157,20 @@ class Metrics:
         r.register(StageCollector(pipeline.stats))
         ProcessCollector(registry=r)
 
-    def first_audio_sent(self, arrived: float, submitted: float, made: float, sent: float) -> None:
+    def first_audio_sent(
+        self, arrived: float, submitted: float, made: float, sent: float, seated: float | None
+    ) -> None:
         """A request's first audio went out: its latency from arrival, and the three parts
-        (`time.perf_counter` values; `made` from the engine's thread, the same clock)."""
+        (`time.perf_counter` values; `made` from the engine's thread, the same clock); `made`
+        split at `seated` where that lies between (a stage in another process on another
+        machine keeps another clock: no split then)."""
         self.first_audio.observe(sent - arrived)
         self.first_audio_intake.observe(submitted - arrived)
         self.first_audio_made.observe(made - submitted)
         self.first_audio_delivery.observe(sent - made)
+        if seated is not None and submitted <= seated <= made:
+            self.first_audio_queued.observe(seated - submitted)
+            self.first_audio_steps.observe(made - seated)
 
     def stalled(self, stall: Stall | None) -> None:
         """Count a stall a streamed response's player saw (None: none)."""

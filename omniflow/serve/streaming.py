@@ -145,6 +145,8 @@ class SpeechResponse:
         self.rid, self.events, self.times = rid, events, times
         self.first_made: float | None = None
         """When the pipeline made the first audio (`AudioEvent.made_at`)."""
+        self.seated: float | None = None
+        """When the pipeline's source stage seated it (`AudioEvent.seated_at`), if it says."""
         self.stall_timeout_s = stall_timeout_s
         self.watch = DisconnectWatch(request)
         self.finished = False
@@ -200,7 +202,7 @@ class SpeechResponse:
             self.account(AudioEvent(self.rid, finished=True, finish_reason="error"))
             raise self.failed(first.error)
         self.account(first)
-        self.first_made = first.made_at
+        self.first_made, self.seated = first.made_at, first.seated_at
         self.stretcher = TimeStretch.of(body.speed, self.sample_rate)
         fmt, sr = body.response_format, self.sample_rate
         if body.stream_format == "sse":
@@ -227,7 +229,11 @@ class SpeechResponse:
         first-audio latency and its three parts."""
         assert self.first_made is not None  # set before any response is made
         self.metrics.first_audio_sent(
-            self.times.arrived, self.times.submitted, self.first_made, time.perf_counter()
+            self.times.arrived,
+            self.times.submitted,
+            self.first_made,
+            time.perf_counter(),
+            seated=self.seated,
         )
 
     def last_audio_sent(self) -> None:
@@ -315,6 +321,7 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
         finish_reason=last.finish_reason,
         error=last.error,
         made_at=ev.made_at,
+        seated_at=ev.seated_at,
     )
 
 

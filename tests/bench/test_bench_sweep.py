@@ -235,6 +235,9 @@ def test_the_warm_ups_run_first_and_count_nowhere(tmp_path):
     assert first["requests"] == 2  # the 2 measured requests, none of the 3 warm-ups
     parts = first["intake_ms"] + first["made_ms"] + first["delivery_ms"]
     assert abs(parts - first["total_ms"]) < 1e-6
+    # made, split where the talker seated them: waiting for a seat, then the steps
+    assert first["split_requests"] == 2
+    assert abs(first["queued_ms"] + first["steps_ms"] - first["made_ms"]) < 1e-6
     # 2 requests x 4 frames: the first frame of each comes from its prefill, the other 3 from
     # windows of 2 (one window of 2 and one of 1, or merged across rows): never the warm-ups'
     assert result["windows"]["executed_steps"] <= 2 * 3

@@ -180,3 +180,23 @@ def test_a_streamed_wav_sends_its_header_with_the_first_audio():
     chunks = asyncio.run(collect())
     assert [len(c) for c in chunks] == [44 + 3840, 3840]
     assert chunks[0][:4] == b"RIFF"
+
+
+def test_made_splits_at_the_seat_into_queued_and_steps(server):
+    """The tiny talker says when it seated each request: `made` = `queued` + `steps`, both
+    counted once per request (streamed and whole)."""
+    names = ("first_audio_made", "first_audio_queued", "first_audio_steps")
+    before = {n: (sample(server, n, "count"), sample(server, n, "sum")) for n in names}
+    now = counts(server)
+    for extra in ({"response_format": "pcm", "stream": True}, {"response_format": "wav"}):
+        r = httpx.post(server.url + "/v1/audio/speech", json=body(3, **extra), timeout=60)
+        assert r.status_code == 200
+        now = settled(server, now)
+    delta = {
+        n: (sample(server, n, "count") - c, sample(server, n, "sum") - s)
+        for n, (c, s) in before.items()
+    }
+    assert [c for c, _ in delta.values()] == [2, 2, 2]
+    made, queued, steps = (s for _, s in delta.values())
+    assert queued > 0 and steps > 0
+    assert queued + steps == pytest.approx(made, rel=1e-9, abs=1e-9)
