@@ -60,6 +60,7 @@ def test_every_pipeline_platform_experiment_builds(pipeline, platform, experimen
         assert graph.stages["talker"].window_k == 12
     if experiment == "high_concurrency":
         assert graph.stages["talker"].scheduler.max_num_seqs == 128
+        assert spec.server.max_first_audio_wait_s == 0.2  # the base default is 0.5
 
 
 @pytest.mark.parametrize("model", MODELS)
