@@ -9,7 +9,8 @@
 #   RATES="10 20" benchmarks/open_loop_runs.sh OUT_DIR old,snap_old new,snap k0,snap,pipeline.stages.talker.window_k=0
 # Per variant and rate: LABEL_rpsR.json (the summary, with the server's build from /health:
 # `server.tree` must differ between two trees), LABEL_rpsR_requests.json (every request with
-# its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it).
+# its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it; .before.metrics:
+# before it, so the table can say where that rate's first audio went on the server).
 # CLOSED="1:32 32:128 128:512" adds closed-loop rounds on the same server after the rates
 # (concurrency:prompts, ROUNDS rounds each, MAX_FRAMES frames a prompt, default 50; one
 # warm-up request): LABEL_cC_rN.json. `python -m benchmarks.open_loop_table OUT` makes the
@@ -39,6 +40,8 @@ for variant in "$@"; do
   fi
   echo "$label ready after $SECONDS s" >> "$out/timing.txt"
   for rps in $rates; do
+    python3 -c "import httpx,sys; print(httpx.get(sys.argv[1]).text)" \
+      "http://127.0.0.1:$port/metrics" > "$out/${label}_rps${rps}.before.metrics" || true
     (cd "$client" && PYTHONPATH="$client:${PYTHONPATH:-}" exec python3 -m omniflow.bench.open_client \
       --url "http://127.0.0.1:$port" --rps "$rps" --duration-s "${DURATION_S:-20}" \
       --warmup-s "${WARMUP_S:-5}" --drain-s 30 --model "${MODEL:-qwen3-tts-12hz-1.7b-customvoice}" \

@@ -1,8 +1,10 @@
 """The table of a `benchmarks/open_loop_runs.sh` directory: per variant and rate, first audio,
 stalls, refusals and the server's build; per variant and closed-loop concurrency, audio-s/s
-over its rounds. The rows of docs/performance.md's open-loop tables come from here, so a
-figure is copied from one place and a rate whose client failed shows as failed, not as a
-gap in a hand-made table.
+over its rounds; per variant and rate where the server's /metrics were read before and after
+it, where the server's first audio went (its parts' means, `serve/metrics.py`) and how often
+arrivals were prefilled alone or cut a window. The rows of docs/performance.md's open-loop
+tables come from here, so a figure is copied from one place and a rate whose client failed
+shows as failed, not as a gap in a hand-made table.
 
     python -m benchmarks.open_loop_table OUT_DIR
 """
@@ -15,6 +17,11 @@ import re
 import statistics
 from pathlib import Path
 
+from omniflow.bench.samples import LOCAL, reading_of_text
+from omniflow.bench.server_sums import first_audio_parts, server_totals
+
+STAGE = "talker"
+WINDOW_COUNTERS = ("arrival_steps", "cut", "executed")
 OPEN = re.compile(r"^(?P<label>.+)_rps(?P<rps>\d+(?:\.\d+)?)\.json$")
 CLOSED = re.compile(r"^(?P<label>.+)_c(?P<conc>\d+)_r(?P<round>\d+)\.json$")
 
@@ -63,6 +70,45 @@ def closed_rows(directory: Path) -> list[dict]:
             }
         )
     return rows
+
+
+def _server_totals(path: Path) -> dict[str, float]:
+    samples = reading_of_text(path.read_text())[LOCAL]
+    windows = {
+        k: samples.value(f"omniflow_window_{k}_total", {"stage": STAGE}) for k in WINDOW_COUNTERS
+    }
+    return server_totals(samples, STAGE) | windows
+
+
+def server_rows(directory: Path) -> list[dict]:
+    """Per variant and rate with both readings (`LABEL_rpsR.before.metrics` and
+    `LABEL_rpsR.metrics`): that rate's server-side first audio in parts and window counts."""
+    rows = []
+    for before in directory.glob("*.before.metrics"):
+        m = OPEN.match(before.name.removesuffix(".before.metrics") + ".json")
+        after = before.with_name(before.name.replace(".before.metrics", ".metrics"))
+        if not m or not after.is_file():
+            continue
+        was, now = _server_totals(before), _server_totals(after)
+        accrued = {k: now[k] - was[k] for k in now}
+        windows = {k: int(accrued[k]) for k in WINDOW_COUNTERS}
+        row = {"label": m["label"], "rps": float(m["rps"]), "first": first_audio_parts(accrued)}
+        rows.append(row | windows)
+    return sorted(rows, key=lambda r: (r["label"], r["rps"]))
+
+
+def _server_line(row: dict) -> str:
+    f, rate = row["first"], f"{row['rps']:g}"
+    windows = f"{row['arrival_steps']} | {row['cut']} of {row['executed']}"
+    if f is None:
+        return f"| {row['label']} | {rate} | 0 | - | - | - | - | {windows} |"
+    made = f"{f['made_ms']:.1f}"
+    if f["queued_ms"] is not None:
+        made += f" = {f['queued_ms']:.1f} + {f['steps_ms']:.1f}"
+    return (
+        f"| {row['label']} | {rate} | {f['requests']} | {f['total_ms']:.1f} | "
+        f"{f['intake_ms']:.1f} | {made} | {f['delivery_ms']:.1f} | {windows} |"
+    )
 
 
 def _ms(x: dict | None) -> str:
@@ -116,6 +162,15 @@ def table(directory: Path) -> str:
             "| variant | closed loop | rounds | audio-s/s median (min-max) | failed requests |",
             "| --- | --- | --- | --- | --- |",
             *map(_closed_line, closed),
+        ]
+    served = server_rows(directory)
+    if served:
+        parts += [
+            "" if parts else None,
+            "| variant | req/s | first audios | server's mean (ms) | intake | made = queued + "
+            "steps | delivery | arrival steps | windows cut of run |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *map(_server_line, served),
         ]
     lines = [p for p in parts if p is not None]
     return "\n".join(lines) if lines else f"no open_loop_runs.sh results in {directory}"

@@ -52,3 +52,38 @@ def test_closed_rounds_are_grouped_by_variant_and_concurrency(tmp_path):
 
 def test_an_empty_directory_says_so(tmp_path):
     assert table(tmp_path) == f"no open_loop_runs.sh results in {tmp_path}"
+
+
+def metrics_text(first: list[tuple[float, float, float, float]], cut: int, alone: int) -> str:
+    """A server's /metrics with `first` audios as (intake, queued, steps, delivery) seconds."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    r = CollectorRegistry()
+
+    def hist(name: str) -> Histogram:
+        return Histogram(f"omniflow_first_audio{name}_seconds", "h", registry=r)
+
+    total, intake, made, delivery = hist(""), hist("_intake"), hist("_made"), hist("_delivery")
+    queued, steps = hist("_queued"), hist("_steps")
+    for i, q, s, d in first:
+        for h, v in ((total, i + q + s + d), (intake, i), (made, q + s), (delivery, d)):
+            h.observe(v)
+        queued.observe(q)
+        steps.observe(s)
+    for name, value in (("cut", cut), ("arrival_steps", alone), ("executed", 10 + cut)):
+        Counter(f"omniflow_window_{name}", "c", ["stage"], registry=r).labels("talker").inc(value)
+    return generate_latest(r).decode()
+
+
+def test_the_servers_part_of_a_rate_is_its_readings_difference(tmp_path):
+    """Per rate, the server's first audio in parts over that rate's requests only: the
+    reading after it less the one before (the server's earlier rates), window counts too."""
+    earlier = [(0.001, 0.5, 0.5, 0.001)]  # a slow request of an earlier rate: not this one's
+    this = [(0.001, 0.002, 0.020, 0.003), (0.003, 0.004, 0.040, 0.001)]
+    (tmp_path / "new_rps20.json").write_text(json.dumps(open_summary(30.0, 0)))
+    (tmp_path / "new_rps20.before.metrics").write_text(metrics_text(earlier, cut=3, alone=1))
+    (tmp_path / "new_rps20.metrics").write_text(metrics_text(earlier + this, cut=8, alone=5))
+    (tmp_path / "new_rps40.metrics").write_text(metrics_text(this, cut=1, alone=1))  # no before
+    lines = table(tmp_path).splitlines()
+    assert lines[-1] == "| new | 20 | 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | 4 | 5 of 5 |"
+    assert not any("| new | 40 |" in line and "=" in line for line in lines)
