@@ -43,7 +43,7 @@ def commit() -> str:
 def tree_fingerprint(package: Path = PACKAGE) -> str:
     """The first 12 hex digits of a SHA-256 over the package's source files (relative path
     and contents, in path order): equal exactly when the running code and shipped configs
-    are. Read once per process (~10 ms)."""
+    are. Read once per process: it hashes every source file."""
     digest = hashlib.sha256()
     files = sorted({p for pattern in SOURCES for p in package.rglob(pattern)})
     for path in files:

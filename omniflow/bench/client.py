@@ -163,7 +163,7 @@ async def run(
     `concurrency`: that many lanes, each sending its next prompt as soon as its previous one
     ends. (`omniflow bench` warms up in a call of its own, so the server's counters can be
     read between the warm-ups and the measured requests.)"""
-    tls = ssl.create_default_context()  # built once: 128 clients building one each took ~1 s
+    tls = ssl.create_default_context()  # built once: each one loads the CA store, slow per lane
     async with lane_client(tls) as client:
         for i in range(warmup):
             await one(client, url, model, voice, prompts[i % len(prompts)], seed=i)
@@ -192,8 +192,8 @@ def lane_client(tls: ssl.SSLContext) -> httpx.AsyncClient:
 
     One client shared by all lanes spent most of the load generator's CPU in httpcore's pool
     bookkeeping, which scans every connection for every request and every stream it closes: at
-    concurrency 128 the load generator sat at one full core and kept only ~20 requests in
-    flight (docs/performance.md, "The load generator was the c128 bottleneck"). A pool of one
+    high concurrency the load generator saturated its core and kept few requests in flight
+    (measured: docs/performance.md, "The load generator was the c128 bottleneck"). A pool of one
     has nothing to scan. (Shared, httpx's default of 100 connections also made concurrency
     128 two waves.)"""
     one_connection = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -245,7 +245,7 @@ def summarize(outcome: Outcome) -> dict:
         "ttfp_s": stats([s.ttfp for s in samples]),
         # Each completed request's first audio in prompt order (the order sent at c1): a
         # round's trend shows what its medians hide, e.g. a warm-up that did not reach
-        # everything (c1's first round was ~1.5 ms slower than the next two, docs/performance.md).
+        # everything (measured: docs/performance.md, "c1 mean first audio, client", per round).
         "ttfp_ms_each": [round(1e3 * s.ttfp, 3) for s in samples],
         "e2el_s": stats([s.e2el for s in samples]),
         "rtf": stats([s.rtf for s in samples]),

@@ -1,13 +1,12 @@
 """One built pipeline kept across the jobs of a sweep (`bench.reuse_pipeline`).
 
-Hydra runs a sweep's jobs one after another in one process. Building a pipeline is most of
-a GPU job: on the H200 a served 1.7B job took ~31 s (c1) to ~81 s (c128) from launch to
-ready (weights, Triton compiles, CUDA graphs) for 5-30 s of measurement
-(docs/performance.md). Jobs whose stage graphs are equal (they differ only in `bench.*` keys,
-e.g. a sweep over concurrency) can share one: the cache keeps the last job's pipeline,
-started, and hands it to the next job when its graph is the same; a different graph stops it
-and builds anew. A long-lived server serves many requests on one pipeline too, so a reused
-pipeline is measured as a real server would be; each result says whether it was reused.
+Hydra runs a sweep's jobs one after another in one process. Building a pipeline (weights,
+Triton compiles, CUDA graphs) is most of a GPU job, longer than its measurement (measured:
+docs/performance.md, "Build time"). Jobs whose stage graphs are equal (they differ only in
+`bench.*` keys, e.g. a sweep over concurrency) can share one: the cache keeps the last job's
+pipeline, started, and hands it to the next job when its graph is the same; a different graph
+stops it and builds anew. A long-lived server serves many requests on one pipeline too, so a
+reused pipeline is measured as a real server would be; each result says whether it was reused.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 reused pipeline's counters include the earlier jobs'): the AR stage's windows and prefills.
 
 Why prefills are in the result: a mixed step's prefill takes the prompt graphs (one or more
-replays) or runs eagerly, and at 128 rows on the H200 the step times alone cannot say which
-(docs/performance.md); these counts do.
+replays) or runs eagerly, and at large batches the step times alone cannot say which
+(measured: docs/performance.md, "The parts of a step"); these counts do.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How many of a served stage's steps were decode steps and how many mixed, and how long
-each kind took: the question the c128 runs raised (a served 128-row step took 63-107 ms on
-the H200 where the engine alone takes 15.8 ms; docs/performance.md, "Steady state at c128").
+each kind took: the question the c128 runs raised, why a served 128-row step took several
+times what the engine alone takes (docs/performance.md, "Steady state at c128").
 
 A `PhaseTimer` that times only the whole-step phases (`decode_step`: every scheduled request
 decodes, a window counted once; `mixed_step`: anything with a prefill; `audio_wait`: the wait

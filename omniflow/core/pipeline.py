@@ -92,10 +92,10 @@ class WindowCounters:
 class PrefillCounters:
     """Prefill forwards of one AR stage (cumulative): how many ran on the prompt graphs and
     how many replays they took, so a benchmark says whether its mixed steps took the
-    graphed path or paid eager launches (on the H200 a 128-row mixed step's prefill was
-    ~76 ms, and only these counts tell the two apart). Read from another thread while a
-    step runs, the fields may be a step apart (`graphed` counts before `steps` does); each
-    only grows, and a benchmark reads them when the stage is idle."""
+    graphed path or paid eager launches: at large batches the step times alone cannot tell
+    the two apart (measured: docs/performance.md, "The parts of a step"). Read from another
+    thread while a step runs, the fields may be a step apart (`graphed` counts before `steps`
+    does); each only grows, and a benchmark reads them when the stage is idle."""
 
     steps: int
     """Steps with a prefill forward (mixed and prefill steps)."""

@@ -2,13 +2,13 @@
 
 Why: a Qwen3-TTS 1.7B decode step multiplies one (or a few) activation rows by every weight
 matrix, so each linear layer is a pass over its weight and nothing else: a memory-bound GEMV.
-On an H200 a profile at batch 1 shows cuBLAS(Lt) bf16 GEMMs with M=1 taking 5.4-10.8 us for
-weights of 4-12 MB, i.e. 1-1.5 TB/s of the ~4.8 TB/s the memory can deliver: cuBLAS picks
-tiles made for large M, which leave most of the 132 SMs idle. Here the N rows of the weight are
-cut into slabs of `block_n` rows, one program per slab (and per K split), so that the grid has
-a couple of programs per SM; each program streams its slab along K in `block_k`-wide,
-unit-stride loads and accumulates in fp32. `benchmarks/gemv_bench.py` (outside the package)
-measures it against cuBLAS at the model's shapes and prints a tuned config table.
+cuBLAS(Lt) picks tiles made for large M, which at M=1 leave most SMs idle, so its bf16 GEMVs
+reach a fraction of the memory bandwidth (measured: docs/performance.md, "Skinny GEMM"). Here
+the N rows of the weight are cut into slabs of `block_n` rows, one program per slab (and per K
+split), so that the grid has a couple of programs per SM; each program streams its slab along K
+in `block_k`-wide, unit-stride loads and accumulates in fp32. `benchmarks/gemv_bench.py`
+(outside the package) measures it against cuBLAS at the model's shapes and prints a tuned
+config table.
 
 Semantics: out[m, n] = sum_k x[m, k] * weight[n, k] for x [..., K] (leading dims flattened
 into M <= MAX_M rows) and weight [N, K], both of one dtype (bf16, fp16 or fp32). Products and
@@ -37,7 +37,7 @@ import triton.language as tl
 
 MAX_M = 32
 FMA_MAX_M = 8  # up to this many rows: CUDA-core FMAs; above: tl.dot on rows padded to 16/32
-NUM_SMS = 132  # H200
+NUM_SMS = 132  # SM count of the card TUNED_ONE_ROW was tuned on (an H200)
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -68,10 +68,10 @@ TUNED_ONE_ROW: dict[tuple[int, int], SkinnyConfig] = {
     (2048, 6144): SkinnyConfig(block_n=16, block_k=512, num_warps=8, split_k=2),  # 10.01 vs 11.05
     (3072, 2048): SkinnyConfig(block_n=8, block_k=512, num_warps=4),  # 5.94 vs 6.64
 }
-"""Where the kernel beats cuBLAS, measured on one H200 (`python -m benchmarks.gemv_bench
---m 1 8`, commit f5a76f1, 2026-12-01; bf16 weights read from HBM, graph-replayed). Only one
-row: at 8 rows every shape was 1.5-3x slower than cuBLAS, so the model layers use the kernel
-for single-row calls of these shapes only (`omniflow.models.layers.linear`)."""
+"""Where the kernel beats cuBLAS, from `python -m benchmarks.gemv_bench --m 1 8` (bf16
+weights read from HBM, graph-replayed; measured: docs/performance.md, "Skinny GEMM"). Only
+one row: at 8 rows cuBLAS was faster at every shape, so the model layers use the kernel for
+single-row calls of these shapes only (`omniflow.models.layers.linear`)."""
 
 
 def block_m(m: int) -> int:

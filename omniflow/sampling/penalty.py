@@ -1,12 +1,11 @@
 """The repetition penalty's history as a device-resident mask, kept up to date per step.
 
-The penalty applies to every id a request has sampled so far. Rebuilding that set on the
-host each step (a sort of the whole history per row, then an upload) costs O(history) per
-row per step: at 128 rows with 500 tokens each it was ~7 ms of host time per step on this
-project's CPU machine, growing with every frame (docs/performance.md). Here each request owns
-one row of a [slots, V] bool mask on the device; a step marks the ids it sampled with one
-scatter (`record`), and a sampling call gathers its rows' masks (`rows`). Nothing grows with
-the history, and nothing is read back.
+The penalty applies to every id a request has sampled so far. Rebuilding that set on the host
+each step (a sort of the whole history per row, then an upload) costs O(history) per row per
+step, host time that grows with every frame (measured: docs/performance.md, "Sampling and
+prefill host time"). Here each request owns one row of a [slots, V] bool mask on the device; a
+step marks the ids it sampled with one scatter (`record`), and a sampling call gathers its
+rows' masks (`rows`). Nothing grows with the history, and nothing is read back.
 
 The mask stays exactly the set of a request's tokens: a row is rebuilt from the host's token
 list whenever the count it has recorded differs from that list's length plus the tokens a
@@ -41,8 +40,8 @@ class PenaltyHistory:
         self.free = list(range(capacity - 1, -1, -1))
         self.true = torch.ones((), dtype=torch.bool, device=device)
         """The value the marks write, kept on the device: `seen[slots, ids] = True` copies a
-        host scalar to the device, and that copy waits for all the work queued before it
-        (3.5 ms of a 1.7B frame at batch 1 on an H200: the GPU ran dry behind it)."""
+        host scalar to the device, and that copy waits for all the work queued before it,
+        leaving the GPU idle behind it."""
 
     def release(self, request_id: str) -> None:
         """The request left (finished, aborted or preempted): its slot may be reused."""

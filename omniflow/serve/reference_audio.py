@@ -34,8 +34,8 @@ MAX_PEAK = 4.0
 headroom stays well within this; 1e30 is not a recording."""
 B64_PIECE = 1 << 20
 """Base64 characters decoded at once (a multiple of 4). The decoder holds the GIL for its
-whole call: 15 MB in one call is ~80 ms in which the server's event loop cannot run (the
-server decodes on a worker thread); in pieces, the loop gets a turn every few ms."""
+whole call, so a large reference decoded at once keeps the server's event loop from running
+(the server decodes on a worker thread); in pieces, the loop gets a turn between them."""
 BLOCK_TAPS = 1 << 21
 """Taps the resampler gathers at once (outputs per block times taps per output): its working
 memory, whatever the ratio of the rates."""

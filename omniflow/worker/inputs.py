@@ -195,7 +195,7 @@ class DecodeBatch:
         for buf in self._per_row():
             buf.upload(b)
         # whole rows: a [:steps, :b] view is strided, and torch copies a strided pinned view
-        # through a pageable temporary, which waits for the queued work (seen on the H200)
+        # through a pageable temporary, which waits for the queued work
         self.side_ids.dev[:steps].copy_(self.side_ids.host[:steps], non_blocking=True)
         st.end()
         self.rows, self.step = b, 0
