@@ -1,10 +1,12 @@
 """The table of a `benchmarks/open_loop_runs.sh` directory: per variant and rate, first audio,
 stalls, refusals and the server's build; per variant and closed-loop concurrency, audio-s/s
 over its rounds; per variant and rate where the server's /metrics were read before and after
-it, where the server's first audio went (its parts' means, `serve/metrics.py`) and how often
-arrivals were prefilled alone or cut a window. The rows of docs/performance.md's open-loop
-tables come from here, so a figure is copied from one place and a rate whose client failed
-shows as failed, not as a gap in a hand-made table.
+it, where the server's first audio went (its parts' means over that rate's requests, the
+client's warm-up ones included; `serve/metrics.py`), how many steps prefilled arrivals alone,
+how many windows an arrival cut (after any number of steps) and how many windows ran more
+than one step; "-" where the server exported no such counter (an older tree) or died. The
+rows of docs/performance.md's open-loop tables come from here, so a figure is copied from
+one place and a rate whose client failed shows as failed, not as a gap in a hand-made table.
 
     python -m benchmarks.open_loop_table OUT_DIR
 """
@@ -17,7 +19,7 @@ import re
 import statistics
 from pathlib import Path
 
-from omniflow.bench.samples import LOCAL, reading_of_text
+from omniflow.bench.samples import reading_of_text
 from omniflow.bench.server_sums import first_audio_parts, server_totals
 
 STAGE = "talker"
@@ -72,36 +74,60 @@ def closed_rows(directory: Path) -> list[dict]:
     return rows
 
 
-def _server_totals(path: Path) -> dict[str, float]:
-    samples = reading_of_text(path.read_text())[LOCAL]
-    windows = {
-        k: samples.value(f"omniflow_window_{k}_total", {"stage": STAGE}) for k in WINDOW_COUNTERS
-    }
-    return server_totals(samples, STAGE) | windows
+def _server_totals(path: Path) -> dict[str, float | None] | None:
+    """A reading's totals summed over its servers (one, or a Ray deployment's replicas);
+    a window counter the server does not export (an older tree) is None. None: no reading
+    (the server had died: `open_loop_runs.sh` leaves the file empty)."""
+    reading = reading_of_text(path.read_text()) if path.is_file() else {}
+    if not reading:
+        return None
+    totals: dict[str, float | None] = {}
+    for samples in reading.values():
+        for k, v in server_totals(samples, STAGE).items():
+            totals[k] = (totals.get(k) or 0.0) + v
+        for k in WINDOW_COUNTERS:
+            name = f"omniflow_window_{k}_total"
+            if samples.has(name, {"stage": STAGE}):
+                totals[k] = (totals.get(k) or 0.0) + samples.value(name, {"stage": STAGE})
+            else:
+                totals.setdefault(k, None)
+    return totals
 
 
 def server_rows(directory: Path) -> list[dict]:
     """Per variant and rate with both readings (`LABEL_rpsR.before.metrics` and
-    `LABEL_rpsR.metrics`): that rate's server-side first audio in parts and window counts."""
+    `LABEL_rpsR.metrics`): that rate's server-side first audio in parts (its requests, the
+    client's warm-up ones included) and window counts; `first` None where a reading is
+    missing or empty (the server died)."""
     rows = []
     for before in directory.glob("*.before.metrics"):
         m = OPEN.match(before.name.removesuffix(".before.metrics") + ".json")
-        after = before.with_name(before.name.replace(".before.metrics", ".metrics"))
-        if not m or not after.is_file():
+        if not m:
             continue
+        after = before.with_name(before.name.replace(".before.metrics", ".metrics"))
         was, now = _server_totals(before), _server_totals(after)
-        accrued = {k: now[k] - was[k] for k in now}
-        windows = {k: int(accrued[k]) for k in WINDOW_COUNTERS}
-        row = {"label": m["label"], "rps": float(m["rps"]), "first": first_audio_parts(accrued)}
-        rows.append(row | windows)
+        row = {"label": m["label"], "rps": float(m["rps"]), "first": None}
+        if was is None or now is None:
+            rows.append(row | dict.fromkeys(WINDOW_COUNTERS))
+            continue
+        accrued = {k: (now[k] or 0.0) - (was[k] or 0.0) for k in now}
+        windows = {
+            k: None if now[k] is None or was[k] is None else int(accrued[k])
+            for k in WINDOW_COUNTERS
+        }
+        rows.append(row | {"first": first_audio_parts(accrued)} | windows)
     return sorted(rows, key=lambda r: (r["label"], r["rps"]))
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
 
 
 def _server_line(row: dict) -> str:
     f, rate = row["first"], f"{row['rps']:g}"
-    windows = f"{row['arrival_steps']} | {row['cut']} of {row['executed']}"
+    windows = " | ".join(_count(row[k]) for k in WINDOW_COUNTERS)
     if f is None:
-        return f"| {row['label']} | {rate} | 0 | - | - | - | - | {windows} |"
+        return f"| {row['label']} | {rate} | - | - | - | - | - | {windows} |"
     made = f"{f['made_ms']:.1f}"
     if f["queued_ms"] is not None:
         made += f" = {f['queued_ms']:.1f} + {f['steps_ms']:.1f}"
@@ -168,8 +194,8 @@ def table(directory: Path) -> str:
         parts += [
             "" if parts else None,
             "| variant | req/s | first audios | server's mean (ms) | intake | made = queued + "
-            "steps | delivery | arrival steps | windows cut of run |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "steps | delivery | arrival steps | windows cut | windows over one step |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             *map(_server_line, served),
         ]
     lines = [p for p in parts if p is not None]

@@ -108,14 +108,17 @@ class Metrics:
             " start, encoding)",
         )
         # The pipeline's part in two, where its source stage says when it seated the request:
-        # waiting for a seat, against the steps from there (the step in flight, its own
-        # prefill step, the first frame and its decoder pass).
+        # waiting for a seat, against what came after (under async scheduling the step in
+        # flight, then its own steps to the first frame and that frame's decoder pass).
         self.first_audio_queued = part(
-            "queued", "Submission to the step that first seated the request (made's first part)"
+            "queued",
+            "Submission to the plan that first seated the request in its source stage (made's"
+            " first part; under sync scheduling it includes the step in flight)",
         )
         self.first_audio_steps = part(
             "steps",
-            "The step that first seated the request to its first audio made (made's second part)",
+            "That plan to the first audio made, a whole response's last (made's second part;"
+            " a request preempted before its first audio waits again in here)",
         )
         self.e2e = Histogram(
             "omniflow_e2e_seconds",
@@ -162,8 +165,9 @@ class Metrics:
     ) -> None:
         """A request's first audio went out: its latency from arrival, and the three parts
         (`time.perf_counter` values; `made` from the engine's thread, the same clock); `made`
-        split at `seated` where that lies between (a stage in another process on another
-        machine keeps another clock: no split then)."""
+        split at `seated`, which assumes one host's monotonic clock: a source stage on another
+        host (`pipeline.runtime=ray` across machines) gives no meaningful split, and only a
+        value outside submission..made is dropped."""
         self.first_audio.observe(sent - arrived)
         self.first_audio_intake.observe(submitted - arrived)
         self.first_audio_made.observe(made - submitted)

@@ -54,14 +54,20 @@ def test_an_empty_directory_says_so(tmp_path):
     assert table(tmp_path) == f"no open_loop_runs.sh results in {tmp_path}"
 
 
-def metrics_text(first: list[tuple[float, float, float, float]], cut: int, alone: int) -> str:
-    """A server's /metrics with `first` audios as (intake, queued, steps, delivery) seconds."""
+def metrics_text(
+    first: list[tuple[float, float, float, float]], cut: int, alone: int, replica: str | None = None
+) -> str:
+    """A server's /metrics with `first` audios as (intake, queued, steps, delivery) seconds
+    (`replica`: every series labelled as a Ray deployment's merged /metrics labels them)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
     r = CollectorRegistry()
+    extra = {} if replica is None else {"replica": replica}
+    names = list(extra)
 
     def hist(name: str) -> Histogram:
-        return Histogram(f"omniflow_first_audio{name}_seconds", "h", registry=r)
+        h = Histogram(f"omniflow_first_audio{name}_seconds", "h", names, registry=r)
+        return h.labels(**extra) if extra else h
 
     total, intake, made, delivery = hist(""), hist("_intake"), hist("_made"), hist("_delivery")
     queued, steps = hist("_queued"), hist("_steps")
@@ -71,19 +77,46 @@ def metrics_text(first: list[tuple[float, float, float, float]], cut: int, alone
         queued.observe(q)
         steps.observe(s)
     for name, value in (("cut", cut), ("arrival_steps", alone), ("executed", 10 + cut)):
-        Counter(f"omniflow_window_{name}", "c", ["stage"], registry=r).labels("talker").inc(value)
+        c = Counter(f"omniflow_window_{name}", "c", ["stage", *names], registry=r)
+        c.labels(stage="talker", **extra).inc(value)
     return generate_latest(r).decode()
+
+
+EARLIER = [(0.001, 0.5, 0.5, 0.001)]  # a slow request of an earlier rate: not this one's
+THIS = [(0.001, 0.002, 0.020, 0.003), (0.003, 0.004, 0.040, 0.001)]
+ROW = "| 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | 4 | 5 | 5 |"
 
 
 def test_the_servers_part_of_a_rate_is_its_readings_difference(tmp_path):
     """Per rate, the server's first audio in parts over that rate's requests only: the
     reading after it less the one before (the server's earlier rates), window counts too."""
-    earlier = [(0.001, 0.5, 0.5, 0.001)]  # a slow request of an earlier rate: not this one's
-    this = [(0.001, 0.002, 0.020, 0.003), (0.003, 0.004, 0.040, 0.001)]
     (tmp_path / "new_rps20.json").write_text(json.dumps(open_summary(30.0, 0)))
-    (tmp_path / "new_rps20.before.metrics").write_text(metrics_text(earlier, cut=3, alone=1))
-    (tmp_path / "new_rps20.metrics").write_text(metrics_text(earlier + this, cut=8, alone=5))
-    (tmp_path / "new_rps40.metrics").write_text(metrics_text(this, cut=1, alone=1))  # no before
+    (tmp_path / "new_rps20.before.metrics").write_text(metrics_text(EARLIER, cut=3, alone=1))
+    (tmp_path / "new_rps20.metrics").write_text(metrics_text(EARLIER + THIS, cut=8, alone=5))
+    (tmp_path / "new_rps40.metrics").write_text(metrics_text(THIS, cut=1, alone=1))  # no before
     lines = table(tmp_path).splitlines()
-    assert lines[-1] == "| new | 20 | 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | 4 | 5 of 5 |"
-    assert not any("| new | 40 |" in line and "=" in line for line in lines)
+    assert lines[-1] == "| new | 20 " + ROW
+    assert not any(line.startswith("| new | 40 | 2 |") for line in lines)
+
+
+def test_a_dead_server_a_ray_deployment_and_an_older_tree(tmp_path):
+    """A server that died leaves an empty reading: its row says so and the others stand; a
+    Ray deployment's replicas are summed; counters an older tree lacks show as "-"."""
+    (tmp_path / "dead_rps20.before.metrics").write_text(metrics_text(EARLIER, cut=0, alone=0))
+    (tmp_path / "dead_rps20.metrics").write_text("")
+    ray_before = metrics_text(EARLIER, 3, 1, replica="0") + metrics_text([], 0, 0, replica="1")
+    ray_after = metrics_text(EARLIER + THIS[:1], 5, 3, replica="0") + metrics_text(
+        THIS[1:], 3, 2, replica="1"
+    )
+    (tmp_path / "ray_rps20.before.metrics").write_text(ray_before)
+    (tmp_path / "ray_rps20.metrics").write_text(ray_after)
+
+    def older(text: str) -> str:  # a tree from before the window counters
+        return "\n".join(line for line in text.splitlines() if "omniflow_window_" not in line)
+
+    (tmp_path / "old_rps20.before.metrics").write_text(older(metrics_text([], 0, 0)))
+    (tmp_path / "old_rps20.metrics").write_text(older(metrics_text(THIS, 0, 0)))
+    lines = table(tmp_path).splitlines()
+    assert "| dead | 20 | - | - | - | - | - | - | - | - |" in lines
+    assert "| ray | 20 " + ROW in lines
+    assert "| old | 20 | 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | - | - | - |" in lines
