@@ -46,6 +46,7 @@ class BucketGraphs:
         capture: bool,
         warmup_iters: int,
         capture_stream: torch.cuda.Stream | None = None,
+        pool: tuple[int, int] | None = None,
     ) -> None:
         self.device = device
         self.capture_stream = capture_stream
@@ -57,7 +58,10 @@ class BucketGraphs:
         self.graphed = capture and device.type == "cuda"
         self.warmup_iters = warmup_iters
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool: tuple[int, int] | None = None
+        self.pool = pool
+        """The memory pool the graphs are captured into (None: a pool of their own, made at
+        the first capture). Sets that only ever replay one after another on one stream may
+        share one, as the buckets of a set do: their intermediates are rewritten each replay."""
 
     def bucket_for(self, batch: int) -> int | None:
         """The smallest bucket holding `batch` rows; None above the largest (eager)."""
@@ -117,11 +121,11 @@ class BucketGraphs:
         with torch.cuda.stream(side):
             self._warm_up(k)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
-            graph, pool=self._pool, stream=self.capture_stream, capture_error_mode="thread_local"
+            graph, pool=self.pool, stream=self.capture_stream, capture_error_mode="thread_local"
         ):
             self._step(k)
         self.graphs[k] = graph

@@ -74,7 +74,7 @@ def test_stream_slots_decode_a_window_per_request_in_one_pass():
     a, ref = pair(num_slots=6)
     per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
     windowed = Counted(a, max_batch=4, buckets=(1, 2, 4), frames=3)
-    slots = StreamSlots(a, per_frame, None, windowed)
+    slots = StreamSlots(a, {1: per_frame, 3: windowed})
     ids = ["x", "y", "z", "w"]
     c = window(4, 3, 50)
     steps = [step(ids, [c[i, s] for i in range(4)]) for s in range(2)]
@@ -98,7 +98,7 @@ def test_without_graphs_a_window_is_decoded_eagerly():
     """No graphs (a kill switch, or a decoder built without them): every group of rows runs
     the eager decoder once, with the same PCM as one step at a time."""
     a, ref = pair(num_slots=4)
-    slots = StreamSlots(a, None, None, None)
+    slots = StreamSlots(a)
     ids = ["x", "w"]
     c = window(2, 3, 60)
     steps = [step(ids, [c[0, s], c[1, s] if s < 2 else None]) for s in range(3)]
@@ -122,7 +122,7 @@ def test_a_whole_window_reads_its_codes_on_the_device():
     a, ref = pair(num_slots=6)
     per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
     windowed = Counted(a, max_batch=4, buckets=(1, 2, 4), frames=3)
-    slots = StreamSlots(a, per_frame, None, windowed)
+    slots = StreamSlots(a, {1: per_frame, 3: windowed})
     ids = ["x", "y", "z"]
     c = window(3, 3, 80)
     steps = []

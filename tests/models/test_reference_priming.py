@@ -40,7 +40,7 @@ class Owner:
 
 def slots_with(frames: int | None, graphs: bool, num_slots: int = 4):
     dec = tiny_decoder(num_slots)
-    step = DecoderStepGraphs(dec, num_slots, capture=False) if graphs else None
+    step = {1: DecoderStepGraphs(dec, num_slots, capture=False)} if graphs else None
     priming = ReferencePriming(frames)
     return StreamSlots(dec, step, priming), priming
 

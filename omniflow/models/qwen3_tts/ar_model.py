@@ -31,15 +31,16 @@ from omniflow.models.interface import (
 from omniflow.models.layers.attention import AttentionMetadata, DecodeAttentionMetadata
 from omniflow.models.layers.qwen3 import KVCaches
 from omniflow.models.qwen3_tts import inputs
-from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
+from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs, decoder_pass_graphs
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.decode_graph import TalkerDecodeGraphs
 from omniflow.models.qwen3_tts.factory import TalkerBundle
+from omniflow.models.qwen3_tts.pending_pcm import PendingPcm
 from omniflow.models.qwen3_tts.predictor_graph import FrameSampleFn, PredictorGraphs
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.prompt_graph import PromptGraphs
-from omniflow.models.qwen3_tts.stream_slots import PendingPcm, StreamSlots
+from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from omniflow.models.qwen3_tts.talker import Talker
 
 SUBTALKER_TEMPERATURE = 0.9
@@ -57,9 +58,8 @@ class TalkerARModel:
         stream_decoder: StreamingDecoder | None = None,
         frame_graphs: PredictorGraphs | None = None,
         decode_graphs: bool = False,
-        step_graphs: DecoderStepGraphs | None = None,
+        decoder_passes: dict[int, DecoderStepGraphs] | None = None,
         priming: ReferencePriming | None = None,
-        window_graphs: DecoderStepGraphs | None = None,
         prompt_graph_tokens: int = 0,
         audio_side_stream: torch.cuda.Stream | None = None,
     ) -> None:
@@ -86,9 +86,7 @@ class TalkerARModel:
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
         )
-        self.slots = StreamSlots(
-            stream_decoder, step_graphs, priming, window_graphs, audio_side_stream
-        )
+        self.slots = StreamSlots(stream_decoder, decoder_passes, priming, audio_side_stream)
         # Two read-backs in flight: a window queues step n+1 before it reads step n.
         self.readback = Readback(depth=2)
 
@@ -235,27 +233,24 @@ def build_ar_model(
     its KV cache, and so does the streaming decoder's per-frame step (captured now). With
     `priming`, voice-clone requests' decoder slots are primed with their reference frames.
     With `window_k` > 1 and decode graphs, a window's `window_k` frames per request are
-    decoded in one replay of a second set of decoder graphs at the window's end; with
-    `audio_chunk_frames` those graphs take that many frames, one replay per chunk, and on
+    decoded in one replay of a second set of decoder graphs at the window's end (fewer
+    frames, a window cut short or a request's last, in passes of the powers of two below:
+    `codec_graph.pass_sizes`); with `audio_chunk_frames` those graphs take that many frames,
+    one replay per chunk, and on
     CUDA every decoder pass runs on a stream of its own (the runner queues a window's
     chunks while its later steps compute: `stream_slots.py`). With
     `prompt_graph_tokens`, whole-context prefills up to that many tokens run on the prompt
     path (`prompt_graph.py`: captured graphs when `decode_graphs`, else eagerly)."""
     graphs = None
-    step_graphs = None
-    window_graphs = None
+    passes = None
     side = None
     if audio_chunk_frames and stream_decoder is not None and stream_decoder.device.type == "cuda":
         # high priority: another pool than the shared capture stream's (graphs captured on
         # one stream share a cuBLAS workspace), and a chunk's audio is the latency-bound work
         side = torch.cuda.Stream(stream_decoder.device, priority=-1)
     if decode_graphs and stream_decoder is not None:
-        step_graphs = DecoderStepGraphs(stream_decoder, max_batch, stream=side)
-        step_graphs.capture_all()
-        if window_k > 1:
-            frames = audio_chunk_frames or window_k
-            window_graphs = DecoderStepGraphs(stream_decoder, max_batch, frames=frames, stream=side)
-            window_graphs.capture_all()
+        frames = (audio_chunk_frames or window_k) if window_k > 1 else 1
+        passes = decoder_pass_graphs(stream_decoder, max_batch, frames, side)
     if frame_sample is not None:
         talker = bundle.talker
         graphs = PredictorGraphs(
@@ -270,9 +265,8 @@ def build_ar_model(
         stream_decoder,
         graphs,
         decode_graphs,
-        step_graphs,
+        passes,
         priming,
-        window_graphs,
         prompt_graph_tokens,
         side,
     )

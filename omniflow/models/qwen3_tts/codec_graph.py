@@ -43,6 +43,7 @@ class DecoderStepGraphs(BucketGraphs):
         warmup_iters: int = 2,
         frames: int = 1,
         stream: torch.cuda.Stream | None = None,
+        pool: tuple[int, int] | None = None,
     ) -> None:
         if frames < 1:
             raise ValueError(f"frames must be >= 1, got {frames}")
@@ -50,7 +51,7 @@ class DecoderStepGraphs(BucketGraphs):
         self.max_batch = max_batch
         self.frames = frames
         """New frames per row in each replay (codes [B, 16] when 1, else [B, frames, 16])."""
-        super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters, stream)
+        super().__init__(decoder.device, max_batch, buckets, capture, warmup_iters, stream, pool)
         self.label = "codec decoder step" if frames == 1 else f"codec decoder {frames}-frame"
         dev = self.device
         pad = decoder.padding_slot
@@ -116,3 +117,43 @@ class DecoderStepGraphs(BucketGraphs):
     def _step(self, k: int) -> None:
         """Bucket k's computation over the static buffers (what its graph records)."""
         self.pcm[:k].copy_(self.decoder.decode_step(self.slot_ids[:k], self.codes[:k]))
+
+
+def pass_sizes(frames: int) -> tuple[int, ...]:
+    """The frames per row of the decoder's graph sets under passes of `frames` (a window's
+    or a chunk's), largest first: `frames`, the powers of two below it, and 1. Why: a window
+    cut short by an arrival, or a request's last shorter window, leaves n < `frames` frames;
+    `split_frames` decodes them in at most log2(n) + 1 passes instead of n per-frame ones,
+    and the arrival's first audio queues behind those passes on the decoder's stream."""
+    if frames < 1:
+        raise ValueError(f"frames must be >= 1, got {frames}")
+    powers = {1 << i for i in range(frames.bit_length()) if 1 << i < frames}
+    return tuple(sorted(powers | {frames}, reverse=True))
+
+
+def split_frames(n: int, sizes: Sequence[int]) -> list[int]:
+    """n frames as consecutive passes of the given sizes (1 among them), largest first:
+    7 over (8, 4, 2, 1) -> [4, 2, 1]."""
+    if 1 not in sizes:
+        raise ValueError(f"pass sizes {tuple(sizes)} have no 1: not every count splits")
+    parts: list[int] = []
+    for size in sorted(sizes, reverse=True):
+        while n >= size:
+            parts.append(size)
+            n -= size
+    return parts
+
+
+def decoder_pass_graphs(
+    decoder: StreamingDecoder, max_batch: int, frames: int, stream: torch.cuda.Stream | None
+) -> dict[int, DecoderStepGraphs]:
+    """A graph set per `pass_sizes(frames)`, captured now (largest first) into one memory
+    pool: every pass runs on `stream`, one after another, so the sets may share it."""
+    sets: dict[int, DecoderStepGraphs] = {}
+    pool = None
+    for size in pass_sizes(frames):
+        graphs = DecoderStepGraphs(decoder, max_batch, frames=size, stream=stream, pool=pool)
+        graphs.capture_all()
+        pool = graphs.pool
+        sets[size] = graphs
+    return sets

@@ -25,16 +25,16 @@ workspace is per stream).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from omniflow.core.audio import AudioFailed
 from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import Frame, SampledStep
-from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs
-from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite, overflow_error
+from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs, split_frames
+from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
+from omniflow.models.qwen3_tts.pending_pcm import PendingPcm, to_host
 from omniflow.models.qwen3_tts.priming import ReferencePriming
 
 
@@ -44,9 +44,8 @@ class StreamSlots:
     def __init__(
         self,
         decoder: StreamingDecoder | None,
-        graphs: DecoderStepGraphs | None = None,
+        passes: Mapping[int, DecoderStepGraphs] | None = None,
         priming: ReferencePriming | None = None,
-        window_graphs: DecoderStepGraphs | None = None,
         side: torch.cuda.Stream | None = None,
     ) -> None:
         self.decoder = decoder
@@ -54,17 +53,23 @@ class StreamSlots:
         """The stream every decoder pass runs on (None: the caller's stream, synchronously)."""
         self.priming = priming
         """Reference frames waiting for their request's first frame (None: no voice clone)."""
-        self.graphs = graphs
-        """The decoder's per-frame step as CUDA graphs per batch bucket (None: eager)."""
-        self.window_graphs = window_graphs
-        """The decoder over a window's frames per row (`frames`: window_k, or
-        audio_chunk_frames when a window is decoded in chunks) as CUDA graphs per batch
-        bucket (None: a window's frames are decoded eagerly)."""
+        self.passes = dict(passes or {})
+        """The decoder over n new frames per row as CUDA graphs per batch bucket, by n
+        (`codec_graph.pass_sizes`: 1, the window's or chunk's frames and the powers of two
+        between); empty: eager. With graphs, 1 is always among them."""
+        if self.passes and 1 not in self.passes:
+            raise ValueError(f"decoder pass graphs {sorted(self.passes)} have no 1-frame set")
+        self.graphs = self.passes.get(1)
+        """The per-frame step's graphs (None: eager)."""
+        widest = max(self.passes, default=1)
+        self.window_graphs = self.passes[widest] if widest > 1 else None
+        """The graphs over a window's frames (window_k, or audio_chunk_frames when a window
+        is decoded in chunks; None: none wider than a frame)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
         self.device_windows = 0
-        """Window passes whose codes were read on the device (`_window_on_device`); tests
-        read it."""
+        """Calls over several steps whose codes were read on the device (`_device_passes`);
+        tests read it."""
 
     def _stream(self) -> torch.cuda.Stream | None:
         """The stream the decoder's work is queued on (None: not CUDA)."""
@@ -104,11 +109,11 @@ class StreamSlots:
     def queue(self, steps: Sequence[SampledStep]) -> PendingPcm:
         """The samples of every new frame of one or more consecutive steps, per request, in
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
-        none. One step's frames are read from its `next_frames` on the device by the
-        per-frame graph; several steps' frames are decoded per request in one pass, by the
-        window graph where a request has exactly its `frames` new frames (read on the device
-        too when every row has them: `_whole_window`), else by the per-frame graph once per
-        frame. On the side stream the passes are only queued."""
+        none. Where every step sampled a frame for the same rows (`_same_rows`), the codes
+        are read on the device from the steps' `next_frames`; else rows are grouped by their
+        frame count and their codes built on the host. Either way n frames per row run as
+        `split_frames(n)` passes of the pass graphs (8 -> one 8-frame pass, 7 -> 4 + 2 + 1),
+        eagerly without graphs. On the side stream the passes are only queued."""
         dec = self.decoder
         if dec is None:
             return PendingPcm((), [])
@@ -119,16 +124,13 @@ class StreamSlots:
                     frames.setdefault(rid, []).append(f)
         if not frames:
             return PendingPcm((), [])
-        single = len(steps) == 1 and self.graphs is not None
-        window = not single and self._whole_window(steps)
-        if single or window:
+        on_device = self._same_rows(steps)
+        if on_device:
             self._handed_over(steps)
         with torch.cuda.stream(self.side):  # None: the caller's stream
             self._take_slots(list(frames))
-            if single:
-                parts = [self._graph_step(steps[0], list(frames))]
-            elif window:
-                parts = [self._window_pass(steps)]
+            if on_device:
+                parts = [self._device_passes(steps, list(frames))]
             else:
                 groups: dict[int, list[str]] = {}
                 for rid, fs in frames.items():
@@ -139,31 +141,44 @@ class StreamSlots:
                 ]
             return PendingPcm(tuple(frames), parts, self._stream(), dec.dtype)
 
-    def _whole_window(self, steps: Sequence[SampledStep]) -> bool:
-        """Whether the window graph can read the steps' codes on the device (each step's
-        `next_frames`, stacked): every step sampled a frame for the same rows in the same
-        order (no row left early, none drew EOS) and the graph takes exactly that many
-        frames. Else the caller groups the rows by their frame count and builds the codes
-        on the host. Why: building them from the host's tuples (`torch.tensor` over rows x
-        frames x 16 Python ints) is slow at large batches, and the GPU waits for it between a
-        window's last frame and its decoder pass."""
-        graphs = self.window_graphs
-        if graphs is None or graphs.frames != len(steps):
+    def _same_rows(self, steps: Sequence[SampledStep]) -> bool:
+        """Whether the graphs can read the steps' codes on the device: there are graphs and
+        every step sampled a frame for the same rows in the same order (one step alone: its
+        rows with a frame are picked on the device). Why: codes built from the host's tuples
+        (`torch.tensor` over rows x frames x 16 Python ints) are slow at large batches, and
+        the GPU waits for them between a window's last frame and its decoder pass."""
+        if self.graphs is None:
             return False
+        if len(steps) == 1:
+            return True
         rids = steps[0].request_ids
         return all(
             step.request_ids == rids and all(f is not None for f in step.sample.outputs)
             for step in steps
         )
 
-    def _window_pass(self, steps: Sequence[SampledStep]) -> tuple[list[str], torch.Tensor]:
-        """The window graph over the steps' device codes (`_whole_window`)."""
-        assert self.decoder is not None and self.window_graphs is not None
-        rids = list(steps[0].request_ids)
-        codes = torch.stack([step.sample.next_frames for step in steps], dim=1)
-        ids = upload_ints([self._slots[rid] for rid in rids], self.decoder.device)
+    def _device_passes(
+        self, steps: Sequence[SampledStep], request_ids: list[str]
+    ) -> tuple[list[str], torch.Tensor]:
+        """The rows' frames straight from the steps' `next_frames` (`_same_rows`), as
+        `split_frames(len(steps))` passes; one copy to the host for all."""
+        assert self.decoder is not None
+        ids = upload_ints([self._slots[rid] for rid in request_ids], self.decoder.device)
+        if len(steps) == 1:
+            outputs = steps[0].sample.outputs
+            keep = [i for i, f in enumerate(outputs) if f is not None]
+            codes = steps[0].sample.next_frames
+            if len(keep) != len(outputs):
+                codes = codes.index_select(0, upload_ints(keep, codes.device))
+            return request_ids, to_host(self.passes[1].run(ids, codes).float())
         self.device_windows += 1
-        return rids, to_host(self.window_graphs.run(ids, codes).float())  # one copy for all
+        pcm, start = [], 0
+        for size in split_frames(len(steps), tuple(self.passes)):
+            part = [step.sample.next_frames for step in steps[start : start + size]]
+            codes = part[0] if size == 1 else torch.stack(part, dim=1)
+            pcm.append(self.passes[size].run(ids, codes))
+            start += size
+        return request_ids, to_host(torch.cat(pcm, dim=1).float())
 
     def _handed_over(self, steps: Sequence[SampledStep]) -> None:
         """Make the steps' device codes readable on the side stream (nothing without one):
@@ -187,23 +202,22 @@ class StreamSlots:
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int
     ) -> tuple[list[str], torch.Tensor]:
-        """Rows with n new frames each: the window graph when it takes exactly n frames;
-        else the per-frame graph replayed n times (a request's last, shorter window: a
-        replay is much cheaper than the eager decoder step, measured: see
+        """Rows with n new frames each, their codes built on the host: `split_frames(n)`
+        passes of the graphs (a replay is much cheaper than the eager decoder step, see
         docs/performance.md); eager only without graphs. Returns the rows and their PCM
         [rows, n * 1920], on its way to the host."""
         dec = self.decoder
         assert dec is not None
         codes = torch.tensor(frames, dtype=torch.int64)  # [rows, n, 16]
-        if self.window_graphs is not None and self.window_graphs.frames == n:
-            graphs, passes = self.window_graphs, [codes]
-        elif self.graphs is not None:
-            graphs, passes = self.graphs, [codes[:, j] for j in range(n)]
-        else:  # eager: the rows run as one batch
+        if not self.passes:  # eager: the rows run as one batch
             pcm = dec.decode([self._slots[rid] for rid in rids], list(codes))
             return rids, to_host(torch.stack(pcm).float())
         ids = upload_ints([self._slots[rid] for rid in rids], dec.device)
-        parts = [graphs.run(ids, to_device(c, dec.device)) for c in passes]
+        parts, start = [], 0
+        for size in split_frames(n, tuple(self.passes)):
+            part = codes[:, start] if size == 1 else codes[:, start : start + size]
+            parts.append(self.passes[size].run(ids, to_device(part, dec.device)))
+            start += size
         return rids, to_host(torch.cat(parts, dim=1).float())  # one copy for all rows
 
     def _take_slots(self, request_ids: list[str]) -> None:
@@ -223,79 +237,9 @@ class StreamSlots:
         if primed:
             dec.prime(primed, refs)
 
-    def _graph_step(
-        self, step: SampledStep, request_ids: list[str]
-    ) -> tuple[list[str], torch.Tensor]:
-        """One frame per row by the per-frame graph, its codes read on the device."""
-        assert self.graphs is not None and self.decoder is not None
-        outputs = step.sample.outputs
-        keep = [i for i, f in enumerate(outputs) if f is not None]
-        ids = upload_ints([self._slots[rid] for rid in request_ids], self.decoder.device)
-        codes = step.sample.next_frames
-        if len(keep) != len(outputs):
-            codes = codes.index_select(0, upload_ints(keep, codes.device))
-        return request_ids, to_host(self.graphs.run(ids, codes).float())  # one copy for all
-
     def slots_in_use(self) -> tuple[int, int] | None:
         dec = self.decoder
         return None if dec is None else (dec.num_in_use, dec.num_slots)
 
     def parked_ids(self) -> frozenset[str]:
         return frozenset(self._parked)
-
-
-class PendingPcm:
-    """A decoder call's PCM per request, copying to the host: `result()` waits for it.
-
-    On CUDA each part is one device-to-host copy into pinned memory, queued on the stream
-    that decoded it, with an event after them all; elsewhere the parts are already on the
-    host."""
-
-    def __init__(
-        self,
-        order: tuple[str, ...],
-        parts: list[tuple[list[str], torch.Tensor]],
-        stream: torch.cuda.Stream | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        self.order = order
-        """The requests, in the order their PCM is returned."""
-        self.parts = parts
-        self.dtype = dtype
-        """The decoder's: below float32 the PCM is checked for overflow (`nonfinite`)."""
-        self.done: torch.cuda.Event | None = None
-        """Recorded on `stream` (the decoder's, CUDA) after the copies to the host."""
-        if stream is not None and parts:
-            self.done = torch.cuda.Event()
-            self.done.record(stream)
-
-    def result(self) -> dict[str, np.ndarray]:
-        """PCM per request, copied out of the pinned buffers: they go back to torch's pinned
-        cache at once instead of riding along in the audio events (a whole response would
-        hold its pass's buffer until the request ends, and torch never frees pinned memory).
-        `AudioFailed` for the rows a reduced-precision decoder overflowed in."""
-        if self.done is not None:
-            self.done.synchronize()
-        pcm: dict[str, np.ndarray] = {}
-        bad: dict[str, str] = {}
-        for rids, host in self.parts:
-            rows = host.numpy()
-            for rid in nonfinite(self.dtype, rids, rows):
-                bad[rid] = overflow_error(self.dtype)
-            if self.done is not None:  # each row its own array: none keeps a pass's batch
-                pcm.update((rid, row.copy()) for rid, row in zip(rids, rows, strict=True))
-            else:
-                pcm.update(zip(rids, rows, strict=True))
-        good = {rid: pcm[rid] for rid in self.order if rid not in bad}
-        if bad:
-            raise AudioFailed(bad, good)
-        return good
-
-
-def to_host(pcm: torch.Tensor) -> torch.Tensor:
-    """`pcm` on the host; from CUDA, copying into pinned memory without a wait (read it only
-    after the stream's work is done: `PendingPcm.result`)."""
-    if pcm.device.type != "cuda":
-        return pcm
-    host = torch.empty(pcm.shape, dtype=pcm.dtype, pin_memory=True)
-    return host.copy_(pcm, non_blocking=True)
