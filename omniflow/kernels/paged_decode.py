@@ -177,19 +177,24 @@ def _block_n(block_size: int) -> int:
     return max(BLOCK_N_MIN, triton.next_power_of_2(block_size))
 
 
+def _num_tiles(max_blocks: int, block_size: int) -> int:
+    """Tiles of BLOCK_N tokens covering a full block-table row (what partitions divide)."""
+    return triton.cdiv(max_blocks * block_size, _block_n(block_size))
+
+
 def _num_partitions(batch: int, num_kv_heads: int, max_blocks: int, block_size: int) -> int:
     """Split-K partitions from shapes only: 1 when B * Hkv programs already fill the GPU,
     else enough to reach about TARGET_PROGRAMS (at least a tile each, at most MAX_PARTITIONS)."""
     programs = batch * num_kv_heads
     if programs == 0 or programs >= SPLIT_BELOW_PROGRAMS:
         return 1
-    num_tiles = triton.cdiv(max_blocks * block_size, _block_n(block_size))
+    num_tiles = _num_tiles(max_blocks, block_size)
     return max(1, min(num_tiles, triton.cdiv(TARGET_PROGRAMS, programs), MAX_PARTITIONS))
 
 
 def _plan(max_blocks: int, block_size: int, num_partitions: int) -> tuple[int, int]:
     """(tiles per partition, partitions) covering max_blocks, no partition always empty."""
-    num_tiles = triton.cdiv(max_blocks * block_size, _block_n(block_size))
+    num_tiles = _num_tiles(max_blocks, block_size)
     tiles_per_part = max(1, triton.cdiv(num_tiles, max(1, num_partitions)))
     return tiles_per_part, max(1, triton.cdiv(num_tiles, tiles_per_part))
 

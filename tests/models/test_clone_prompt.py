@@ -199,3 +199,9 @@ def test_reference_audio_must_be_mono_and_non_empty():
         encode_reference(torch.zeros(0), enc, spk)
     with pytest.raises(ValueError, match="non-empty mono"):
         encode_reference(torch.zeros(2, 100), enc, spk)
+
+
+def test_the_processor_lays_out_the_reference_transcript_as_the_builder_does():
+    """ref_text goes in as the body of its chat string, the same ids as the prompt's text."""
+    got = processor().make_request(request(ref_codes=frames(3), ref_text="hi")).payload
+    assert got == clone("hello", "hi", 3, non_streaming=False)

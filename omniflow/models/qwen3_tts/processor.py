@@ -190,7 +190,7 @@ class TalkerProcessor:
                         f"ref_codes frames must be {shape.num_groups} codes in "
                         f"[0, {shape.codebook_size})"
                     )
-            ref_ids = self.tokenizer.encode_chat(speech.ref_text)[ROLE_LEN:-SUFFIX_LEN]
+            ref_ids = self._body_ids(speech.ref_text)
         elif speech.ref_text is not None:
             raise PromptError("ref_text needs ref_codes (or leave it out: x-vector only)")
         return build_clone_prompt(
