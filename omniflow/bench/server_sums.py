@@ -31,6 +31,23 @@ def server_totals(samples: Samples, stage: str) -> dict[str, float]:
         "split_count": value("omniflow_first_audio_queued_seconds_count"),
         "step_s": value("omniflow_stage_step_seconds_sum", {"stage": stage}),
         "audio_s": value("omniflow_audio_seconds_total"),
+        "tail_count": value("omniflow_ws_text_tail_seconds_count"),
+        "tail_s": value("omniflow_ws_text_tail_seconds_sum"),
+        "tail_frames": value("omniflow_ws_text_tail_frames_sum"),
+    }
+
+
+def text_tail(accrued: dict[str, float]) -> dict[str, Any] | None:
+    """Incremental WebSocket utterances (`bench.transport=websocket`): the mean time from the
+    step that took the end of the text to the last audio sent, and the mean frames made after
+    it (the speech still to come once the text had ended); None when none was observed."""
+    n = accrued.get("tail_count", 0)
+    if n <= 0:
+        return None
+    return {
+        "utterances": int(n),
+        "mean_ms": 1e3 * accrued["tail_s"] / n,
+        "mean_frames": accrued["tail_frames"] / n,
     }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omniflow.bench.samples import Reading, finished
-from omniflow.bench.server_sums import first_audio_parts, server_totals
+from omniflow.bench.server_sums import first_audio_parts, server_totals, text_tail
 from omniflow.bench.stage_counts import prefills_of, prefills_since, windows_of, windows_since
 from omniflow.core.pipeline import PrefillCounters
 
@@ -85,7 +85,7 @@ def _add(into: dict[str, int] | None, more: dict[str, int]) -> dict[str, int]:
 
 
 SERVER_FIELDS = ("first_audio_parts", "talker_ms_per_frame", "served_frames", "windows")
-SERVER_FIELDS += ("prefills",)
+SERVER_FIELDS += ("prefills", "text_tail")
 
 
 def server_fields(
@@ -105,6 +105,7 @@ def server_fields(
         "served_frames": round(frames),
         "windows": got.windows,
         "prefills": got.prefills,
+        "text_tail": text_tail(t),
     }
     if per_replica:
         fields["replicas"] = got.per_server

@@ -29,6 +29,12 @@ class AudioEvent:
     seated_at: float | None = None
     """When the source stage first seated the request (`time.perf_counter`; None where it
     does not say): splits the pipeline's part into queueing and the steps that made it."""
+    text_done_at: float | None = None
+    """On a live request's final event: when its source stage saw the end of its text taken
+    (`Request.text_done_at`; None where it did not, or the request was not live)."""
+    text_done_frames: int = 0
+    """On that final event: the frames made by then (`frames` minus it: the speech made
+    after the text's end)."""
 
 
 Sink = Callable[[AudioEvent], None]

@@ -26,6 +26,11 @@ class LiveInput(Protocol):
         """More input, and whether it is the last; ValueError when it cannot be taken."""
         ...
 
+    def end_step(self) -> int | None:
+        """The decode step that takes the end of the input (its end-of-text token), once the
+        input is complete; None while it is still arriving."""
+        ...
+
     def length_cap(self) -> int | None:
         """Once the input is complete, the most tokens it may make in all (dummy weights
         follow the text's length, `build/qwen3_tts.py`); None: no cap of its own."""

@@ -28,3 +28,6 @@ class StageOutput:
     orchestrator's measure of the stage's backlog, docs/reliability.md)."""
     seated_at: float | None = None
     """On an AR request's first tokens: when a plan first seated it (`Request.seated_at`)."""
+    text_done_at: float | None = None
+    """On the output whose tokens show a live request's end of text taken: when the
+    scheduler saw it (`Request.text_done_at`)."""

@@ -114,6 +114,10 @@ class Request:
     seated_at: float | None = None
     """When a plan first seated it (`time.perf_counter`): the end of its queueing, which the
     server reports as a part of its first audio."""
+    text_done_at: float | None = None
+    """Live input: when the tokens of the step that took the end of its text came back to
+    the scheduler (`time.perf_counter`; a window's at the window's end). What follows is the
+    speech still to come after the text, which the server times (docs/websocket.md)."""
 
     @property
     def input_room(self) -> int | None:

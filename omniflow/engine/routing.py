@@ -76,6 +76,9 @@ class _Live:
     flow: RequestFlow | None = None
     seated_at: float | None = None
     """When the source stage seated it (from its first output), for its audio events."""
+    text_done_at: float | None = None
+    """Live input: when the source stage saw its end of text taken, and the frames by then."""
+    text_done_frames: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,8 @@ class Router:
         if stage == t.source:
             live.frames += len(frames)
             live.seated_at = live.seated_at or out.seated_at
+            if out.text_done_at is not None:
+                live.text_done_at, live.text_done_frames = out.text_done_at, live.frames
             live.source_reason = out.finish_reason or live.source_reason
         if live.flow is not None:
             self._send_flow(live.flow.on_used(stage, out.consumed_frames))
@@ -199,4 +204,13 @@ class Router:
             if live.flow is not None:
                 live.flow.release()
             reason = live.source_reason or out.finish_reason
-            live.sink(AudioEvent(rid, frames=live.frames, finished=True, finish_reason=reason))
+            live.sink(
+                AudioEvent(
+                    rid,
+                    frames=live.frames,
+                    finished=True,
+                    finish_reason=reason,
+                    text_done_at=live.text_done_at,
+                    text_done_frames=live.text_done_frames,
+                )
+            )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from omniflow.core.output import StageOutput
 from omniflow.core.request import Request, RequestState
 from omniflow.core.step import RequestStepOutput
@@ -31,8 +33,23 @@ def take_tokens(
         finished=state is not None,
         finish_reason=state.reason if state is not None else None,
         seated_at=req.seated_at if first and tokens else None,
+        text_done_at=text_taken(req),
     )
     return output, state
+
+
+def text_taken(req: Request) -> float | None:
+    """The time a live request's end of text is first seen taken (stamped on the request),
+    on the output that brings it; None on every other output. Decode step s samples output
+    token s + 1, so the step that takes the end of the text has come back once there are
+    `end_step() + 2` output tokens."""
+    if req.live is None or req.text_done_at is not None:
+        return None
+    end = req.live.end_step()
+    if end is None or len(req.output_tokens) < end + 2:
+        return None
+    req.text_done_at = time.perf_counter()
+    return req.text_done_at
 
 
 def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | None:

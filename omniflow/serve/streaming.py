@@ -322,6 +322,8 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
         error=last.error,
         made_at=ev.made_at,
         seated_at=ev.seated_at,
+        text_done_at=last.text_done_at,
+        text_done_frames=last.text_done_frames,
     )
 
 

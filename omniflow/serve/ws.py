@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.websockets import WebSocketDisconnect
 
 from omniflow.core.pipeline import PipelineStats
@@ -44,6 +44,9 @@ from omniflow.serve.ws_events import (
 from omniflow.serve.ws_session import Session
 
 log = logging.getLogger("omniflow.serve")
+
+TAIL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+TAIL_FRAME_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256)
 
 
 class WsMetrics:
@@ -71,6 +74,21 @@ class WsMetrics:
             "omniflow_ws_sentences",
             "Sentences spoken on WebSocket sessions by outcome",
             ["outcome"],
+            registry=registry,
+        )
+        # Incremental utterances: the speech after the end of the text was taken (issue 37's
+        # "last audio after the final text token"), in time and in frames.
+        self.text_tail = Histogram(
+            "omniflow_ws_text_tail_seconds",
+            "Incremental utterances: the step that took the end of the text coming back to"
+            " the scheduler (a window's at its end) to the utterance's last audio sent",
+            buckets=TAIL_BUCKETS,
+            registry=registry,
+        )
+        self.text_tail_frames = Histogram(
+            "omniflow_ws_text_tail_frames",
+            "Incremental utterances: frames made after the step that took the end of the text",
+            buckets=TAIL_FRAME_BUCKETS,
             registry=registry,
         )
         self.refused_messages = Counter(

@@ -169,6 +169,9 @@ class Speaker:
             metrics.request_ended()
             self.metrics.sentences.labels(outcome).inc()
         last = ending[-1]
+        if last.text_done_at is not None and not last.error:
+            self.metrics.text_tail.observe(time.perf_counter() - last.text_done_at)
+            self.metrics.text_tail_frames.observe(last.frames - last.text_done_frames)
         if last.error:
             return f"generation failed: {last.error}"
         if last.finish_reason == "abort":

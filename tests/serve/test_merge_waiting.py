@@ -117,3 +117,12 @@ def test_a_response_sends_waiting_events_as_one_chunk():
     want = np.round(np.arange(24, dtype=np.float32) / 100 * 32767).astype(np.int16)
     assert np.array_equal(got, want)
     assert pipe.consumed_calls == [4, 20]
+
+
+def test_a_merged_ending_keeps_when_a_live_texts_end_was_taken():
+    """The WebSocket's text tail (`omniflow_ws_text_tail_*`) reads the ending's
+    `text_done_at` and `text_done_frames`: merging must not drop them."""
+    first = AudioEvent("r", pcm=pcm(0), frames=1)
+    end = AudioEvent("r", frames=9, finished=True, text_done_at=12.5, text_done_frames=4)
+    merged = merge_waiting(first, queue_of(AudioEvent("r", pcm=pcm(4), frames=2), end))
+    assert merged.finished and merged.text_done_at == 12.5 and merged.text_done_frames == 4

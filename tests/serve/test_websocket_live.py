@@ -96,3 +96,43 @@ def test_one_word_and_done_is_spoken_whole(live):
         end = event(ws)
         assert end["type"] == "audio.done" and end["error"] is False
         assert event(ws)["type"] == "session.done"
+
+
+def tail_series(live: LiveServer) -> tuple[float, float, float]:
+    """(count, seconds sum, frames sum) of the incremental utterances' text tail."""
+    values = {}
+    for line in httpx.get(live.url + "/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.partition(" ")
+            values[name] = float(value)
+    return (
+        values["omniflow_ws_text_tail_seconds_count"],
+        values["omniflow_ws_text_tail_seconds_sum"],
+        values["omniflow_ws_text_tail_frames_sum"],
+    )
+
+
+def test_the_speech_after_the_text_ended_is_timed_for_incremental_utterances_only(live):
+    """/metrics' omniflow_ws_text_tail_*: an utterance that grew word by word adds one
+    observation (its frames after the end of its text: fewer than all 48, more than 0); one
+    whose text all came before it started is a whole request and adds none."""
+    before = tail_series(live)
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, stream_audio=True, response_format="pcm", **SETTINGS)
+        text(ws, WORDS[0] + WORDS[1])
+        assert event(ws)["type"] == "audio.start"
+        for word in WORDS[2:]:
+            text(ws, word)
+        done(ws)
+        while isinstance(message := recv(ws), bytes):
+            pass
+        assert json.loads(message)["type"] == "audio.done"
+        assert event(ws)["type"] == "session.done"
+        grown = tail_series(live)
+        assert grown[0] == before[0] + 1 and grown[1] > before[1]
+        assert 0 < grown[2] - before[2] < SETTINGS["max_new_tokens"]
+        text(ws, "Yes.")
+        done(ws)
+        while not (isinstance(m := recv(ws), str) and json.loads(m)["type"] == "session.done"):
+            pass
+        assert tail_series(live) == grown

@@ -283,3 +283,32 @@ def test_dummy_weights_cap_a_live_request_at_its_whole_texts_length():
         outputs.extend(engine.run_until_idle())
         frames[live] = collect(outputs)["a"]
     assert frames[True] == frames[False]
+
+
+@pytest.mark.parametrize("engine_kw", [{}, {"window_k": 4, "async_scheduling": True}])
+def test_the_output_that_shows_the_end_of_the_text_taken_says_when(engine_kw):
+    """Issue 37's tail is timed from here: exactly one output carries `text_done_at`, the one
+    whose tokens include the one sampled by the step that took `tts_eos` (decode step
+    end_step() samples output token end_step() + 1), and never before input.done."""
+    engine, proc = talker_engine(**engine_kw)
+    first = speech(
+        "a", PIECES[0] + PIECES[1], seed=5, max_new_tokens=40, ignore_eos=True, incremental=True
+    )
+    req = proc.make_request(first)
+    engine.add_request(req)
+    outputs = []
+    for piece in PIECES[2:-1]:
+        outputs.extend(engine.step())
+        outputs.extend(engine.apply(ExtendInput("a", piece, done=False)))
+    for _ in range(30):  # starved before input.done: nothing says the text ended
+        outputs.extend(engine.step())
+    assert all(o.text_done_at is None for o in outputs)
+    outputs.extend(engine.apply(ExtendInput("a", PIECES[-1], done=True)))
+    outputs.extend(engine.run_until_idle())
+    end = req.live.end_step()
+    stamped = [i for i, o in enumerate(outputs) if o.text_done_at is not None]
+    assert len(stamped) == 1 and outputs[stamped[0]].text_done_at == req.text_done_at
+    made = 0
+    for o in outputs[: stamped[0]]:
+        made += len(o.tokens)
+    assert made < end + 2 <= made + len(outputs[stamped[0]].tokens)

@@ -45,6 +45,10 @@ class LiveText:
         # dummy weights: never past the length its text so far allows (the cap grows with it)
         return len(self.ids) if self.cap is None else min(len(self.ids), self.cap(self.text))
 
+    def end_step(self) -> int | None:
+        """`tts_eos` goes in at decode step len(ids) - 1 (`trailing_at`)."""
+        return len(self.ids) - 1 if self.done else None
+
     def length_cap(self) -> int | None:
         return None if self.cap is None or not self.done else self.cap(self.text)
 
