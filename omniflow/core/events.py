@@ -30,11 +30,12 @@ class AudioEvent:
     """When the source stage first seated the request (`time.perf_counter`; None where it
     does not say): splits the pipeline's part into queueing and the steps that made it."""
     text_done_at: float | None = None
-    """On a live request's final event: when its source stage saw the end of its text taken
-    (`Request.text_done_at`; None where it did not, or the request was not live)."""
+    """On a live request's final event: when the router got the source stage's output that
+    showed the end of its text taken (`time.perf_counter` in this process; None where none
+    did, or the request was not live)."""
     text_done_frames: int = 0
-    """On that final event: the frames made by then (`frames` minus it: the speech made
-    after the text's end)."""
+    """On that final event: the frames made up to the step that took it (`frames` minus it:
+    the speech made after the text's end)."""
 
 
 Sink = Callable[[AudioEvent], None]

@@ -31,3 +31,6 @@ class StageOutput:
     text_done_at: float | None = None
     """On the output whose tokens show a live request's end of text taken: when the
     scheduler saw it (`Request.text_done_at`)."""
+    text_done_after: int = 0
+    """On that output: how many of its tokens came after the one sampled by the step that
+    took the end of the text (a window's later steps)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -77,7 +78,8 @@ class _Live:
     seated_at: float | None = None
     """When the source stage seated it (from its first output), for its audio events."""
     text_done_at: float | None = None
-    """Live input: when the source stage saw its end of text taken, and the frames by then."""
+    """Live input: when the router got the source stage's output showing its end of text
+    taken, and the frames made up to the step that took it."""
     text_done_frames: int = 0
 
 
@@ -185,7 +187,11 @@ class Router:
             live.frames += len(frames)
             live.seated_at = live.seated_at or out.seated_at
             if out.text_done_at is not None:
-                live.text_done_at, live.text_done_frames = out.text_done_at, live.frames
+                # Stamped again here: a stage under Ray may run on another host, whose
+                # perf_counter is not the server's (the time adds the hand-off to the router).
+                later = out.frames[len(out.frames) - out.text_done_after :]
+                live.text_done_at = time.perf_counter()
+                live.text_done_frames = live.frames - sum(f is not None for f in later)
             live.source_reason = out.finish_reason or live.source_reason
         if live.flow is not None:
             self._send_flow(live.flow.on_used(stage, out.consumed_frames))

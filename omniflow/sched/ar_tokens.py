@@ -26,6 +26,7 @@ def take_tokens(
         state = stop_state(req, tok, max_model_len)
         if state is not None:
             break
+    taken = text_taken(req)
     output = StageOutput(
         req.request_id,
         tokens=tuple(tokens),
@@ -33,23 +34,25 @@ def take_tokens(
         finished=state is not None,
         finish_reason=state.reason if state is not None else None,
         seated_at=req.seated_at if first and tokens else None,
-        text_done_at=text_taken(req),
+        text_done_at=taken[0] if taken else None,
+        text_done_after=taken[1] if taken else 0,
     )
     return output, state
 
 
-def text_taken(req: Request) -> float | None:
-    """The time a live request's end of text is first seen taken (stamped on the request),
-    on the output that brings it; None on every other output. Decode step s samples output
-    token s + 1, so the step that takes the end of the text has come back once there are
-    `end_step() + 2` output tokens."""
+def text_taken(req: Request) -> tuple[float, int] | None:
+    """When a live request's end of text is first seen taken (stamped on the request), and
+    how many of its tokens came after the one the taking step sampled (a window's later
+    steps), on the output that brings it; None on every other output. Decode step s samples
+    output token s + 1, so the step that takes the end of the text has come back once there
+    are `end_step() + 2` output tokens."""
     if req.live is None or req.text_done_at is not None:
         return None
     end = req.live.end_step()
     if end is None or len(req.output_tokens) < end + 2:
         return None
     req.text_done_at = time.perf_counter()
-    return req.text_done_at
+    return req.text_done_at, len(req.output_tokens) - (end + 2)
 
 
 def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | None:

@@ -80,8 +80,9 @@ class WsMetrics:
         # "last audio after the final text token"), in time and in frames.
         self.text_tail = Histogram(
             "omniflow_ws_text_tail_seconds",
-            "Incremental utterances: the step that took the end of the text coming back to"
-            " the scheduler (a window's at its end) to the utterance's last audio sent",
+            "Incremental utterances: the output of the step that took the end of the text"
+            " (a window's, at its end) reaching the server's router, to the utterance's last"
+            " audio sent",
             buckets=TAIL_BUCKETS,
             registry=registry,
         )

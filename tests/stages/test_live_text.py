@@ -311,4 +311,6 @@ def test_the_output_that_shows_the_end_of_the_text_taken_says_when(engine_kw):
     made = 0
     for o in outputs[: stamped[0]]:
         made += len(o.tokens)
-    assert made < end + 2 <= made + len(outputs[stamped[0]].tokens)
+    out = outputs[stamped[0]]
+    assert made < end + 2 <= made + len(out.tokens)
+    assert out.text_done_after == made + len(out.tokens) - (end + 2)  # a window's later steps
