@@ -85,7 +85,10 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
         assert error is not None and "not finite" in error
         assert "model.codec_dtype=float32" in error
         assert sinks["s"].wait().terminal.error is None and len(sinks["s"].pcm) == 8 * 1920
-        assert any(1 in slots for slots in beside)  # s was decoded in a call that overflowed
+        if pipeline == "qwen3_tts_fused":  # one talker step decodes both rows, always
+            assert any(1 in slots for slots in beside)  # s was in a call that overflowed
+        # (two-stage, code2wav batches the chunks that have arrived: under load it may take
+        # r's before s's, so the call that overflows need not hold s)
         monkeypatch.setattr(streaming, "decode", real)
         sink = Collector()
         orch.submit(speech("t", max_new_tokens=6, ignore_eos=True), sink)
