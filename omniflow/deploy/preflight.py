@@ -20,9 +20,27 @@ def check_deploy(spec: OmniflowSpec, graph: StageGraph) -> DeployConfig:
     """The resolved deploy settings, or a `ConfigError` (printed as one line, exit 2)."""
     require_ray()
     deploy = resolve_deploy(spec.deploy, graph)
+    check_ingress(deploy)
     if deploy.address is None:
         check_local_fit(deploy)
     return deploy
+
+
+HA_PROXY = "RAY_SERVE_ENABLE_HA_PROXY"
+"""Ray Serve's HAProxy ingress, set in the environment before launch (docs/deploy.md)."""
+
+
+def check_ingress(deploy: DeployConfig) -> None:
+    """With HAProxy as Ray Serve's ingress, Ray refuses a custom request router on the
+    ingress deployment, and says so only as a traceback once the deployment starts: refuse
+    `least_loaded` beside it here, naming the key."""
+    if os.environ.get(HA_PROXY) == "1" and deploy.router != "default":
+        raise ConfigError(
+            "deploy.router",
+            f"{HA_PROXY}=1 is set and Ray Serve takes no custom request router beside its "
+            f"HAProxy ingress (HAProxy balances by fewest connections): set "
+            f"deploy.router=default, or unset {HA_PROXY} to keep {deploy.router}",
+        )
 
 
 def require_ray() -> None:

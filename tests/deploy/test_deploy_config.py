@@ -14,6 +14,7 @@ import yaml
 from omniflow import cli
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
+from omniflow.deploy.preflight import check_ingress
 from omniflow.deploy.settings import resolve_deploy
 from omniflow.errors import ConfigError
 
@@ -102,6 +103,22 @@ def test_serve_refuses_more_replicas_than_a_local_cluster_has(capsys, monkeypatc
     err = capsys.readouterr().err
     assert code == 2
     assert "deploy.replicas: 3 replicas x CPU: 1 = 3 CPUs, and this machine has 2" in err
+
+
+def test_serve_refuses_the_custom_router_beside_ray_serves_haproxy(capsys, monkeypatch):
+    """Ray refuses a custom router with its HAProxy ingress only once the deployment starts,
+    as a traceback (docs/deploy.md): one line naming deploy.router instead, before any
+    build; with deploy.router=default the check lets it through."""
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "1")
+    monkeypatch.setattr("omniflow.deploy.preflight.require_ray", lambda: None)  # CI: no Ray
+    monkeypatch.setattr("omniflow.preflight.check_memory", _must_not_run)
+    code = cli.main(["serve", "platform=cpu", "deploy=ray", "server.port=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "deploy.router: RAY_SERVE_ENABLE_HA_PROXY=1 is set" in err
+    assert "deploy.router=default" in err
+    spec = compose(["platform=cpu", "deploy=ray", "deploy.router=default"])
+    check_ingress(resolve_deploy(spec.deploy, build_graph(spec)))  # no error
 
 
 def _must_not_run(*_):
