@@ -66,6 +66,17 @@ def step(ids: list[str], frames: list[torch.Tensor | None]) -> SampledStep:
     return SampledStep(tuple(ids), sample)
 
 
+def device_only_steps(ids: list[str], c: torch.Tensor) -> list[SampledStep]:
+    """A step per frame of `c` [rows, n, 16] whose host tuples are deliberately wrong
+    (zeros): only PCM decoded from the device codes (`next_frames`) can match a reference."""
+    steps = []
+    for s in range(c.shape[1]):
+        good = step(ids, [c[i, s] for i in range(len(ids))])
+        wrong = tuple(tuple(0 for _ in range(16)) for _ in ids)
+        steps.append(SampledStep(good.request_ids, dataclasses.replace(good.sample, outputs=wrong)))
+    return steps
+
+
 def test_stream_slots_decode_a_window_per_request_in_one_pass():
     """Three steps of a window: x, y and z each sample three frames, w stops (EOS) at the
     third step. x, y, z go through the 3-frame graph in one run; w's two frames through the
@@ -125,13 +136,7 @@ def test_a_whole_window_reads_its_codes_on_the_device():
     slots = StreamSlots(a, {1: per_frame, 3: windowed})
     ids = ["x", "y", "z"]
     c = window(3, 3, 80)
-    steps = []
-    for s in range(3):
-        good = step(ids, [c[i, s] for i in range(3)])
-        wrong = tuple(tuple(0 for _ in range(16)) for _ in ids)
-        sample = dataclasses.replace(good.sample, outputs=wrong)
-        steps.append(SampledStep(good.request_ids, sample))
-    pcm = slots.decode(steps)
+    pcm = slots.decode(device_only_steps(ids, c))
     assert slots.device_windows == 1 and windowed.rows == [3] and per_frame.rows == []
     ref_slots = [ref.allocate() for _ in ids]
     want = ref.decode(ref_slots, [c[i] for i in range(3)])

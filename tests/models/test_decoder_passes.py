@@ -5,16 +5,13 @@ n < 8 frames; they go through log2(n) + 1 passes, not n per-frame ones, read on 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
-from omniflow.models.interface import SampledStep
 from omniflow.models.qwen3_tts.codec_graph import pass_sizes, split_frames
 from omniflow.models.qwen3_tts.stream_slots import StreamSlots
 from tests.models.test_codec_graph import pair
-from tests.models.test_codec_window_graph import Counted, step, window
+from tests.models.test_codec_window_graph import Counted, device_only_steps, step, window
 
 
 @pytest.mark.parametrize(
@@ -63,12 +60,7 @@ def test_a_cut_window_reads_its_codes_on_the_device_in_log_passes():
     slots = StreamSlots(a, graphs)
     ids = ["x", "y", "z"]
     c = window(3, 7, 90)
-    steps = []
-    for s in range(7):
-        good = step(ids, [c[i, s] for i in range(3)])
-        wrong = tuple(tuple(0 for _ in range(16)) for _ in ids)
-        steps.append(SampledStep(good.request_ids, dataclasses.replace(good.sample, outputs=wrong)))
-    pcm = slots.decode(steps)
+    pcm = slots.decode(device_only_steps(ids, c))
     assert {n: g.rows for n, g in graphs.items()} == {8: [], 4: [3], 2: [3], 1: [3]}
     assert slots.device_windows == 1
     for i, want in enumerate(reference(ref, c, 7, 3)):

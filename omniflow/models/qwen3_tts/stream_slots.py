@@ -25,7 +25,7 @@ workspace is per stream).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -172,13 +172,23 @@ class StreamSlots:
                 codes = codes.index_select(0, upload_ints(keep, codes.device))
             return request_ids, to_host(self.passes[1].run(ids, codes).float())
         self.device_windows += 1
-        pcm, start = [], 0
-        for size in split_frames(len(steps), tuple(self.passes)):
+
+        def codes(start: int, size: int) -> torch.Tensor:
             part = [step.sample.next_frames for step in steps[start : start + size]]
-            codes = part[0] if size == 1 else torch.stack(part, dim=1)
-            pcm.append(self.passes[size].run(ids, codes))
+            return part[0] if size == 1 else torch.stack(part, dim=1)
+
+        return request_ids, to_host(self._split_passes(ids, len(steps), codes).float())
+
+    def _split_passes(
+        self, ids: torch.Tensor, n: int, codes: Callable[[int, int], torch.Tensor]
+    ) -> torch.Tensor:
+        """n frames per row as `split_frames(n)` consecutive passes; `codes(start, size)`
+        gives a pass's codes ([B, 16] for one frame, else [B, size, 16]). PCM [B, n * 1920]."""
+        pcm, start = [], 0
+        for size in split_frames(n, tuple(self.passes)):
+            pcm.append(self.passes[size].run(ids, codes(start, size)))
             start += size
-        return request_ids, to_host(torch.cat(pcm, dim=1).float())
+        return torch.cat(pcm, dim=1)
 
     def _handed_over(self, steps: Sequence[SampledStep]) -> None:
         """Make the steps' device codes readable on the side stream (nothing without one):
@@ -213,12 +223,12 @@ class StreamSlots:
             pcm = dec.decode([self._slots[rid] for rid in rids], list(codes))
             return rids, to_host(torch.stack(pcm).float())
         ids = upload_ints([self._slots[rid] for rid in rids], dec.device)
-        parts, start = [], 0
-        for size in split_frames(n, tuple(self.passes)):
-            part = codes[:, start] if size == 1 else codes[:, start : start + size]
-            parts.append(self.passes[size].run(ids, to_device(part, dec.device)))
-            start += size
-        return rids, to_host(torch.cat(parts, dim=1).float())  # one copy for all rows
+
+        def part(start: int, size: int) -> torch.Tensor:
+            host = codes[:, start] if size == 1 else codes[:, start : start + size]
+            return to_device(host, dec.device)
+
+        return rids, to_host(self._split_passes(ids, n, part).float())  # one copy for all rows
 
     def _take_slots(self, request_ids: list[str]) -> None:
         """A slot for each request at its first frame, primed with its reference frames
