@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from omniflow.bench.mode import check_mode
+from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.sweep import sweep_jobs
 from omniflow.bench.target_check import check_target
 from omniflow.config.compose import CONF_DIR, compose, to_data, validate
@@ -41,6 +42,7 @@ def run_hydra_bench(
             spec = compose(job, config_dir)
             graph = build_graph(spec)
             check_mode(spec.bench)
+            check_bench_prompts(spec.bench)
             check_target(spec, graph)  # deploy=ray: what it cannot do, refused now
             check_memory(graph)  # each job's (a sweep may vary num_kv_blocks or the model)
         check_device(graph)

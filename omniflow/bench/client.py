@@ -34,8 +34,9 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from omniflow.bench.prompt_file import DEFAULT_PROMPTS, PromptFileError, read_prompt_rows
+
 FRAME_RATE = 12.5
-DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"
 SAMPLE_RATE = 24000
 BYTES_PER_SECOND = 2 * SAMPLE_RATE  # PCM16 mono
 BYTES_PER_FRAME = 2 * round(SAMPLE_RATE / FRAME_RATE)  # 1,920 samples per frame
@@ -90,13 +91,10 @@ class BadResponse(Exception):
 def load_prompts(path: str | Path, limit: int, max_frames: int = 0) -> list[Prompt]:
     """The first `limit` prompts of a JSONL file, each capped at `max_frames` (0: no cap)."""
     out = []
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            frames = max(1, round(row["seconds"] * FRAME_RATE))
-            out.append(Prompt(row["text"], min(frames, max_frames) if max_frames else frames))
-            if len(out) == limit:
-                break
+    for row in read_prompt_rows(path, need_seconds=True, limit=limit):
+        assert row.seconds is not None  # need_seconds
+        frames = max(1, round(row.seconds * FRAME_RATE))
+        out.append(Prompt(row.text, min(frames, max_frames) if max_frames else frames))
     return out
 
 
@@ -282,18 +280,25 @@ def main() -> None:
     args = ap.parse_args()
     if args.concurrency < 1:
         ap.error(f"--concurrency must be at least 1, got {args.concurrency}")
-    prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
-    outcome = asyncio.run(
-        run(
-            args.url,
-            prompts,
-            args.concurrency,
-            args.warmup,
-            args.model,
-            args.voice,
-            measure=not args.warmup_only,
+    try:
+        prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
+    except PromptFileError as exc:
+        ap.error(f"--prompts: {exc}")
+    try:
+        outcome = asyncio.run(
+            run(
+                args.url,
+                prompts,
+                args.concurrency,
+                args.warmup,
+                args.model,
+                args.voice,
+                measure=not args.warmup_only,
+            )
         )
-    )
+    except (httpx.HTTPError, BadResponse) as exc:  # only a warm-up raises: measured ones count
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, httpx.HTTPError) else exc
+        sys.exit(f"omniflow.bench.client: a warm-up request to {args.url} failed ({detail})")
     if args.warmup_only:
         if args.out:
             write_outcome(args.out, outcome, {"warmups": args.warmup})

@@ -31,13 +31,13 @@ from omniflow.bench.client import (
     summarize,
 )
 from omniflow.bench.mode import check_mode
+from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.errors import ConfigError
 from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
@@ -58,20 +58,15 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     """Run the job; write out_dir/result.json when out_dir is given; return the result.
     With `bench.rps` the job is open loop (bench/open_loop.py)."""
     check_mode(spec.bench)  # a key the job's loop would not read is refused, named
+    check_bench_prompts(spec.bench)  # before the build: one line, not after a minute's capture
     if spec.bench.rps is not None:
         from omniflow.bench.open_loop import run_open_loop_job  # it imports this module
 
         return run_open_loop_job(spec, overrides, out_dir)
-    graph = build_graph(spec)
     b = spec.bench
     prompts_file = b.prompts or DEFAULT_PROMPTS
     prompts = load_prompts(prompts_file, b.round_prompts, b.max_frames)
-    if len(prompts) < b.round_prompts:  # never a silently smaller round
-        key = "bench.prompts_per_lane" if b.round_prompts > b.num_prompts else "bench.num_prompts"
-        raise ConfigError(
-            key,
-            f"a round needs {b.round_prompts} prompts and {prompts_file} holds {len(prompts)}",
-        )
+    graph = build_graph(spec)
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []

@@ -43,15 +43,12 @@ from omniflow.bench.client import DEFAULT_PROMPTS, lane_client
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_run import REJECTED, Outcome, Request, Target, Trace, drive, whole_pcm
 from omniflow.bench.open_stats import summarize, write_requests
+from omniflow.bench.prompt_file import PromptFileError, read_prompt_rows
 
 
 def load_texts(path: str | Path) -> list[str]:
     """The `text` of every row of a JSONL prompt file, in order."""
-    with open(path) as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()]
-    if not texts:
-        raise ValueError(f"{path} holds no prompts")
-    return texts
+    return [row.text for row in read_prompt_rows(path, need_seconds=False)]
 
 
 def body(text: str, index: int, model: str, voice: str, max_frames: int) -> dict[str, Any]:
@@ -143,9 +140,13 @@ def plan_of(ap: argparse.ArgumentParser, args: argparse.Namespace, **transport: 
     )  # fmt: skip
 
 
-def target_of(args: argparse.Namespace) -> Target:
-    """The target the parsed options name (its prompts read from `--prompts`)."""
-    texts = load_texts(args.prompts)
+def target_of(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Target:
+    """The target the parsed options name (its prompts read from `--prompts`; a bad file
+    ends the run in one line)."""
+    try:
+        texts = load_texts(args.prompts)
+    except PromptFileError as exc:
+        ap.error(f"--prompts: {exc}")
     return Target(args.url, texts, args.model, args.voice, args.max_frames)
 
 
@@ -178,7 +179,7 @@ def main() -> None:
     ap = parser(__doc__)
     args = ap.parse_args()
     plan = plan_of(ap, args)
-    report(args, plan, asyncio.run(run(target_of(args), plan)))
+    report(args, plan, asyncio.run(run(target_of(ap, args), plan)))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from omniflow.bench.client import DEFAULT_PROMPTS
 from omniflow.bench.job import VOICE, ar_stage, device_name, graph_config, load_in_child
 from omniflow.bench.mode import Plan, open_plan
-from omniflow.bench.open_client import load_texts
 from omniflow.bench.open_run import Request
 from omniflow.bench.open_stats import read_requests, summarize
 from omniflow.bench.server_view import accrued, server_fields
@@ -45,7 +44,6 @@ from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
 from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
-from omniflow.errors import ConfigError
 from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
@@ -56,14 +54,10 @@ def run_open_loop_job(
 ) -> dict[str, Any]:
     """Run the job; write out_dir/result.json when out_dir is given. Returns the result, whose
     `summary` is its `open_loop` object (what `omniflow bench` prints)."""
-    graph = build_graph(spec)
     b = spec.bench
     plan = open_plan(b)
-    prompts_file = b.prompts or DEFAULT_PROMPTS
-    try:
-        load_texts(prompts_file)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError("bench.prompts", f"{prompts_file}: {exc}") from None
+    prompts_file = b.prompts or DEFAULT_PROMPTS  # checked by run_job
+    graph = build_graph(spec)
     ar = ar_stage(graph)
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None

@@ -167,7 +167,7 @@ def main() -> None:
     if args.word_interval_ms < 0:
         ap.error("--word-interval-ms must be at least 0")
     plan = plan_of(ap, args, transport="websocket", word_interval_ms=args.word_interval_ms)
-    report(args, plan, asyncio.run(run(target_of(args), plan)))
+    report(args, plan, asyncio.run(run(target_of(ap, args), plan)))
 
 
 if __name__ == "__main__":
