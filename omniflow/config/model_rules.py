@@ -54,6 +54,8 @@ def resolve_model(
         )
     if model.voice_design:
         _check_voice_design(model, errors)
+    else:
+        _check_clone_encoders(model, errors)
     dtype = platform.dtype if platform else model.dtype
     return model.model_copy(update={"load": load, "tokenizer": tokenizer, "dtype": dtype})
 
@@ -77,6 +79,37 @@ def _check_voice_design(model: ModelConfig, errors: list[ConfigError]) -> None:
                 "model.speaker_encoder and model.codec_encoder (or model.voice_design)",
             )
         )
+
+
+def _check_clone_encoders(model: ModelConfig, errors: list[ConfigError]) -> None:
+    """A Base (voice-clone) model states both encoders, sized to its talker and codec; a
+    CustomVoice model neither (checked here, not when the encoders are built)."""
+    enc, spk = model.codec_encoder, model.speaker_encoder
+    if (enc is None) != (spk is None):
+        given, missing = (
+            ("model.codec_encoder", "model.speaker_encoder")
+            if spk is None
+            else ("model.speaker_encoder", "model.codec_encoder")
+        )
+        errors.append(
+            ConfigError(
+                given,
+                f"a voice-clone (Base) model needs {missing} as well, and a CustomVoice model "
+                "neither: choose a Base preset (e.g. model=qwen3_tts_tiny_base) rather than "
+                "adding an encoder to this one",
+            )
+        )
+        return
+    if enc is None or spk is None:
+        return
+    groups = model.code_predictor.num_code_groups
+    for key, value, want in (
+        ("model.speaker_encoder.enc_dim", spk.enc_dim, model.talker.hidden_size),
+        ("model.codec_encoder.codebook_size", enc.codebook_size, model.codec.codebook_size),
+        ("model.codec_encoder.valid_quantizers", enc.valid_quantizers, groups),
+    ):
+        if value != want:
+            errors.append(ConfigError(key, f"is {value} but the talker needs {want}"))
 
 
 def _check_large_dummy(

@@ -151,7 +151,6 @@ BENCH_READ: dict[str, tuple[str, str]] = {
     f"bench.{k}": ("bench/job.py", k)
     for k in [
         "prompts",
-        "num_prompts",
         "concurrency",
         "warmup",
         "rounds",
@@ -159,6 +158,7 @@ BENCH_READ: dict[str, tuple[str, str]] = {
         "phase_timing",
     ]
 } | {
+    "bench.num_prompts": ("bench/prompt_file.py", "num_prompts"),  # the round's check
     "bench.reuse_pipeline": ("bench/target.py", "reuse_pipeline"),  # in-process and Ray
     "bench.prompts_per_lane": ("config/schema.py", "prompts_per_lane"),  # round_prompts
     "bench.out_dir": ("bench/app.py", "out_dir"),

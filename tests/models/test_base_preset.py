@@ -3,12 +3,15 @@ talker and the checkpoint, and a voice-clone request through a running pipeline.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.speech import SpeechRequest
+from omniflow.errors import ConfigError
 from omniflow.models.qwen3_tts.codec_encoder import CodecEncoderShape
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.reference import EncodedReference, build_reference_encoders
@@ -51,17 +54,22 @@ def test_the_checkpoint_encoders_load_under_the_base_preset(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("overrides", "message"),
     [
-        ("model.speaker_encoder.enc_dim=32", "model.speaker_encoder.enc_dim is 32"),
-        ("model.codec_encoder.codebook_size=1024", "model.codec_encoder.codebook_size"),
-        ("model.codec_encoder.valid_quantizers=8", "model.codec_encoder.valid_quantizers"),
-        ("model.codec_encoder=null", "model.codec_encoder is unset"),
+        (["model.speaker_encoder.enc_dim=32"], "model.speaker_encoder.enc_dim: is 32 but"),
+        (["model.codec_encoder.codebook_size=1024"], "model.codec_encoder.codebook_size: is"),
+        (["model.codec_encoder.valid_quantizers=8"], "model.codec_encoder.valid_quantizers"),
+        (["model.codec_encoder=null"], "model.speaker_encoder: a voice-clone (Base) model needs"),
+        (
+            ["model=qwen3_tts_tiny", "+model.codec_encoder.hidden_size=4"],
+            "model.codec_encoder: a voice-clone (Base) model needs model.speaker_encoder",
+        ),
     ],
 )
-def test_encoder_shapes_that_do_not_fit_the_talker_are_refused(override, message):
-    with pytest.raises(ValueError, match=message):
-        build_reference_encoders(base_model(override))
+def test_encoder_shapes_that_do_not_fit_the_talker_are_refused_by_the_config(overrides, message):
+    """At configuration time (`omniflow config` included), not when the encoders are built."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        base_model(*overrides)
 
 
 def test_dummy_encoders_follow_the_seed():

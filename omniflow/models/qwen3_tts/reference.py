@@ -70,22 +70,12 @@ class ReferenceEncoders:
 def build_reference_encoders(config: ModelConfig) -> ReferenceEncoders | None:
     """The encoders a Base preset states (`model.codec_encoder`, `model.speaker_encoder`),
     from the checkpoint (strict, config files cross-checked) or seeded dummy weights; None
-    for a CustomVoice preset (neither key). fp32 on the CPU: they run once per reference."""
+    for a CustomVoice preset (neither key; config/model_rules.py checks the pair and their
+    sizes against the talker). fp32 on the CPU: they run once per reference."""
     enc_cfg, spk_cfg = config.codec_encoder, config.speaker_encoder
-    if enc_cfg is None and spk_cfg is None:
+    if enc_cfg is None or spk_cfg is None:  # both or neither (config/model_rules.py)
         return None
-    if enc_cfg is None or spk_cfg is None:
-        missing = "model.codec_encoder" if enc_cfg is None else "model.speaker_encoder"
-        raise ValueError(f"{missing} is unset: a Base model needs both encoders")
     groups = config.code_predictor.num_code_groups
-    checks = (
-        ("model.speaker_encoder.enc_dim", spk_cfg.enc_dim, config.talker.hidden_size),
-        ("model.codec_encoder.codebook_size", enc_cfg.codebook_size, config.codec.codebook_size),
-        ("model.codec_encoder.valid_quantizers", enc_cfg.valid_quantizers, groups),
-    )
-    for key, value, want in checks:
-        if value != want:
-            raise ValueError(f"{key} is {value} but the talker needs {want}")
     path = Path(config.path) if config.load == "checkpoint" and config.path else None
     codec_encoder = load_codec_encoder(CodecEncoderShape(**enc_cfg.model_dump()), path, config.seed)
     speaker = load_speaker_encoder(SpeakerEncoderShape(**spk_cfg.model_dump()), path, config.seed)
