@@ -71,9 +71,15 @@ def check_port(server: ServerConfig) -> None:
             where = f"{server.host}:{server.port}"
             if exc.errno == errno.EADDRINUSE:
                 reason = f"{where} is already in use; stop what listens there or pick server.port=N"
-            else:
-                reason = f"cannot bind {where}: {exc.strerror or exc}"
-            raise ConfigError("server.port", reason) from None
+                raise ConfigError("server.port", reason) from None
+            if exc.errno == errno.EADDRNOTAVAIL:  # the address is not one of this machine's
+                raise ConfigError(
+                    "server.host",
+                    f"cannot bind {where}: {exc.strerror}; the host must be an address of this "
+                    "machine (127.0.0.1, 0.0.0.0 for every interface, or one of its own)",
+                ) from None
+            key = "server.port" if exc.errno == errno.EACCES else "server.host"
+            raise ConfigError(key, f"cannot bind {where}: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True)

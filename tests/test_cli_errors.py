@@ -50,6 +50,11 @@ def test_serve_on_a_port_in_use_fails_before_building_the_model():
     one_line_error(r, "server.port", f"127.0.0.1:{port} is already in use")
 
 
+def test_serve_on_an_address_not_of_this_machine_names_the_host():
+    r = omniflow("serve", "platform=cpu", "server.host=192.0.2.1")  # TEST-NET-1
+    one_line_error(r, "server.host", "cannot bind 192.0.2.1:8000", "an address of this machine")
+
+
 @pytest.mark.parametrize("command", ["config", "serve", "synth"])
 def test_a_missing_checkpoint_directory(command, tmp_path):
     r = omniflow(command, "platform=cpu", "model=qwen3_tts_1_7b", "model.path=/nonexistent")

@@ -63,14 +63,26 @@ PRINTED_AT_TOP = ("stages", "runtime")
 """Keys `omniflow config` prints at its top that are set under `pipeline.`."""
 
 
+FREE_MAPS = ("deploy.resources_per_replica.",)
+"""Maps whose keys are the user's own names (Ray resources): `omniflow config` prints their
+entries as keys (`deploy.resources_per_replica.CPU`), and an entry is set as printed though
+the YAML's null has none."""
+
+
 def plus_sets(overrides: Sequence[str]) -> list[str]:
     """`+a.b=v` as Hydra's `++a.b=v` (set it, added or not): the shipped YAML lists every key,
     so a key that once had to be added with `+` (`+platform.cuda_graphs=false`) still works
-    as written. A group choice (`+experiment=x`, no dot) keeps its `+`."""
-    return [
-        "+" + o if o.startswith("+") and not o.startswith("++") and "." in o.split("=")[0] else o
-        for o in overrides
-    ]
+    as written; so does an entry of a `FREE_MAPS` map, with or without `+`. A group choice
+    (`+experiment=x`, no dot) keeps its `+`."""
+    out = []
+    for o in overrides:
+        key = o.split("=")[0]
+        if o.startswith("+") and not o.startswith("++") and "." in key:
+            o = "+" + o
+        elif key.startswith(FREE_MAPS) and "=" in o:
+            o = "++" + o
+        out.append(o)
+    return out
 
 
 def refuse_printed_only(overrides: Sequence[str]) -> None:
@@ -83,8 +95,9 @@ def refuse_printed_only(overrides: Sequence[str]) -> None:
             continue
         parts = key.split(".")
         stage = key.startswith("pipeline.stages.") and len(parts) == 4
-        if key in DERIVED or (stage and parts[3] in STAGE_DERIVED):
-            why = DERIVED[key] if key in DERIVED else STAGE_DERIVED[parts[3]]
+        top = key.removeprefix("pipeline.")  # printed at the top, looked for under pipeline
+        if top in DERIVED or (stage and parts[3] in STAGE_DERIVED):
+            why = DERIVED[top] if top in DERIVED else STAGE_DERIVED[parts[3]]
             raise ConfigError(key, f"omniflow config prints it, but it is derived, not set: {why}")
         if parts[0] in PRINTED_AT_TOP:
             raise ConfigError(
@@ -163,8 +176,22 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
 
 def _error(err: ErrorDetails, data: dict[str, Any]) -> ConfigError:
     key = _key_path(err["loc"])
+    parts = key.split(".")
+    if err["type"] == "union_tag_not_found" and parts[:2] == ["pipeline", "stages"]:
+        return ConfigError(key, _no_such_stage(parts[2], data))
     hint = hint_for_field(key, data) if err["type"] == "extra_forbidden" else ""
     return ConfigError(key, err["msg"] + hint)
+
+
+def _no_such_stage(name: str, data: dict[str, Any]) -> str:
+    """A stage key added with `+` that names no stage of the pipeline (no `kind`)."""
+    pipeline = data.get("pipeline", {})
+    stages = [s for s in pipeline.get("stages", {}) if s != name]
+    return (
+        f"pipeline {pipeline.get('name')} has no stage {name!r} (its stages: "
+        f"{', '.join(stages)}); a new stage states its kind (ar or generation), arch and "
+        "upstream, or choose a pipeline that has it"
+    )
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

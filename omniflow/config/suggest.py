@@ -37,18 +37,51 @@ def hint_for_key(key: str, data: dict[str, Any]) -> str:
             continue
         guess = closest(part, listed | schema)
         if guess is None:
-            return ""
+            return _elsewhere(parts, data) if i == 0 else _not_at(parts[:i], part, listed, data)
         plus = "" if guess in listed else "+"
         return f"; did you mean {plus}{'.'.join([*parts[:i], guess, *parts[i + 1 :]])}?"
     return ""
+
+
+def _elsewhere(parts: list[str], data: dict[str, Any]) -> str:
+    """A key written without its section (`port=9000`, `window_k=4`): the paths of the
+    composed config that end with it."""
+    tail = tuple(parts)
+    found = sorted(".".join(p) for p in _paths(data) if p[-len(tail) :] == tail and p != tail)
+    if not found or len(found) > 3:
+        return ""
+    return f"; did you mean {' or '.join(found)}?"
+
+
+def _paths(node: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield (*prefix, str(key))
+            yield from _paths(value, (*prefix, str(key)))
+
+
+def _not_at(parent: list[str], part: str, listed: set[str], data: dict[str, Any]) -> str:
+    """No name near `part` under `parent`: what is there, when it is a short list (a stage
+    the pipeline lacks, a key a generation stage's scheduler does not have)."""
+    where = ".".join(parent)
+    if parent == ["pipeline", "stages"]:
+        name = data.get("pipeline", {}).get("name", "this pipeline")
+        return f"; pipeline {name} has no stage {part!r} (its stages: {', '.join(sorted(listed))})"
+    keys = sorted(listed | set(schema_fields(parent, data) or ()))
+    if not keys or len(keys) > 12:
+        return ""
+    return f"; {where} has no key {part!r} (its keys: {', '.join(keys)})"
 
 
 def hint_for_field(key: str, data: dict[str, Any]) -> str:
     """'; did you mean ...?' for a key the schema refuses (it is in `data`, so only the
     schema's names at its level are candidates)."""
     *parent, last = key.split(".")
-    guess = closest(last, schema_fields(parent, data) or ())
-    return f"; did you mean {'.'.join([*parent, guess])}?" if guess else ""
+    fields = schema_fields(parent, data) or ()
+    guess = closest(last, fields)
+    if guess:
+        return f"; did you mean {'.'.join([*parent, guess])}?"
+    return _not_at(parent, last, set(fields), data) if parent else _elsewhere([last], data)
 
 
 OPTION_ALIASES = {"platform": {"gpu": "cuda", "nvidia": "cuda", "cuda0": "cuda"}}

@@ -89,6 +89,7 @@ def test_every_printed_key_is_settable_to_its_printed_value(case):
     ("override", "names"),
     [
         ("final_stage=talker", "pipeline.stages"),
+        ("pipeline.final_stage=talker", "pipeline.stages"),
         ("platform.device=cpu", "platform.name"),
         ("pipeline.stages.talker.is_final=true", "pipeline.stages"),
         ("pipeline.stages.talker.output=audio", "stream_decode"),
@@ -117,3 +118,45 @@ def test_platform_gpu_suggests_cuda():
     with pytest.raises(ConfigError) as exc:
         compose(["platform=gpu"])
     assert "did you mean platform=cuda?" in str(exc.value)
+
+
+def test_a_resource_entry_is_set_as_printed():
+    """`omniflow config deploy=ray` prints `deploy.resources_per_replica.CPU`; the YAML's
+    null has no such entry, yet the key works as printed (Hydra alone wants `+`)."""
+    spec = compose(["platform=cpu", "deploy=ray", "deploy.resources_per_replica.CPU=2.0"])
+    assert spec.deploy.resources_per_replica == {"CPU": 2.0}
+    spec = compose(["platform=cpu", "deploy=ray", "+deploy.resources_per_replica.GPU=1"])
+    assert spec.deploy.resources_per_replica == {"GPU": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hint"),
+    [
+        (["port=9000"], "did you mean server.port?"),
+        (["+port=9000"], "did you mean server.port?"),
+        (["window_k=4"], "did you mean pipeline.stages.talker.window_k?"),
+        (
+            ["pipeline.stages.code2wav.window_k=4"],
+            "pipeline qwen3_tts_fused has no stage 'code2wav' (its stages: talker)",
+        ),
+        (
+            ["+pipeline.stages.code2wav.window_k=4"],
+            "pipeline qwen3_tts_fused has no stage 'code2wav' (its stages: talker)",
+        ),
+        (
+            ["pipeline=qwen3_tts", "pipeline.stages.code2wav.scheduler.block_size=4"],
+            "pipeline.stages.code2wav.scheduler has no key 'block_size' (its keys: "
+            "async_scheduling, max_num_batched_tokens, max_num_seqs)",
+        ),
+        (
+            ["pipeline=qwen3_tts", "+pipeline.stages.code2wav.scheduler.block_size=4"],
+            "pipeline.stages.code2wav.scheduler has no key 'block_size'",
+        ),
+    ],
+)
+def test_a_key_in_the_wrong_place_says_where_it_is(overrides, hint):
+    with pytest.raises(ConfigError) as exc:
+        compose(["platform=cpu", *overrides])
+    message = str(exc.value)
+    assert hint in message and "\n" not in message, message
+    assert "To append to your config" not in message and "discriminator" not in message
