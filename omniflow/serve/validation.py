@@ -225,12 +225,6 @@ def _check_length(body: SpeechBody, info: PipelineInfo) -> None:
 
 
 def _check_format(body: SpeechBody) -> None:
-    if body.response_format == "aac":
-        raise ApiError(
-            400,
-            "response_format 'aac' is not supported; use wav, pcm, flac, mp3 or opus",
-            "response_format",
-        )
     sse = body.stream_format == "sse"
     allowed = SSE_FORMATS if sse else STREAMABLE
     if body.streaming and body.response_format not in allowed:

@@ -212,6 +212,14 @@ def test_bad_input_gets_4xx_json_and_the_server_keeps_serving(live, change, stat
     assert ok.status_code == 200 and len(ok.content) == 2 * 1920 * 2
 
 
+@pytest.mark.parametrize("fmt", ["ogg", "aac"])
+def test_an_unknown_format_lists_only_formats_that_work(live, fmt):
+    body = {"model": MODEL, "voice": "vivian", "input": "ok", "response_format": fmt}
+    r = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=30)
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "'opus'" in message and "aac" not in message, message
+
+
 def test_malformed_and_missing_fields(live):
     r = httpx.post(live.url + "/v1/audio/speech", content=b"{not json", timeout=30)
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
