@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 import yaml
 
-from omniflow.cli_help import SWEEP_HELP, USAGE, command_help, commands_with_help
+from omniflow.cli_help import (
+    CONFIG_HELP,
+    SWEEP_HELP,
+    USAGE,
+    command_help,
+    commands_with_help,
+    common_help,
+)
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
@@ -240,10 +247,13 @@ def entry() -> None:
 
 
 def _command_help(args: Args) -> int:
-    """`COMMAND --help`: the keys the command reads (sweep: its one verb; config: the
-    general usage)."""
+    """`COMMAND --help`: the keys the command reads (sweep: its one verb; config: what it
+    prints and the group choices)."""
     if args.command == "sweep":
         sys.stdout.write(SWEEP_HELP)
+        return 0
+    if args.command == "config":
+        sys.stdout.write(CONFIG_HELP + common_help())
         return 0
     if args.command not in commands_with_help():
         return _usage(0)

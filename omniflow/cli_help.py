@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from omniflow.config.compose import CONF_DIR
 from omniflow.config.schema import BenchConfig, OmniflowSpec, ServerConfig, SynthConfig
 
 USAGE = """usage: omniflow COMMAND [--config-dir DIR] [key=value ...]
@@ -27,11 +28,34 @@ pipeline=qwen3_tts platform=cpu pipeline.stages.talker.window_k=4 experiment=hig
 then experiment=mine).
 """
 
-_COMMON = """
-Any other override configures what runs: pipeline=qwen3_tts|qwen3_tts_fused,
-model=qwen3_tts_tiny|qwen3_tts_tiny_base|qwen3_tts_0_6b|qwen3_tts_1_7b,
-model.path=DIR (a checkpoint),
-platform=cpu|cuda|auto, experiment=NAME, a.b.c=value (see `omniflow config`).
+CHOICE_GROUPS = ("pipeline", "model", "platform", "experiment", "deploy")
+"""The config groups a user chooses from (`receiver` follows the pipeline, `hydra` is
+Hydra's own)."""
+
+
+def common_help() -> str:
+    """The group choices, read from the shipped config directory so that every preset is
+    named (a list written by hand drifted)."""
+    choices = [
+        f"{group}={'|'.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
+        for group in CHOICE_GROUPS
+    ]
+    return (
+        "\nAny other override configures what runs (a group choice, or a.b.c=value as "
+        "`omniflow config` prints it):\n"
+        + "".join(f"  {c}\n" for c in choices)
+        + "  model.path=DIR (a checkpoint)\n"
+    )
+
+
+CONFIG_HELP = """usage: omniflow config [--config-dir DIR] [key=value ...]
+
+Print the composed, validated configuration as YAML: the stage graph with every per-stage
+value resolved (window_k, stream decode, audio chunk frames, reference context frames, ...),
+then the model, platform, server, bench and deploy sections. Every key it prints is set as
+printed, key.path=value, on any command (e.g. pipeline.stages.talker.window_k=4); a key it
+prints that is derived from others is refused, naming what to set instead. A mistyped key
+fails with its path and the nearest valid key.
 """
 
 _HEADS = {
@@ -80,7 +104,7 @@ def command_help(command: str, spec: OmniflowSpec | None) -> str:
         )
         lines.append(f"  {prefix}{name}={shown}")
         lines.append(f"      {field.description}")
-    return "\n".join(lines) + "\n" + _COMMON
+    return "\n".join(lines) + "\n" + common_help()
 
 
 def commands_with_help() -> tuple[str, ...]:

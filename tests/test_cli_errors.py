@@ -102,6 +102,18 @@ def test_command_help_lists_its_keys(command, keys):
     assert f"usage: omniflow {command}" in r.stdout
 
 
+def test_help_names_every_shipped_preset_and_config_help_says_how_keys_are_set():
+    from omniflow.config.compose import CONF_DIR
+
+    serve = omniflow("serve", "--help").stdout
+    for group in ("model", "platform", "pipeline", "deploy", "experiment"):
+        for preset in (CONF_DIR / group).glob("*.yaml"):
+            assert f"{preset.stem}" in serve, (group, preset.stem)
+    config = omniflow("config", "--help")
+    assert config.returncode == 0 and "usage: omniflow config" in config.stdout
+    assert "Every key it prints is set as" in config.stdout and "model=" in config.stdout
+
+
 def test_help_shows_the_values_of_the_composed_config():
     r = omniflow("serve", "server.port=9123", "--help")
     assert r.returncode == 0 and "server.port=9123" in r.stdout
