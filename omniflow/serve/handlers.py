@@ -1,6 +1,7 @@
 """Every error the app answers, in the API's JSON shape (errors.py): its own `ApiError`s,
 the request schema's, and the router's (404 for an unknown path, 405 for a method a path
-does not answer, with the Allow header listing the methods it does)."""
+does not answer, with the Allow header listing the methods it does; 426 for plain HTTP to a
+WebSocket endpoint)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import Match, WebSocketRoute
 
 from omniflow.serve.errors import ApiError, clip, error_response
 
@@ -41,6 +42,14 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     `/v1/audio/voices/abc`): the router's own test, where the method decides only between a
     full and a partial match."""
     path = clip(request.url.path)
+    if exc.status_code == 404 and _websocket_path(app, request.url.path):
+        return ApiError(
+            426,
+            f"{path!r} is a WebSocket endpoint: connect to it with a WebSocket client "
+            "(ws://HOST:PORT" + path + "; docs/websocket.md), not a plain HTTP request",
+            None,
+            headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+        )
     if exc.status_code == 404:
         return ApiError(404, f"no route {path!r}", None, "not_found_error")
     if exc.status_code == 405:
@@ -57,3 +66,10 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
     kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
+
+
+def _websocket_path(app: FastAPI, path: str) -> bool:
+    """Whether a WebSocket route answers `path` (the router matched none: it was plain HTTP)."""
+    return any(
+        isinstance(route, WebSocketRoute) and route.path_regex.match(path) for route in app.routes
+    )

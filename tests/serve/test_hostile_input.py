@@ -248,6 +248,13 @@ def test_404_and_405_are_api_errors(url):
     assert r.headers["allow"] == "DELETE, GET, HEAD" and err["message"].endswith("GET, HEAD")
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_plain_http_to_the_websocket_endpoint_says_it_is_one(url, method):
+    r = httpx.request(method, url + "/v1/audio/speech/stream")
+    err = api_error(r, 426)
+    assert "is a WebSocket endpoint" in err["message"] and r.headers["upgrade"] == "websocket"
+
+
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/audio/voices", "/metrics"])
 def test_head_answers_on_get_routes(url, path):
     head = httpx.head(url + path)
