@@ -18,10 +18,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -212,7 +215,31 @@ def check_request_fields(graph: StageGraph, voice: str | None, s: SynthConfig) -
                 raise ConfigError(f"synth.{exc.key}", exc.reason) from None
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, timeout, docker stop) ends a synth as Ctrl-C does: the partial output
+    removed, one line. Python's default for SIGTERM ends the process at once, leaving the
+    temporary file beside `out`. Main thread only (where signal handlers can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def run_synth(overrides: list[str], config_dir: str | None) -> int:
+    with terminate_as_interrupt():
+        return _run_synth(overrides, config_dir)
+
+
+def _run_synth(overrides: list[str], config_dir: str | None) -> int:
     spec = compose(synth_overrides(overrides), config_dir)
     graph = build_graph(spec)
     check_device(graph)

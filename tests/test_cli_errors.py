@@ -119,7 +119,8 @@ def test_help_shows_the_values_of_the_composed_config():
     assert r.returncode == 0 and "server.port=9123" in r.stdout
 
 
-def test_ctrl_c_during_synth_is_one_line_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; kill, timeout
+def test_ctrl_c_during_synth_is_one_line_and_writes_nothing(tmp_path, sig):
     out = tmp_path / "long.wav"
     proc = subprocess.Popen(
         [
@@ -144,7 +145,7 @@ def test_ctrl_c_during_synth_is_one_line_and_writes_nothing(tmp_path):
             chunk = os.read(proc.stderr.fileno(), 4096)
             assert chunk, seen.decode(errors="replace")
             seen += chunk
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, rest = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import soundfile
 
 from omniflow import cli
@@ -110,7 +111,8 @@ def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path
     one_line_error(omniflow(*BASE, f"texts={texts}", f"out_dir={texts}"), "synth.out_dir")
 
 
-def test_ctrl_c_leaves_only_whole_files(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_leaves_only_whole_files(tmp_path, sig):
     lines = [{"id": f"n{i}", "text": "A sentence. " * 8, "seed": i} for i in range(30)]
     texts = write_lines(tmp_path / "in.jsonl", *lines)
     out = tmp_path / "out"
@@ -123,7 +125,7 @@ def test_ctrl_c_leaves_only_whole_files(tmp_path):
     while not any(p.suffix == ".wav" for p in out.iterdir()):  # wait for the first file
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert "interrupted" in err
