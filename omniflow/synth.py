@@ -5,12 +5,11 @@ Bare keys (`text=`, `out=`, `seed=`, `voice=`, `language=`, `max_new_tokens=`,
 `ref_text=`, `x_vector_only_mode=`) are the `synth` section's; any other override configures the
 pipeline. The output format follows `out`'s extension and is encoded as the server encodes
 whole responses (serve/encoders.py). Everything that can be checked before generating is:
-the device, the format, the request by the server's own rules (serve/validation.py, every
-broken rule at once, from the model config alone), the memory the build takes on the CPU
-(preflight.py), the reference recording (read, decoded and resampled as the server does,
-serve/reference_audio.py, without the server's size limits), and the output directory (a
-temporary file is created beside `out` first, then renamed over it with the mode a new file
-gets, so a Ctrl-C or a failure never leaves half a file or loses the previous one).
+the device, the format, the request and the reference recording (synth_checks.py, every
+broken rule at once), the memory the build takes on the CPU (preflight.py), and the output
+directory (a temporary file is created beside `out` first, then renamed over it with the
+mode a new file gets, so a Ctrl-C, SIGTERM or a failure never leaves half a file or loses
+the previous one).
 """
 
 from __future__ import annotations
@@ -29,21 +28,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import ValidationError
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import OmniflowSpec, SynthConfig
+from omniflow.config.schema import SynthConfig
 from omniflow.config.suggest import closest
-from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.errors import ConfigError
 from omniflow.preflight import check_device, check_memory
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.speed import stretch
 from omniflow.serve.voices import Clone, speech_request
+from omniflow.synth_checks import check_request_fields, request_and_reference
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
@@ -109,112 +108,6 @@ def reserve(out: str) -> Path:
     return Path(tmp)
 
 
-def read_reference(s: SynthConfig, rate: int) -> torch.Tensor | None:
-    """The voice-clone reference as mono samples at `rate` (None for a plain request), read
-    from its file and decoded as the server decodes one; its fields were checked by the
-    server's rules first (`check_request`)."""
-    if s.ref_audio is None:
-        return None
-    try:
-        raw = Path(s.ref_audio).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} does not exist") from None
-    except OSError as exc:
-        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r}: {exc.strerror}") from None
-    from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference
-
-    try:
-        return decode_reference(raw, rate)
-    except ReferenceAudioError as exc:
-        raise ConfigError("synth.ref_audio", f"{s.ref_audio!r} {exc}") from None
-
-
-SYNTH_KEYS = {"input": "text", "task_type": "ref_audio"}
-"""The speech request's fields that synth names otherwise (a task is asked for by giving
-`ref_audio`); every other field is the synth key of the same name."""
-
-
-def check_request(graph: StageGraph, spec: OmniflowSpec, fmt: str) -> SpeechBody:
-    """The server's request rules (serve/validation.py) applied to synth's request, from
-    the model config alone (`build/checks.py` `request_info`): every rule it breaks is a
-    `ConfigError` keyed `synth.KEY`, all of them reported at once. Returns the request as
-    the server would submit it (a CustomVoice request without a voice has the default)."""
-    # here, not at the top: the model's facts come from its prompt code, which loads torch
-    from omniflow.build.checks import request_info
-    from omniflow.serve.errors import ApiError
-    from omniflow.serve.request_body import FieldErrors
-    from omniflow.serve.validation import (
-        default_voice,
-        passing_fields,
-        request_errors,
-        with_rule_errors,
-    )
-
-    s = spec.synth
-    info = request_info(graph)
-    fields = {
-        "model": info.model,
-        "input": s.text,
-        "voice": s.voice,
-        "response_format": fmt,
-        "instructions": s.instructions,
-        "language": s.language,
-        "task_type": "Base" if s.ref_audio is not None else info.task_types[0],
-        "seed": s.seed,
-        "max_new_tokens": s.max_new_tokens,
-        "ignore_eos": s.ignore_eos,
-        "speed": s.speed,
-        "ref_audio": s.ref_audio,
-        "ref_text": s.ref_text,
-        "x_vector_only_mode": s.x_vector_only_mode or None,
-    }
-    try:
-        body = SpeechBody.model_validate(fields)
-    except ValidationError as exc:
-        # the schema's refusals and the model's rules on the fields that passed, at once
-        schema = [ApiError(400, e["msg"], str(e["loc"][0])) for e in exc.errors()]
-        refused = FieldErrors(schema, fields)
-        every = with_rule_errors(refused, passing_fields(refused, info), info, spec.server)
-        found = every.errors or [every]
-        raise _one_or_all([_config_error(e.param, e.message) for e in found]) from None
-    errors = request_errors(body, info, spec.server)
-    if errors:
-        raise _one_or_all([_config_error(e.param, e.message) for e in errors])
-    if body.task_type != "Base" and body.voice is None:
-        body.voice = default_voice(info.voices)
-    return body
-
-
-def _synth_key(param: str | None) -> str:
-    return "synth" if param is None else f"synth.{SYNTH_KEYS.get(param, param)}"
-
-
-def _config_error(param: str | None, message: str) -> ConfigError:
-    """A request rule's error as synth names its key (`input` is `text` here)."""
-    if param is not None and param in SYNTH_KEYS and message.startswith(param + " "):
-        message = SYNTH_KEYS[param] + message[len(param) :]
-    return ConfigError(_synth_key(param), message)
-
-
-def _one_or_all(errors: list[ConfigError]) -> ConfigError:
-    return errors[0] if len(errors) == 1 else ConfigErrors(errors)
-
-
-def check_request_fields(graph: StageGraph, voice: str | None, s: SynthConfig) -> None:
-    """The voice and language against the prompt builder's own rules (the registry's
-    `request_check` of each stage that takes the prompt), before the build: a mistyped
-    voice is one line and exit status 2 at once, not after the weights load."""
-    from omniflow.build.checks import request_check
-
-    for stage in graph.stages.values():
-        check = request_check(stage.arch)
-        if stage.upstream is None and check is not None:
-            try:
-                check(graph.model, voice, s.language)
-            except ConfigError as exc:
-                raise ConfigError(f"synth.{exc.key}", exc.reason) from None
-
-
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, timeout, docker stop) ends a synth as Ctrl-C does: the partial output
@@ -251,8 +144,7 @@ def _run_synth(overrides: list[str], config_dir: str | None) -> int:
         check_memory(graph)
         return run_batch(spec, graph)
     fmt = output_format(s.out)
-    body = check_request(graph, spec, fmt)
-    reference = read_reference(s, graph.model.codec.sample_rate)
+    body, reference = request_and_reference(graph, spec, fmt)
     check_request_fields(graph, body.voice if reference is None else None, s)
     check_memory(graph)  # after the request's own, cheaper checks (counting weights is not)
     tmp = reserve(s.out)

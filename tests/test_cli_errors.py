@@ -182,6 +182,14 @@ def test_synth_refuses_a_missing_or_non_audio_reference(tmp_path, make, needle):
     assert not (tmp_path / "o.wav").exists()
 
 
+def test_synth_reports_a_missing_transcript_and_a_missing_reference_at_once(tmp_path):
+    args = ["synth", "model=qwen3_tts_tiny_base", "platform=cpu", "text=Hi"]
+    r = omniflow(*args, f"ref_audio={tmp_path / 'nofile.wav'}", f"out={tmp_path / 'o.wav'}")
+    assert r.returncode == ONE_LINE_ERRORS and "Traceback" not in r.stderr
+    assert "2 configuration errors" in r.stderr, r.stderr
+    assert "synth.ref_text:" in r.stderr and "nofile.wav' does not exist" in r.stderr
+
+
 def test_synth_checks_run_before_torch_is_loaded():
     """A mistake is reported before the 1.5 s it takes to import torch (the model's)."""
     code = "import sys, omniflow.synth; print('torch' in sys.modules)"
