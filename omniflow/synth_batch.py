@@ -142,7 +142,12 @@ def _reference(body: SpeechBody, rate: int) -> torch.Tensor | None:
 
 
 def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
-    obj = json.loads(text)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"not JSON ({exc.msg} at column {exc.colno}); a line is a JSON object"
+        ) from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     unknown = sorted(set(obj) - LINE_KEYS)

@@ -39,7 +39,7 @@ def test_a_batch_writes_a_file_per_good_line_and_names_the_bad_ones(tmp_path):
     r = omniflow(*BASE, f"texts={texts}", f"out_dir={out}", "concurrency=2")
     assert r.returncode == 1, r.stderr  # some lines failed
     assert "line 2: " in r.stderr and "nobody" in r.stderr
-    assert "line 3: " in r.stderr
+    assert "line 3: not JSON (Expecting value at column 1)" in r.stderr
     assert "line 5: " in r.stderr and "repeats" in r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["a.wav", "c.wav"]
     for name in ("a.wav", "c.wav"):
