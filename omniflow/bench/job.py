@@ -128,7 +128,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "steps of %s: %s",
             stage,
             "; ".join(
-                f"{v['count']} {kind.split('_')[0]}, median {v['median_ms']:.1f} ms"
+                f"{v['count']} {kind}, median {v['median_ms']:.1f} ms"
                 for kind, v in kinds.items()
             ),
         )

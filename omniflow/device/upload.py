@@ -17,7 +17,7 @@ import torch
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """`host` (a CPU tensor, any layout) on `device`, without a wait on CUDA. A strided view
     is made contiguous first: torch would otherwise copy through a pageable temporary."""
-    if device.type != "cuda":
+    if device.type != "cuda" or host.device.type != "cpu":  # not a host-to-GPU copy
         return host.to(device)
     return host.contiguous().pin_memory().to(device, non_blocking=True)
 
