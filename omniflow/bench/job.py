@@ -128,8 +128,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             "steps of %s: %s",
             stage,
             "; ".join(
-                f"{v['count']} {kind}, median {v['median_ms']:.1f} ms"
-                for kind, v in kinds.items()
+                f"{v['count']} {kind}, median {v['median_ms']:.1f} ms" for kind, v in kinds.items()
             ),
         )
     first, prefills = result["first_audio_parts"], result["prefills"]
