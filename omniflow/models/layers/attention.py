@@ -18,8 +18,6 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from omniflow.device.upload import to_device
-
 
 @dataclass(frozen=True)
 class PaddedIndex:
@@ -61,11 +59,11 @@ class PaddedIndex:
         keys = np.arange(c)
         mask = (keys[None, None, :] <= last[:, :, None]) & valid[:, :, None]
         mask &= keys[None, None, :] < lens[:, None, None]
-        return cls(  # pinned, non-blocking (`to_device`): a pageable copy waits for the GPU
-            to_device(torch.from_numpy(np.where(valid, rows, 0)), device),
-            to_device(torch.from_numpy(np.flatnonzero(valid)), device),
-            to_device(torch.from_numpy(slots), device),
-            to_device(torch.from_numpy(mask[:, None]), device),
+        return cls(
+            torch.from_numpy(np.where(valid, rows, 0)).to(device),
+            torch.from_numpy(np.flatnonzero(valid)).to(device),
+            torch.from_numpy(slots).to(device),
+            torch.from_numpy(mask[:, None]).to(device),
         )
 
 

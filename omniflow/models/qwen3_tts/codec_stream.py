@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from omniflow.device.upload import to_device, upload_ints
+from omniflow.device.upload import upload_ints
 from omniflow.models.layers.rope_table import RopeTable
 from omniflow.models.layers.rotary import Rotary
 from omniflow.models.qwen3_tts.codec_modules import CodecDecoder
@@ -188,10 +188,10 @@ class StreamingDecoder:
                 for i in rows:
                     out[i] = torch.zeros(0, device=self.device)
                 continue
-            idx = upload_ints([slots[i] for i in rows], self.device)  # no wait on the GPU
+            idx = torch.tensor([slots[i] for i in rows], device=self.device)
             state = {name: t.index_select(0, idx) for name, t in self._pool.items()}
             pos = self._pos.index_select(0, idx)
-            batch = to_device(torch.stack([codes[i] for i in rows]), self.device)
+            batch = torch.stack([codes[i].to(self.device) for i in rows])
             pcm = self.decoder.stream(batch, pos, state, fused=self.fused)
             for name, t in self._pool.items():
                 t.index_copy_(0, idx, state[name].to(t.dtype))

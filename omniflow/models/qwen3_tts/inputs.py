@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from omniflow.device.upload import to_device, upload_ints
 from omniflow.models.interface import DecodeInputs, PositionSpan, PrefillInputs
 from omniflow.models.qwen3_tts.prompt import TalkerPrompt
 from omniflow.models.qwen3_tts.talker import Talker, TalkerInputs
@@ -56,16 +55,16 @@ def prefill_inputs(
         codes=_tensor(codes, np.int64, (0, groups), device),
         code_mask=_tensor(masks, np.bool_, (0, groups), device),
         later_codes=any(bool(m[:, 1:].any()) for m in masks),
-        added_rows=upload_ints(added_rows, device) if added_rows else None,
-        added=to_device(torch.stack(added), device) if added else None,
+        added_rows=(
+            torch.tensor(added_rows, dtype=torch.int64, device=device) if added_rows else None
+        ),
+        added=torch.stack(added).to(device) if added else None,
     )
 
 
 def _tensor(parts: list[np.ndarray], dtype, empty: tuple[int, ...], device) -> torch.Tensor:
-    """The parts as one tensor on `device`, copied without waiting for the GPU's queue (a
-    mixed step lays its prefill out while the decoding rows' forward runs)."""
     array = np.concatenate(parts) if parts else np.zeros(empty, dtype=dtype)
-    return to_device(torch.from_numpy(array.astype(dtype, copy=False)), device)
+    return torch.from_numpy(array.astype(dtype, copy=False)).to(device)
 
 
 def embed_prefill(talker: Talker, inputs: PrefillInputs) -> torch.Tensor:
