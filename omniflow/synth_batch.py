@@ -32,7 +32,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from omniflow.config.graph import StageGraph
 from omniflow.config.schema import OmniflowSpec, SynthConfig
 from omniflow.core.speech import SpeechRequest
-from omniflow.errors import ConfigError
+from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.speed import stretch
@@ -48,8 +48,11 @@ LINE_KEYS = {"id", "text", "voice", "language", "instructions", "seed", "max_new
 LINE_KEYS |= {"speed", "ref_audio", "ref_text", "x_vector_only_mode"}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 EXTENSIONS = {"wav": ".wav", "flac": ".flac", "mp3": ".mp3", "opus": ".opus", "pcm": ".pcm"}
-ONLY_WITH_TEXTS = {"out_dir": None, "format": "wav", "concurrency": 8}
-"""Keys that act only in a batch, with their defaults (set otherwise, they are refused)."""
+ONLY_WITH_TEXTS = ("out_dir", "format", "concurrency")
+"""Keys that act only in a batch (null by default; set without `texts`, refused)."""
+BATCH_FORMAT = "wav"
+BATCH_CONCURRENCY = 8
+"""What a batch's null `format` and `concurrency` mean."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +70,24 @@ def check_batch_keys(s: SynthConfig) -> None:
     """Batch keys act only with `texts`, and one-request keys only without it; a batch's
     `out_dir` is made when it does not exist."""
     if s.texts is None:
-        for key, default in ONLY_WITH_TEXTS.items():
-            if getattr(s, key) != default:
-                raise ConfigError(f"synth.{key}", "acts only in a batch: set synth.texts=FILE")
+        errors = [
+            ConfigError(f"synth.{key}", "acts only in a batch: set synth.texts=FILE")
+            for key in ONLY_WITH_TEXTS
+            if getattr(s, key) is not None
+        ]
+    else:
+        errors = [
+            ConfigError(f"synth.{key}", "each line of synth.texts has its own; leave it out")
+            for key in ("text", "out", "ref_audio", "ref_text")
+            if getattr(s, key) != SynthConfig.model_fields[key].default
+        ]
+        if s.out_dir is None:
+            msg = "a batch (synth.texts) writes its files there; set it"
+            errors.insert(0, ConfigError("synth.out_dir", msg))
+    if errors:  # every conflict at once
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    if s.texts is None or s.out_dir is None:
         return
-    if s.out_dir is None:
-        raise ConfigError("synth.out_dir", "a batch (synth.texts) writes its files there; set it")
-    for key in ("text", "out", "ref_audio", "ref_text"):
-        if getattr(s, key) != SynthConfig.model_fields[key].default:
-            raise ConfigError(f"synth.{key}", "each line of synth.texts has its own; leave it out")
     try:  # made here, as `mkdir -p` would, so a path it cannot be is said before the build
         Path(s.out_dir).mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -104,7 +116,8 @@ def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[
             rid = item.pop("id")
             # the served task unless the line clones (as synth's one request: synth.py)
             task = info.task_types[0]
-            fields = {"model": info.model, "response_format": s.format, "task_type": task, **item}
+            fmt = s.format or BATCH_FORMAT
+            fields = {"model": info.model, "response_format": fmt, "task_type": task, **item}
             body = SpeechBody.model_validate(fields)
         except (ValueError, ValidationError) as exc:
             bad.append(f"line {n}: {_message(exc)}")
@@ -120,7 +133,7 @@ def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[
         except ValueError as exc:
             bad.append(f"line {n}: ref_audio: {exc}")
             continue
-        out = Path(s.out_dir) / (rid + EXTENSIONS[s.format])
+        out = Path(s.out_dir) / (rid + EXTENSIONS[s.format or BATCH_FORMAT])
         items.append(Item(n, out, body, reference))
     return items, bad
 
@@ -152,8 +165,11 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
         raise ValueError("not a JSON object")
     unknown = sorted(set(obj) - LINE_KEYS)
     if unknown:
-        raise ValueError(f"unknown keys {unknown}; a line takes {sorted(LINE_KEYS)}")
+        missing = " (and no 'id')" if "id" not in obj else ""
+        raise ValueError(f"unknown keys {unknown}{missing}; a line takes {sorted(LINE_KEYS)}")
     rid = obj.get("id")
+    if rid is None:
+        raise ValueError('no \'id\': each line names its file, e.g. {"id": "n1", "text": ...}')
     if not isinstance(rid, str) or not SAFE_ID.fullmatch(rid):
         raise ValueError("id must be a file name: letters, digits, '.', '_', '-' (<= 128)")
     if rid in seen:
@@ -226,7 +242,7 @@ def _generate_all(
     try:
         with bar, logging_redirect_tqdm():
             while pending or live:
-                while pending and len(live) < s.concurrency:
+                while pending and len(live) < (s.concurrency or BATCH_CONCURRENCY):
                     item = pending.pop()
                     request = _request(pipeline, item)
                     live[request.request_id] = item
@@ -245,7 +261,7 @@ def _generate_all(
                     tqdm.write(f"omniflow synth: line {item.line}: failed: {why}", file=sys.stderr)
                     continue
                 audio = stretch(np.concatenate(parts), item.body.speed, rate)
-                _write(item.out, encode_whole(audio, s.format, rate))
+                _write(item.out, encode_whole(audio, s.format or BATCH_FORMAT, rate))
                 written, audio_s = written + 1, audio_s + audio.size / rate
     finally:
         for rid in live:  # interrupted: nothing half-written stays

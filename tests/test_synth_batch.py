@@ -109,6 +109,18 @@ def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path
         omniflow(*BASE, f"texts={texts}", f"out_dir={tmp_path}", "text=Hi"), "synth.text"
     )
     one_line_error(omniflow(*BASE, f"texts={texts}", f"out_dir={texts}"), "synth.out_dir")
+    # at its batch value too: accepted beside out=x.mp3, it would be ignored
+    one_line_error(omniflow(*BASE, "format=wav"), "synth.format", "acts only in a batch")
+    both = omniflow(*BASE, f"texts={texts}", "text=Hi")  # every conflict at once
+    assert both.returncode == 2 and "2 configuration errors" in both.stderr, both.stderr
+    assert "synth.out_dir:" in both.stderr and "synth.text:" in both.stderr
+
+
+def test_a_line_without_an_id_says_so(tmp_path):
+    texts = write_lines(tmp_path / "in.jsonl", {"text": "Hello."}, {"text": "x", "seconds": 2})
+    r = omniflow(*BASE, f"texts={texts}", f"out_dir={tmp_path / 'o'}")
+    assert r.returncode == 1 and "line 1: no 'id'" in r.stderr, r.stderr
+    assert "line 2: unknown keys ['seconds'] (and no 'id')" in r.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

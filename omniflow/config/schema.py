@@ -232,11 +232,11 @@ class SynthConfig(Frozen):
         "becomes out_dir/ID.FORMAT; files already there are skipped (a rerun resumes).",
     )
     out_dir: str | None = Field(None, description="Batch (texts): the directory of the files.")
-    format: Literal["wav", "flac", "mp3", "opus", "pcm"] = Field(
-        "wav", description="Batch (texts): the files' format."
+    format: Literal["wav", "flac", "mp3", "opus", "pcm"] | None = Field(
+        None, description="Batch (texts): the files' format (null: wav)."
     )
-    concurrency: int = Field(
-        8, ge=1, le=1024, description="Batch (texts): requests in flight at once."
+    concurrency: int | None = Field(
+        None, ge=1, le=1024, description="Batch (texts): requests in flight at once (null: 8)."
     )
 
 
