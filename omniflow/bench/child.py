@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from omniflow.bench.client import Outcome, read_samples
+from omniflow.bench.client import Outcome, completed, read_samples
 from omniflow.logs import BAR_DISABLE
 
 
@@ -44,7 +44,7 @@ def load_in_child(args: list[str], bar: RequestBar | None = None) -> Outcome:
             if child.poll() is None:
                 child.kill()
                 child.wait()
-        if child.returncode != 0:
+        if not completed(child.returncode, out):
             raise RuntimeError(f"the load generator failed (exit {child.returncode}): {cmd}")
         return read_samples(out)
 

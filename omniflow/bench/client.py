@@ -40,6 +40,10 @@ FRAME_RATE = 12.5
 SAMPLE_RATE = 24000
 BYTES_PER_SECOND = 2 * SAMPLE_RATE  # PCM16 mono
 BYTES_PER_FRAME = 2 * round(SAMPLE_RATE / FRAME_RATE)  # 1,920 samples per frame
+EXIT_SOME_FAILED = 3
+"""A load generator's exit status when it ran to the end and some measured requests failed
+(its --out file holds them all): a script sees the failures; `omniflow bench`, which counts
+them, reads the results as for 0. 1 stays a crash (a failed warm-up), 2 a usage error."""
 MAX_ERRORS = 5
 """Distinct error texts a summary lists (the rest are counted together)."""
 
@@ -280,6 +284,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.concurrency < 1:
         ap.error(f"--concurrency must be at least 1, got {args.concurrency}")
+    if args.num_prompts < 1 or args.warmup < 0:
+        ap.error("--num-prompts must be at least 1 and --warmup at least 0")
     try:
         prompts = load_prompts(args.prompts, args.num_prompts, args.max_frames)
     except PromptFileError as exc:
@@ -314,6 +320,14 @@ def main() -> None:
         )
     if args.out:
         write_outcome(args.out, outcome, summary)
+    if outcome.failures:
+        sys.exit(EXIT_SOME_FAILED)
+
+
+def completed(returncode: int, out: Path) -> bool:
+    """Whether a load generator run as a child ran to the end and wrote `out` (its failed
+    requests, if any, are in it)."""
+    return returncode == 0 or (returncode == EXIT_SOME_FAILED and out.is_file())
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from omniflow.bench.arrivals import KINDS
-from omniflow.bench.client import DEFAULT_PROMPTS, lane_client
+from omniflow.bench.client import DEFAULT_PROMPTS, EXIT_SOME_FAILED, lane_client
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_run import REJECTED, Outcome, Request, Target, Trace, drive, whole_pcm
 from omniflow.bench.open_stats import summarize, write_requests
@@ -157,11 +157,14 @@ def report(args: argparse.Namespace, plan: Plan, requests: list[Request]) -> Non
     summary = summarize(requests, plan) | {"server": server_build(args.url)}
     print(json.dumps(summary, indent=2))
     if summary["failed"] or summary["rejected"]:
+        first = next((r.error for r in requests if r.counted and r.error), None)
         print(
             f"{summary['rejected']} rejected and {summary['failed']} failed of "
-            f"{summary['requests']} measured requests",
+            f"{summary['requests']} measured requests (first: {first})",
             file=sys.stderr,
         )
+    if summary["failed"]:  # a refusal (429/503) is the server's answer, not a failure
+        sys.exit(EXIT_SOME_FAILED)
 
 
 def server_build(url: str) -> dict[str, str] | None:

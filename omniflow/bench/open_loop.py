@@ -34,7 +34,7 @@ from typing import Any
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from omniflow.bench.client import DEFAULT_PROMPTS
+from omniflow.bench.client import DEFAULT_PROMPTS, completed
 from omniflow.bench.job import VOICE, ar_stage, device_name, graph_config, load_in_child
 from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_run import Request
@@ -164,7 +164,7 @@ def open_loop_in_child(
         if websocket:
             cmd.append(f"--word-interval-ms={plan.word_interval_ms!r}")
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
-        if done.returncode != 0:
+        if not completed(done.returncode, out):
             raise RuntimeError(
                 f"the open-loop load generator failed (exit {done.returncode}): {cmd}"
             )

@@ -120,3 +120,36 @@ def test_the_client_without_a_server_says_so_in_one_line(tmp_path):
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "a warm-up request to http://127.0.0.1:9 failed (ConnectError" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["omniflow.bench.client", "--num-prompts", "2", "--warmup", "0"],
+        ["omniflow.bench.open_client", "--rps", "5", "--duration-s", "1", "--warmup-s", "0"],
+    ],
+)
+def test_a_run_whose_requests_failed_exits_non_zero_and_says_why(tmp_path, args):
+    """Measured requests that failed (no server) end the run with EXIT_SOME_FAILED and the
+    first error; the results file is written all the same (`omniflow bench` reads it)."""
+    from omniflow.bench.client import EXIT_SOME_FAILED
+
+    out = tmp_path / "out.json"
+    r = subprocess.run(
+        [sys.executable, "-m", *args, "--url", "http://127.0.0.1:9", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == EXIT_SOME_FAILED, r.stderr
+    assert "ConnectError" in r.stderr.splitlines()[-1] and out.is_file()
+
+
+def test_the_client_refuses_a_round_of_no_prompts():
+    r = subprocess.run(
+        [sys.executable, "-m", "omniflow.bench.client", "--num-prompts", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "--num-prompts must be at least 1" in r.stderr
