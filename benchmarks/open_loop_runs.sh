@@ -14,15 +14,28 @@
 # CLOSED="1:32 32:128 128:512" adds closed-loop rounds on the same server after the rates
 # (concurrency:prompts, ROUNDS rounds each, MAX_FRAMES frames a prompt, default 50; one
 # warm-up request): LABEL_cC_rN.json. `python -m benchmarks.open_loop_table OUT` makes the
-# table of both.
+# table of both. ORDER=abba runs the variants forward, then backward (labels LABEL_1 and
+# LABEL_2), so that which server ran first on the machine, an effect as large as some
+# differences measured (docs/performance.md), cancels.
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
 client=$(cd "$(dirname "$0")/.." && pwd)
 serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
 port=8101
-for variant in "$@"; do
+runs=("$@")
+if [ "${ORDER:-}" = abba ]; then  # each variant first once and last once: order effects cancel
+  runs=()
+  for variant in "$@"; do runs+=("1:$variant"); done
+  for ((i = $#; i >= 1; i--)); do runs+=("2:${!i}"); done
+elif [ -n "${ORDER:-}" ]; then
+  echo "ORDER=${ORDER}: only ORDER=abba (or unset) is known" >&2; exit 2
+fi
+for variant in "${runs[@]}"; do
+  pass=""
+  if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
   IFS=, read -r label tree overrides <<< "$variant"
+  label=$label$pass
   tree=$(cd "$tree" && pwd)
   # run from the tree: `python -m` puts the working directory ahead of PYTHONPATH
   (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH:-}" exec python3 -m omniflow serve $serve_args \

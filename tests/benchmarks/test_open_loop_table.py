@@ -120,3 +120,41 @@ def test_a_dead_server_a_ray_deployment_and_an_older_tree(tmp_path):
     assert "| dead | 20 | - | - | - | - | - | - | - | - |" in lines
     assert "| ray | 20 " + ROW in lines
     assert "| old | 20 | 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | - | - | - |" in lines
+
+
+def fake_tree(root, name: str):
+    """A tree whose `python -m omniflow serve` only says it is ready and waits for SIGINT."""
+    package = root / name / "omniflow"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import signal\nprint('omniflow ready', flush=True)\n"
+        "try:\n    signal.pause()\nexcept KeyboardInterrupt:\n    pass\n"
+    )
+    return root / name
+
+
+def run_script(tmp_path, order: str, *variants: str):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "benchmarks" / "open_loop_runs.sh"
+    env = {**os.environ, "RATES": " ", "ORDER": order}  # no rates: servers start and stop
+    return subprocess.run(
+        ["bash", str(script), str(tmp_path / "out"), *variants],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_abba_runs_each_variant_first_once_and_last_once(tmp_path):
+    a, b = fake_tree(tmp_path, "a"), fake_tree(tmp_path, "b")
+    r = run_script(tmp_path, "abba", f"old,{a}", f"new,{b}")
+    assert r.returncode == 0, r.stderr
+    timing = (tmp_path / "out" / "timing.txt").read_text().splitlines()
+    ready = [line.split()[0] for line in timing if " ready after " in line]
+    assert ready == ["old_1", "new_1", "new_2", "old_2"]
+    assert run_script(tmp_path, "abab", f"old,{a}").returncode == 2
