@@ -24,6 +24,8 @@ from pathlib import Path
 
 from websockets.sync.client import ClientConnection, connect
 
+from omniflow.bench.client import completed
+
 FIRST_WORDS = "These first words start a request that then waits for the rest "
 QUIET_S = 2.0
 """A session that sent no audio for this long has spoken its words and is text-starved."""
@@ -54,7 +56,9 @@ def closed_loop(args: argparse.Namespace) -> dict:
         cmd += [f"--concurrency={args.concurrency}", f"--num-prompts={args.num_prompts}"]
         cmd += [f"--max-frames={args.max_frames}", f"--model={args.model}"]
         cmd += [f"--voice={args.voice}", "--warmup=0", f"--out={out}"]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+        if not completed(done.returncode, out):  # failed requests are in the summary
+            raise subprocess.CalledProcessError(done.returncode, cmd)
         return json.loads(out.read_text())["summary"]
 
 

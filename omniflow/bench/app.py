@@ -25,7 +25,7 @@ from omniflow.bench.mode import check_mode
 from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.sweep import sweep_jobs
 from omniflow.bench.target_check import check_target
-from omniflow.config.compose import CONF_DIR, compose, to_data, validate
+from omniflow.config.compose import CONF_DIR, compose, plus_sets, to_data, validate
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
 from omniflow.preflight import check_device, check_memory
@@ -35,7 +35,7 @@ def run_hydra_bench(
     overrides: list[str], config_dir: str | None, multirun: bool, hydra_flags: tuple[str, ...]
 ) -> int:
     """Run Hydra's application with the command line it would have been given."""
-    argv = [*hydra_flags, *overrides]
+    argv = [*hydra_flags, *plus_sets(overrides)]  # keys set as `compose` takes them
     if multirun:
         jobs = sweep_jobs(overrides)
         for job in jobs:  # validate every job first

@@ -78,24 +78,26 @@ def _row(line: str, where: str, need_seconds: bool) -> PromptRow:
         what = "missing" if seconds is None else f"{seconds!r}"
         raise PromptFileError(
             f"{where}: 'seconds' must be a positive number ({what}); fixed-length requests "
-            "(a closed loop's, every warm-up) are sized from it"
+            "(a closed loop's, the warm-ups) are sized from it"
         )
     return PromptRow(text, float(seconds))
 
 
 def check_bench_prompts(bench: BenchConfig) -> list[PromptRow]:
     """The prompts a bench job reads (`bench.prompts`, else the shipped set), checked before
-    anything is built: closed-loop jobs and every warm-up size requests by `seconds`, and a
-    closed loop needs a whole round's prompts; open-loop requests take only the text. A
-    problem is a `ConfigError` on `bench.prompts` (or on the key that asked for more prompts
-    than the file holds)."""
+    anything is built: closed-loop jobs size requests by `seconds` and need a whole round's
+    prompts; open-loop requests take only the text, and their warm-ups (fixed-length, the
+    first `bench.warmup` lines) `seconds`. A problem is a `ConfigError` on `bench.prompts`
+    (or on the key that asked for more prompts than the file holds)."""
     path = bench.prompts or DEFAULT_PROMPTS
     closed = bench.rps is None
-    fixed = closed or bench.warmup > 0  # the warm-ups are fixed-length requests
     try:
-        rows = read_prompt_rows(
-            path, need_seconds=fixed, limit=bench.round_prompts if closed else None
-        )
+        if closed:
+            rows = read_prompt_rows(path, need_seconds=True, limit=bench.round_prompts)
+        else:
+            rows = read_prompt_rows(path, need_seconds=False)
+            if bench.warmup:
+                read_prompt_rows(path, need_seconds=True, limit=bench.warmup)
     except PromptFileError as exc:
         raise ConfigError("bench.prompts", str(exc)) from None
     if closed and len(rows) < bench.round_prompts:  # never a silently smaller round

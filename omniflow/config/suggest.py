@@ -35,9 +35,12 @@ def hint_for_key(key: str, data: dict[str, Any]) -> str:
         if part in listed or part in schema:
             node = node.get(part) if isinstance(node, dict) else None
             continue
+        exact = _elsewhere(parts, data) if i == 0 else ""  # `seed=3`: not "server"
+        if exact:
+            return exact
         guess = closest(part, listed | schema)
         if guess is None:
-            return _elsewhere(parts, data) if i == 0 else _not_at(parts[:i], part, listed, data)
+            return "" if i == 0 else _not_at(parts[:i], part, listed, data)
         plus = "" if guess in listed else "+"
         return f"; did you mean {plus}{'.'.join([*parts[:i], guess, *parts[i + 1 :]])}?"
     return ""

@@ -79,14 +79,16 @@ def test_bench_refuses_a_bad_prompt_file_in_one_line_before_building(
     assert "Traceback" not in err
 
 
-def test_an_open_loop_without_warm_ups_takes_text_only_rows(tmp_path, monkeypatch):
-    """Natural length needs no `seconds`; warm-ups (fixed-length) do."""
-    path = write(tmp_path, '{"text": "hi"}')
+def test_an_open_loop_takes_text_only_rows_past_its_warm_ups(tmp_path, monkeypatch):
+    """Natural length needs no `seconds`; the warm-ups (fixed-length, the first
+    `bench.warmup` lines) do."""
+    path = write(tmp_path, '{"text": "a", "seconds": 1}', '{"text": "b"}')
     refuse_builds(monkeypatch)
     args = ["bench.rps=1", "bench.duration_s=1", f"bench.prompts={path}"]
-    with pytest.raises(AssertionError, match="a model was built"):  # past the check
-        cli.main(["bench", *args, "bench.warmup=0"])
-    assert cli.main(["bench", *args, "bench.warmup=1"]) == 2
+    for warmup in (0, 1):
+        with pytest.raises(AssertionError, match="a model was built"):  # past the check
+            cli.main(["bench", *args, f"bench.warmup={warmup}"])
+    assert cli.main(["bench", *args, "bench.warmup=2"]) == 2  # line 2 warms up too
 
 
 def test_a_round_larger_than_the_file_names_the_key(tmp_path, monkeypatch, capsys):

@@ -130,11 +130,25 @@ def test_a_resource_entry_is_set_as_printed():
 
 
 @pytest.mark.parametrize(
+    "override", ["deploy.resources_per_replica.CPU=3", "+platform.cuda_graphs=false"]
+)
+def test_keys_set_as_compose_takes_them_also_reach_the_bench_app(override, capsys):
+    """`omniflow bench --cfg job` (and -m) hands the overrides to Hydra's application, not to
+    `compose`: the same key must be taken there as written."""
+    from omniflow import cli
+
+    assert cli.main(["bench", "--cfg", "job", "platform=cpu", "deploy=ray", override]) == 0
+    out = capsys.readouterr().out
+    assert "CPU: 3" in out if "CPU" in override else "cuda_graphs: false" in out
+
+
+@pytest.mark.parametrize(
     ("overrides", "hint"),
     [
         (["port=9000"], "did you mean server.port?"),
         (["+port=9000"], "did you mean server.port?"),
         (["window_k=4"], "did you mean pipeline.stages.talker.window_k?"),
+        (["seed=3"], "did you mean bench.seed or model.seed or synth.seed?"),  # not "server"
         (
             ["pipeline.stages.code2wav.window_k=4"],
             "pipeline qwen3_tts_fused has no stage 'code2wav' (its stages: talker)",
