@@ -50,12 +50,14 @@ def common_help() -> str:
 
 CONFIG_HELP = """usage: omniflow config [--config-dir DIR] [key=value ...]
 
-Print the composed, validated configuration as YAML: the stage graph with every per-stage
-value resolved (window_k, stream decode, audio chunk frames, reference context frames, ...),
-then the model, platform, server, bench and deploy sections. Every key it prints is set as
-printed, key.path=value, on any command (e.g. pipeline.stages.talker.window_k=4); a key it
-prints that is derived from others is refused, naming what to set instead. A mistyped key
-fails with its path and the nearest valid key.
+Print the resolved stage graph as YAML: the pipeline's name, runtime and final stage, each
+stage with its per-stage values resolved (window_k, stream decode, audio chunk frames,
+reference context frames, ...), the platform and the model (and deploy, with deploy=ray).
+A key printed under stages or runtime is set under pipeline. (stages.talker.window_k:
+pipeline.stages.talker.window_k=4), any other as printed (model.codec_dtype=float32); a
+derived key (final_stage, a stage's output, ...) is refused, naming what to set instead. A
+mistyped key fails with its path and the nearest valid key. The server's, synth's and the
+bench's keys: omniflow serve|synth|bench --help.
 """
 
 _HEADS = {

@@ -133,13 +133,15 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
 
 
 def _run_synth(overrides: list[str], config_dir: str | None) -> int:
-    spec = compose(synth_overrides(overrides), config_dir)
+    mapped = synth_overrides(overrides)
+    spec = compose(mapped, config_dir)
     graph = build_graph(spec)
     check_device(graph)
     s = spec.synth
     from omniflow.synth_batch import check_batch_keys, run_batch
 
-    check_batch_keys(s)
+    given = {o.partition("=")[0].lstrip("+~").removeprefix("synth.") for o in mapped}
+    check_batch_keys(s, frozenset(given))
     if s.texts is not None:
         check_memory(graph)
         return run_batch(spec, graph)

@@ -66,9 +66,10 @@ class Item:
     reference: torch.Tensor | None = None
 
 
-def check_batch_keys(s: SynthConfig) -> None:
-    """Batch keys act only with `texts`, and one-request keys only without it; a batch's
-    `out_dir` is made when it does not exist."""
+def check_batch_keys(s: SynthConfig, given: frozenset[str] = frozenset()) -> None:
+    """Batch keys act only with `texts`, and one-request keys only without it, whether set
+    to another value or written on the command line (`given`: the synth keys it names) at
+    their default; a batch's `out_dir` is made when it does not exist."""
     if s.texts is None:
         errors = [
             ConfigError(f"synth.{key}", "acts only in a batch: set synth.texts=FILE")
@@ -79,7 +80,7 @@ def check_batch_keys(s: SynthConfig) -> None:
         errors = [
             ConfigError(f"synth.{key}", "each line of synth.texts has its own; leave it out")
             for key in ("text", "out", "ref_audio", "ref_text")
-            if getattr(s, key) != SynthConfig.model_fields[key].default
+            if key in given or getattr(s, key) != SynthConfig.model_fields[key].default
         ]
         if s.out_dir is None:
             msg = "a batch (synth.texts) writes its files there; set it"

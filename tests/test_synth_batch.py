@@ -111,6 +111,8 @@ def test_batch_keys_act_only_in_a_batch_and_one_request_keys_not_in_one(tmp_path
     one_line_error(omniflow(*BASE, f"texts={texts}", f"out_dir={texts}"), "synth.out_dir")
     # at its batch value too: accepted beside out=x.mp3, it would be ignored
     one_line_error(omniflow(*BASE, "format=wav"), "synth.format", "acts only in a batch")
+    at_default = omniflow(*BASE, f"texts={texts}", f"out_dir={tmp_path}", "out=out.wav")
+    one_line_error(at_default, "synth.out", "each line of synth.texts has its own")
     both = omniflow(*BASE, f"texts={texts}", "text=Hi")  # every conflict at once
     assert both.returncode == 2 and "2 configuration errors" in both.stderr, both.stderr
     assert "synth.out_dir:" in both.stderr and "synth.text:" in both.stderr

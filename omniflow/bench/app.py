@@ -35,7 +35,8 @@ def run_hydra_bench(
     overrides: list[str], config_dir: str | None, multirun: bool, hydra_flags: tuple[str, ...]
 ) -> int:
     """Run Hydra's application with the command line it would have been given."""
-    argv = [*hydra_flags, *plus_sets(overrides)]  # keys set as `compose` takes them
+    # keys set as `compose` takes them; a prompt file found wherever the job runs
+    argv = [*hydra_flags, *plus_sets(absolute_prompts(overrides))]
     if multirun:
         jobs = sweep_jobs(overrides)
         for job in jobs:  # validate every job first
@@ -81,6 +82,18 @@ def _bench_app(cfg: DictConfig) -> float:
     if "open_loop" in result:  # the open loop's figure of merit: p95 first audio
         return float(result["open_loop"]["first_audio_ms"]["p95"] or "nan")
     return float(result["summary"]["rtf"]["median"])
+
+
+def absolute_prompts(overrides: list[str]) -> list[str]:
+    """`bench.prompts=FILE` (each of a sweep's FILE,FILE) as absolute paths: a job may run in
+    a directory of its own (`hydra.job.chdir=true`), where a relative path names nothing."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == "bench.prompts" and value not in ("", "null"):
+            item = key + "=" + ",".join(str(Path(v).resolve()) for v in value.split(","))
+        out.append(item)
+    return out
 
 
 def _sweep_dir(overrides: list[str]) -> tuple[str | None, str | None]:

@@ -42,7 +42,7 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     `/v1/audio/voices/abc`): the router's own test, where the method decides only between a
     full and a partial match."""
     path = clip(request.url.path)
-    if exc.status_code == 404 and _websocket_path(app, request.url.path):
+    if exc.status_code == 404 and _websocket_path(app, request):
         return ApiError(
             426,
             f"{path!r} is a WebSocket endpoint: connect to it with a WebSocket client "
@@ -68,8 +68,11 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
 
 
-def _websocket_path(app: FastAPI, path: str) -> bool:
-    """Whether a WebSocket route answers `path` (the router matched none: it was plain HTTP)."""
+def _websocket_path(app: FastAPI, request: Request) -> bool:
+    """Whether a WebSocket route answers the request's path (the router matched none: it was
+    plain HTTP), by the router's own test (a root_path prefix included)."""
+    scope = {**request.scope, "type": "websocket"}
     return any(
-        isinstance(route, WebSocketRoute) and route.path_regex.match(path) for route in app.routes
+        isinstance(route, WebSocketRoute) and route.matches(scope)[0] == Match.FULL
+        for route in app.routes
     )

@@ -155,3 +155,16 @@ def test_the_client_refuses_a_round_of_no_prompts():
         timeout=60,
     )
     assert r.returncode == 2 and "--num-prompts must be at least 1" in r.stderr
+
+
+def test_a_sweep_hands_hydra_its_prompt_files_as_absolute_paths(tmp_path, monkeypatch):
+    """A job may run in a directory of its own (`hydra.job.chdir=true`)."""
+    from omniflow.bench.app import absolute_prompts
+
+    monkeypatch.chdir(tmp_path)
+    got = absolute_prompts(["bench.prompts=a.jsonl,sub/b.jsonl", "bench.prompts=null", "x=1"])
+    assert got == [
+        f"bench.prompts={tmp_path / 'a.jsonl'},{tmp_path / 'sub' / 'b.jsonl'}",
+        "bench.prompts=null",
+        "x=1",
+    ]

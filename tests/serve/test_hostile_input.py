@@ -255,6 +255,19 @@ def test_plain_http_to_the_websocket_endpoint_says_it_is_one(url, method):
     assert "is a WebSocket endpoint" in err["message"] and r.headers["upgrade"] == "websocket"
 
 
+def test_the_websocket_hint_behind_a_proxy_prefix_and_not_beside_the_route():
+    from fastapi.testclient import TestClient
+
+    from omniflow.config.compose import compose
+    from omniflow.serve.routes import build_app
+    from tests.serve.fake_pipeline import FakePipeline
+
+    app = build_app(FakePipeline(), compose(["platform=cpu"]).server)
+    proxied = TestClient(app, root_path="/tts")
+    assert proxied.get("/tts/v1/audio/speech/stream").status_code == 426
+    assert TestClient(app).get("/v1/audio/speech/streamx").status_code == 404
+
+
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/audio/voices", "/metrics"])
 def test_head_answers_on_get_routes(url, path):
     head = httpx.head(url + path)
