@@ -40,8 +40,9 @@ def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = N
     except (HydraException, OmegaConfBaseException) as exc:
         message = _one_line(str(exc)).split(" Config search path:")[0]
         hint = _hint(list(overrides), dirs)
-        if hint:  # Hydra's "To append to your config use +key=value" invites the typo in
-            message = re.sub(r"\. To append to your config use \S+", ": no such key", message)
+        # Hydra's "To append to your config use +key=value" invites the typo in: the YAML
+        # lists every key (a map's own entries aside, `plus_sets`), so `+` adds nothing valid
+        message = re.sub(r"\. To append to your config use \S+", ": no such key", message)
         raise ConfigError("", message + hint) from None
 
 

@@ -39,8 +39,10 @@ def hint_for_key(key: str, data: dict[str, Any]) -> str:
         if exact:
             return exact
         guess = closest(part, listed | schema)
+        if guess is None and i == 0:
+            return f"; keys start with one of: {', '.join(sorted(listed))}"
         if guess is None:
-            return "" if i == 0 else _not_at(parts[:i], part, listed, data)
+            return _not_at(parts[:i], part, listed, data)
         plus = "" if guess in listed else "+"
         return f"; did you mean {plus}{'.'.join([*parts[:i], guess, *parts[i + 1 :]])}?"
     return ""

@@ -149,6 +149,7 @@ def test_keys_set_as_compose_takes_them_also_reach_the_bench_app(override, capsy
         (["+port=9000"], "did you mean server.port?"),
         (["window_k=4"], "did you mean pipeline.stages.talker.window_k?"),
         (["seed=3"], "did you mean bench.seed or model.seed or synth.seed?"),  # not "server"
+        (["name=x"], "keys start with one of: bench, deploy, model, pipeline"),  # too many
         (
             ["pipeline.stages.code2wav.window_k=4"],
             "pipeline qwen3_tts_fused has no stage 'code2wav' (its stages: talker)",
