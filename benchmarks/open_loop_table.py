@@ -170,8 +170,41 @@ def _closed_line(row: dict) -> str:
     return f"| {row['label']} | c{row['concurrency']} | {rounds} | {figure} | {row['failed']} |"
 
 
+PASS = re.compile(r"^(?P<variant>.+)_(?P<pass>[12])$")
+
+
+def both_orders(opened: list[dict], closed: list[dict]) -> list[str]:
+    """`ORDER=abba` runs (labels VARIANT_1, VARIANT_2): per variant and rate, p95 first audio
+    and stalls of each pass and their mean; per variant and concurrency, audio-s/s of each
+    pass (its median) and their mean. Only where both passes have a figure."""
+    lines: list[str] = []
+    runs: dict[tuple[str, str], dict[str, float]] = {}
+    for row in opened:
+        m, s = PASS.match(row["label"]), row["summary"]
+        if m and s and s.get("first_audio_ms") and s["first_audio_ms"].get("p95") is not None:
+            runs.setdefault((m["variant"], f"{row['rps']:g} req/s p95 ms"), {})[m["pass"]] = s[
+                "first_audio_ms"
+            ]["p95"]
+    for row in closed:
+        m = PASS.match(row["label"])
+        if m and row["throughput"]:
+            key = (m["variant"], f"c{row['concurrency']} audio-s/s")
+            runs.setdefault(key, {})[m["pass"]] = statistics.median(row["throughput"])
+    for (variant, what), passes in sorted(runs.items()):
+        if set(passes) == {"1", "2"}:
+            mean = (passes["1"] + passes["2"]) / 2
+            lines.append(
+                f"| {variant} | {what} | {passes['1']:.2f} | {passes['2']:.2f} | {mean:.2f} |"
+            )
+    if not lines:
+        return []
+    head = "| variant | figure | first pass | second pass | mean |"
+    return [head, "| --- | --- | --- | --- | --- |", *lines]
+
+
 def table(directory: Path) -> str:
-    """Markdown: the open-loop rows, then the closed-loop rows (each only if present)."""
+    """Markdown: the open-loop rows, then the closed-loop rows (each only if present), and
+    with `ORDER=abba` both passes side by side."""
     parts = []
     opened = open_rows(directory)
     if opened:
@@ -198,6 +231,9 @@ def table(directory: Path) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             *map(_server_line, served),
         ]
+    paired = both_orders(opened, closed)
+    if paired:
+        parts += ["" if parts else None, *paired]
     lines = [p for p in parts if p is not None]
     return "\n".join(lines) if lines else f"no open_loop_runs.sh results in {directory}"
 

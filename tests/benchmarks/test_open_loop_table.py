@@ -158,3 +158,15 @@ def test_abba_runs_each_variant_first_once_and_last_once(tmp_path):
     ready = [line.split()[0] for line in timing if " ready after " in line]
     assert ready == ["old_1", "new_1", "new_2", "old_2"]
     assert run_script(tmp_path, "abab", f"old,{a}").returncode == 2
+
+
+def test_both_orders_side_by_side(tmp_path):
+    (tmp_path / "old_1_rps20.json").write_text(json.dumps(open_summary(30.0, 0)))  # p95 60
+    (tmp_path / "old_2_rps20.json").write_text(json.dumps(open_summary(20.0, 0)))  # p95 40
+    (tmp_path / "new_1_rps20.json").write_text(json.dumps(open_summary(25.0, 0)))  # alone
+    for name, t in (("old_1_c128_r1", 300.0), ("old_1_c128_r2", 310.0), ("old_2_c128_r1", 330.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(closed(t)))
+    lines = table(tmp_path).splitlines()
+    assert "| old | 20 req/s p95 ms | 60.00 | 40.00 | 50.00 |" in lines
+    assert "| old | c128 audio-s/s | 305.00 | 330.00 | 317.50 |" in lines
+    assert not any(line.startswith("| new | 20 req/s") for line in lines)  # one pass only
