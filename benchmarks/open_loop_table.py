@@ -180,11 +180,10 @@ def both_orders(opened: list[dict], closed: list[dict]) -> list[str]:
     lines: list[str] = []
     runs: dict[tuple[str, str], dict[str, float]] = {}
     for row in opened:
-        m, s = PASS.match(row["label"]), row["summary"]
-        if m and s and s.get("first_audio_ms") and s["first_audio_ms"].get("p95") is not None:
-            runs.setdefault((m["variant"], f"{row['rps']:g} req/s p95 ms"), {})[m["pass"]] = s[
-                "first_audio_ms"
-            ]["p95"]
+        m, summary = PASS.match(row["label"]), row["summary"]
+        p95 = ((summary or {}).get("first_audio_ms") or {}).get("p95")
+        if m and p95 is not None:
+            runs.setdefault((m["variant"], f"{row['rps']:g} req/s p95 ms"), {})[m["pass"]] = p95
     for row in closed:
         m = PASS.match(row["label"])
         if m and row["throughput"]:
