@@ -60,7 +60,7 @@ def test_fused_audio_through_the_decoder_step_graphs_equals_the_eager_decoder():
     ]
     eager_frames, eager_out, _ = generate(reqs, stream_decode=True)
     frames, outs, engine = generate(reqs, stream_decode=True, decode_graphs=True)
-    assert engine.runner.model.slots.graphs is not None  # the step graphs really ran
+    assert 1 in engine.runner.model.slots.passes  # the step graphs really ran
     assert frames == eager_frames
     want, got = pcm_by_request(eager_out), pcm_by_request(outs)
     assert sorted(got) == ["a", "b", "c"]

@@ -59,12 +59,6 @@ class StreamSlots:
         between); empty: eager. With graphs, 1 is always among them."""
         if self.passes and 1 not in self.passes:
             raise ValueError(f"decoder pass graphs {sorted(self.passes)} have no 1-frame set")
-        self.graphs = self.passes.get(1)
-        """The per-frame step's graphs (None: eager)."""
-        widest = max(self.passes, default=1)
-        self.window_graphs = self.passes[widest] if widest > 1 else None
-        """The graphs over a window's frames (window_k, or audio_chunk_frames when a window
-        is decoded in chunks; None: none wider than a frame)."""
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
         self.device_windows = 0
@@ -147,7 +141,7 @@ class StreamSlots:
         rows with a frame are picked on the device). Why: codes built from the host's tuples
         (`torch.tensor` over rows x frames x 16 Python ints) are slow at large batches, and
         the GPU waits for them between a window's last frame and its decoder pass."""
-        if self.graphs is None:
+        if not self.passes:
             return False
         if len(steps) == 1:
             return True
