@@ -5,8 +5,10 @@ chunk intake (in the receiving stage's actor) and backpressure are the in-proces
 
 Messages leave in numbered batches from one sender thread (one Ray call per batch, not per
 message); outputs come back by a long poll from one poller thread, with the stage's gauges.
-A stage whose actor dies ends each request it held with one error, and answers any later
-admission with one error, as a dead in-process engine does."""
+A stage whose actor dies ends each request it held with one error and answers admissions
+with one error, as a dead in-process engine does, while Ray restarts the actor
+(`stage_actor.STAGE_RESTARTS`); once the new actor has built its stage and started, the stage
+serves again. Past the restarts it stays down."""
 
 from __future__ import annotations
 
@@ -19,7 +21,13 @@ from typing import Any
 
 import ray
 import torch
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 
 from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PipelineUnavailable, StageStats
@@ -56,13 +64,18 @@ class RayStage:
         self.step_observer: Callable[[float], None] | None = None
         self.scheduler = AdmissionGauge()
         self._stats = stats
-        self._outbox: queue.SimpleQueue[EngineMessage | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[int, EngineMessage] | None] = queue.SimpleQueue()
+        """Messages with the generation they were queued in; None stops the sender."""
+        self._generation = 0
+        """The actor's starts so far, less one: a message or send of an earlier one is stale
+        (queued before the actor died) and never reaches the new actor's stage."""
         self._lock = threading.Lock()
         self._open: set[str] = set()
         """Requests admitted here and not ended: each gets one error if the actor dies."""
         self._death: str | None = None
-        self._sent: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        """The sends' results (Ray object refs): the poller raises what one raised."""
+        self._sent: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        """The sends' results (Ray object refs) by generation: the poller raises what one of
+        the current generation raised."""
         self._stopping = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name=f"{name}-ray-send")
         self._poller = threading.Thread(target=self._poll_loop, name=f"{name}-ray-poll")
@@ -91,14 +104,14 @@ class RayStage:
                     self._open.add(message.request.request_id)
                 elif isinstance(message, Abort):
                     self._open.discard(message.request_id)
-                self._outbox.put(message)
+                self._outbox.put((self._generation, message))
                 return
         if isinstance(message, Add) and self.on_output is not None:
             rid, error = message.request.request_id, self._death
             self.on_output(StageOutput(rid, finished=True, finish_reason="error", error=error))
 
     def start(self) -> None:
-        ray.get(self.actor.start.remote())
+        ray.get(self.actor.start.remote(self._generation))
         self._sender.start()
         self._poller.start()
 
@@ -114,16 +127,24 @@ class RayStage:
         ray.kill(self.actor)
 
     def _send_loop(self) -> None:
-        """Everything queued goes in one numbered batch; None (stop) ends the loop."""
-        seq, message = 0, self._outbox.get()
-        while message is not None:
-            batch = [message]
-            while not self._outbox.empty() and (message := self._outbox.get()) is not None:
-                batch.append(message)
-            self._sent.put(self.actor.send.remote(seq, tuple(batch)))  # the poller checks it
-            seq += 1
-            if message is not None:
-                message = self._outbox.get()
+        """Everything queued goes in one numbered batch (numbered from 0 in each generation);
+        messages of an earlier generation are dropped; None (stop) ends the loop."""
+        seq, generation = 0, 0
+        item = self._outbox.get()
+        while item is not None:
+            batch = [item]
+            while not self._outbox.empty() and (item := self._outbox.get()) is not None:
+                batch.append(item)
+            current = self._generation
+            if current != generation:
+                seq, generation = 0, current
+            messages = tuple(m for g, m in batch if g == current)
+            if messages:
+                ref = self.actor.send.remote(current, seq, messages)
+                self._sent.put((current, ref))  # the poller checks it
+                seq += 1
+            if item is not None:
+                item = self._outbox.get()
 
     def _poll_loop(self) -> None:
         while not self._stopping.is_set():
@@ -131,14 +152,18 @@ class RayStage:
                 batch: Batch = ray.get(self.actor.take.remote(POLL_S))
                 self._check_sends()
             except RayError as exc:
-                if not self._stopping.is_set():
-                    what = (
-                        f"its Ray actor could not apply a message ({exc.cause!r})"
-                        if isinstance(exc, RayTaskError)
-                        else f"its Ray actor died ({type(exc).__name__})"
+                if self._stopping.is_set():
+                    return
+                if isinstance(exc, RayTaskError):  # the stage's state is unknown: it stays down
+                    self._die(
+                        f"stage {self.name} failed: its Ray actor could not apply a "
+                        f"message ({exc.cause!r})"
                     )
-                    self._die(f"stage {self.name} failed: {what}")
-                return
+                    return
+                self._die(f"stage {self.name} failed: its Ray actor died ({type(exc).__name__})")
+                if not self._restarted():
+                    return
+                continue
             self._stats = batch.stats
             self.scheduler.wait_s = batch.first_audio_wait_s
             if self.step_observer is not None:
@@ -156,11 +181,38 @@ class RayStage:
         apply leaves the stage's state unknown, so it is the stage's death."""
         pending = []
         while not self._sent.empty():
-            pending.append(self._sent.get())
+            generation, ref = self._sent.get()
+            if generation == self._generation:  # an earlier actor's sends died with it
+                pending.append(ref)
         done, rest = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
         for ref in rest:
-            self._sent.put(ref)
+            self._sent.put((self._generation, ref))
         ray.get(done)
+
+    def _restarted(self) -> bool:
+        """Wait for Ray to restart the actor (it builds the stage again) and start it under
+        the next generation; False once the actor is gone for good or the stage stops. A
+        call that reaches the actor while it restarts fails as unavailable and is sent again
+        (`start` is idempotent per generation)."""
+        generation = self._generation + 1
+        started = self.actor.start.remote(generation)
+        while not self._stopping.is_set():
+            try:
+                ray.get(started, timeout=POLL_S)
+            except GetTimeoutError:
+                continue
+            except ActorUnavailableError:
+                self._stopping.wait(POLL_S)
+                started = self.actor.start.remote(generation)
+                continue
+            except RayError as exc:
+                log.error("stage %s: its Ray actor was not restarted (%s)", self.name, exc)
+                return False
+            with self._lock:
+                self._generation, self._death = generation, None
+            log.warning("stage %s: its Ray actor was restarted; serving again", self.name)
+            return True
+        return False
 
     def _die(self, reason: str) -> None:
         log.error("%s", reason)

@@ -4,7 +4,11 @@ same `StageEngine` thread as in-process. The driver's `RayStage` (deploy/remote_
 sends it the engine's typed messages in numbered batches and long-polls its outputs.
 
 A threaded actor (a long poll must not block the sends) runs calls concurrently and in no
-promised order, so each batch carries a number and is applied in that order (`Sequencer`)."""
+promised order, so each batch carries a number and is applied in that order (`Sequencer`).
+
+Ray restarts a dead actor up to `STAGE_RESTARTS` times, running `__init__` again (a fresh
+stage: the requests it held died with it). Batches carry the generation the driver gave at
+`start`: a batch sent to the actor before it died can reach the new one, and is dropped."""
 
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ from omniflow.logs import setup_logging
 
 CALLS_AT_ONCE = 8
 """The actor's threads: one long poll, the sends, the front end's `prepare` calls."""
+
+STAGE_RESTARTS = 3
+"""How often Ray restarts a stage's actor that died; past that the stage stays down (a stage
+that dies at every build or every request would otherwise be rebuilt forever)."""
 
 
 class Outbox:
@@ -90,6 +98,8 @@ class StageActor:
         self.engine.on_output = self.outbox.output
         self.engine.step_observer = self.outbox.step
         self.sequencer = Sequencer()
+        self.generation: int | None = None
+        """The driver's count of this stage's starts (`start`); None until started."""
         self.prepared: dict[str, Any] = {}
         """Source stage: requests made by `prepare`, until their `Add`."""
         self.prepared_lock = threading.Lock()
@@ -104,8 +114,12 @@ class StageActor:
         clones = self.parts.reference is not None
         return StageFacts(self.name, frontend, clones, self.parts.max_chunk_frames)
 
-    def start(self) -> None:
-        self.engine.start()
+    def start(self, generation: int) -> None:
+        """Run the engine; batches of another `generation` are stale from now on. Once per
+        actor: the driver sends it again when a call may not have arrived."""
+        if self.generation is None:
+            self.engine.start()
+        self.generation = generation
 
     def stop(self) -> None:
         self.engine.stop()
@@ -118,8 +132,10 @@ class StageActor:
         with self.prepared_lock:
             self.prepared[speech.request_id] = request
 
-    def send(self, seq: int, messages: tuple[EngineMessage, ...]) -> None:
-        self.sequencer.apply(seq, messages, self._apply)
+    def send(self, generation: int, seq: int, messages: tuple[EngineMessage, ...]) -> None:
+        """Apply batch `seq` in order; one sent to this stage before a restart is dropped."""
+        if generation == self.generation:
+            self.sequencer.apply(seq, messages, self._apply)
 
     def _apply(self, message: EngineMessage) -> None:
         """A request this stage cannot make ends with one error; the others go on."""
@@ -161,5 +177,7 @@ class StageActor:
 
 def stage_actor(graph: StageGraph, name: str, log_level: str, options: dict[str, Any]) -> Any:
     """A new actor building stage `name` of `graph` with Ray actor `options` (resources)."""
-    remote = ray.remote(StageActor).options(max_concurrency=CALLS_AT_ONCE, **options)
+    remote = ray.remote(StageActor).options(
+        max_concurrency=CALLS_AT_ONCE, max_restarts=STAGE_RESTARTS, **options
+    )
     return remote.remote(graph, name, log_level)

@@ -5,9 +5,12 @@ a time, within one 16-bit step together (which share a code2wav step is timing),
 same chunks (the intake's atomic chunks run in the code2wav actor); a consumer that
 stops reading pauses code2wav and then, through the bounded backlog, the talker; invalid
 input raises before anything is queued; a stage whose actor dies ends its requests with one
-error each and the pipeline refuses new ones."""
+error each, the pipeline refuses new ones while Ray restarts the actor, and serves the same
+PCM after; an actor gone for good leaves it down."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -74,7 +77,7 @@ def chunk_sizes(c: Collector) -> list[int]:
     return [e.pcm.size // SPF for e in c.events if e.pcm is not None]
 
 
-def check_stage_actors_give_the_in_process_pcm(staged):
+def check_stage_actors_give_the_in_process_pcm(staged) -> list[Collector]:
     from omniflow.deploy.remote_stage import RayStage
 
     assert all(isinstance(e, RayStage) for e in staged.engines)
@@ -92,6 +95,7 @@ def check_stage_actors_give_the_in_process_pcm(staged):
         assert chunk_sizes(ray_c) == chunk_sizes(local)
         np.testing.assert_allclose(ray_c.pcm, local.pcm, rtol=0, atol=1 / 32768)
     assert staged.stats().in_flight == 0
+    return got
 
 
 def check_invalid_input_raises_before_anything_is_queued(staged):
@@ -121,6 +125,26 @@ def check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged):
     assert np.array_equal(reader.pcm, alone.wait().pcm)
 
 
+def check_a_dead_stage_is_restarted_and_serves_again(staged, before: list[Collector]):
+    c = Collector()
+    staged.submit(speech("cut-once", max_new_tokens=400, ignore_eos=True, seed=7), c)
+    wait_for(lambda: c.pcm.size > 0)
+    ray.kill(staged.engines[1].actor, no_restart=False)  # code2wav's process dies; Ray restarts it
+    end = c.wait(30).terminal  # exactly one terminal event
+    assert end.finish_reason == "error" and "code2wav" in end.error and "died" in end.error
+    # down while the new actor builds its stage (seconds; the error came as the death was seen)
+    with pytest.raises(PipelineUnavailable, match="code2wav"):
+        staged.submit(speech("meanwhile"), Collector())
+    wait_for(lambda: stage_stats(staged, "code2wav").alive, timeout=60)
+    again = Collector()
+    first = requests()[0]
+    staged.submit(dataclasses.replace(first, request_id="a-again"), again)
+    assert again.wait().terminal.finish_reason == "length"
+    assert chunk_sizes(again) == chunk_sizes(before[0])
+    assert np.array_equal(again.pcm, before[0].pcm)  # the rebuilt stage, bit for bit
+    assert staged.stats().in_flight == 0
+
+
 def check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged):
     c = Collector()
     staged.submit(speech("cut", max_new_tokens=400, ignore_eos=True, seed=7), c)
@@ -136,8 +160,9 @@ def check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged):
 
 def test_two_stages_as_ray_actors(staged):
     """The checks in this order in one test (one pipeline; pytest-xdist cannot split them),
-    the actor kill last."""
-    check_stage_actors_give_the_in_process_pcm(staged)
+    the actor kills last (restarted, then gone for good)."""
+    before = check_stage_actors_give_the_in_process_pcm(staged)
     check_invalid_input_raises_before_anything_is_queued(staged)
     check_a_reader_that_stops_pauses_both_stages_and_resumes_exactly(staged)
+    check_a_dead_stage_is_restarted_and_serves_again(staged, before)
     check_a_dead_stage_ends_its_requests_once_and_the_pipeline_refuses(staged)

@@ -1,6 +1,7 @@
 """A stage actor's own logic without a cluster (`deploy/stage_actor.py`): batches applied in
-the order they were numbered, and a message the stage cannot apply ending its request with
-one error while the batches after it go on."""
+the order they were numbered, a message the stage cannot apply ending its request with one
+error while the batches after it go on, and batches meant for an earlier actor (sent as it
+died, delivered to the one Ray restarted) dropped."""
 
 from __future__ import annotations
 
@@ -46,13 +47,30 @@ def test_a_batch_that_raises_does_not_hold_back_the_next():
 def test_a_request_the_stage_cannot_make_ends_with_one_error_and_the_rest_go_on():
     graph = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
     actor = StageActor(graph, "talker", "warning")
+    actor.generation = 0  # as start(0) leaves it, without the engine's thread
     try:
-        actor.send(0, (Add(Prepared("ghost"), None),))  # never prepared: nothing to add
+        actor.send(0, 0, (Add(Prepared("ghost"), None),))  # never prepared: nothing to add
         actor.prepare(speech("real", max_new_tokens=2, ignore_eos=True, seed=1))
-        actor.send(1, (Add(Prepared("real"), None), Abort("real")))
+        actor.send(0, 1, (Add(Prepared("real"), None), Abort("real")))
         (out,) = actor.outbox.take(0)[0]
         assert out.request_id == "ghost" and out.finish_reason == "error"
         assert "could not take request ghost" in out.error
         assert actor.sequencer.next == 2 and "real" not in actor.prepared
+    finally:
+        actor.stop()
+
+
+def test_batches_of_another_generation_are_dropped():
+    """Until started, and then for any generation but the one `start` gave."""
+    graph = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
+    actor = StageActor(graph, "talker", "warning")
+    try:
+        actor.send(0, 0, (Add(Prepared("early"), None),))  # before start: no generation yet
+        actor.generation = 1  # as start(1) leaves it, without the engine's thread
+        actor.send(0, 0, (Add(Prepared("stale"), None),))  # meant for the actor that died
+        assert actor.outbox.take(0)[0] == [] and actor.sequencer.next == 0
+        actor.send(1, 0, (Add(Prepared("ghost"), None),))
+        (out,) = actor.outbox.take(0)[0]
+        assert out.request_id == "ghost" and actor.sequencer.next == 1
     finally:
         actor.stop()
