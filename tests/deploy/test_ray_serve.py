@@ -4,7 +4,8 @@ on two cores). A voice registered through one replica is listed by and spoken wi
 both; streams of every format pass through unchanged; concurrent requests reach both
 replicas (the x-omniflow-replica header says which), and a burst sent at once is split
 evenly by the least_loaded router (deploy/router.py); a seeded request gives the same PCM
-from either replica as from `omniflow serve` in-process."""
+from either replica as from `omniflow serve` in-process; a WebSocket session passes through
+the proxy with the HTTP bytes of each sentence."""
 
 from __future__ import annotations
 
@@ -198,6 +199,40 @@ def check_health_and_metrics_cover_both_replicas(url, voice):
     assert models["data"][0]["id"] == MODEL
 
 
+def check_a_websocket_session_passes_through_the_proxy(url, voice):
+    """WS /v1/audio/speech/stream through Serve's proxy with the registered voice (the
+    vLLM-Omni protocol: two sentences split across deltas, then a second utterance on the
+    same socket): the events, and each sentence's audio that of the same text over HTTP
+    (seeded: either replica gives it)."""
+    from websockets.sync.client import connect
+
+    from tests.serve.test_websocket import configure, done, recv, text
+
+    settings = {"voice": voice, "seed": 5, "max_new_tokens": 12, "ignore_eos": True}
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    sentences: list[tuple[str, bytes]] = []
+    with connect(ws_url) as ws:
+        configure(ws, response_format="pcm", **settings)
+        for pieces in (["Hello ", "there. How a", "re you?"], ["Once more."]):
+            for piece in pieces:
+                text(ws, piece)
+            done(ws)
+            while (message := json.loads(recv(ws)))["type"] != "session.done":
+                assert message["type"] == "audio.start", message
+                audio = b""
+                while isinstance(part := recv(ws), bytes):
+                    audio += part
+                end = json.loads(part)
+                assert end["type"] == "audio.done" and end["error"] is False, end
+                assert end["total_bytes"] == len(audio) > 0
+                sentences.append((message["sentence_text"], audio))
+    assert [t for t, _ in sentences] == ["Hello there.", "How are you?", "Once more."]
+    for sentence, audio in sentences:
+        whole = speech(url, input=sentence, response_format="pcm", **settings)
+        assert whole.status_code == 200, whole.text
+        assert audio == whole.content, sentence
+
+
 def check_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice):
     """Last in the module: it kills a replica. Its streams end cut short (one error each:
     a raw stream's 200 has gone out), the other replica's complete and it keeps serving,
@@ -267,4 +302,5 @@ def test_two_replicas_behind_one_port(url, voice):
     check_a_burst_sent_at_once_is_split_evenly(url, voice)
     check_seeded_pcm_is_the_same_from_either_replica_and_in_process(url, voice)
     check_health_and_metrics_cover_both_replicas(url, voice)
+    check_a_websocket_session_passes_through_the_proxy(url, voice)
     check_a_replica_killed_mid_stream_cuts_its_streams_alone_and_is_replaced(url, voice)
