@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from omniflow.config.compose import CONF_DIR
+from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.schema import BenchConfig, OmniflowSpec, ServerConfig, SynthConfig
 
 USAGE = """usage: omniflow COMMAND [--config-dir DIR] [key=value ...]
@@ -94,19 +95,38 @@ _SECTIONS: dict[str, tuple[str, type[BaseModel], str]] = {
 }
 
 
+_DEPLOY_HEAD = "\ndeploy keys (they act with deploy=ray; docs/deploy.md):"
+
+
 def command_help(command: str, spec: OmniflowSpec | None) -> str:
-    """The help text of `serve`, `synth` or `bench`; `spec` gives the current values."""
+    """The help text of `serve`, `synth` or `bench`; `spec` gives the current values.
+    `serve` also lists the deploy keys (`serve deploy=ray` runs replicas on Ray)."""
     section, model, prefix = _SECTIONS[command]
-    values = getattr(spec, section).model_dump() if spec is not None else {}
     lines = [_HEADS[command]]
+    lines += _keys(model, getattr(spec, section) if spec is not None else None, prefix)
+    if command == "serve":
+        deploy = spec.deploy if spec is not None else None
+        lines += [_DEPLOY_HEAD, *_keys(DeployConfig, deploy, "deploy.", skip=("name",))]
+    return "\n".join(lines) + "\n" + common_help()
+
+
+def _keys(
+    model: type[BaseModel], current: BaseModel | None, prefix: str, skip: tuple[str, ...] = ()
+) -> list[str]:
+    """Each field as `prefix + name=value` (the current value, else the default) and its
+    description."""
+    values = current.model_dump() if current is not None else {}
+    lines = []
     for name, field in model.model_fields.items():
+        if name in skip:
+            continue
         value = values.get(name, field.default)
         shown = (
             "null" if value is None else str(value).lower() if isinstance(value, bool) else value
         )
         lines.append(f"  {prefix}{name}={shown}")
         lines.append(f"      {field.description}")
-    return "\n".join(lines) + "\n" + common_help()
+    return lines
 
 
 def commands_with_help() -> tuple[str, ...]:

@@ -89,7 +89,7 @@ def test_a_typo_suggests_the_closest_key(args, suggestion):
 @pytest.mark.parametrize(
     ("command", "keys"),
     [
-        ("serve", ["server.port=8000", "server.log_level=info", "Bind port"]),
+        ("serve", ["server.port=8000", "server.log_level=info", "Bind port", "deploy.replicas=1"]),
         ("synth", ["text=Hello there.", "out=out.wav", "ignore_eos=false", ".flac"]),
         ("bench", ["bench.concurrency=1", "bench.num_prompts=16", "--cfg job"]),
     ],
