@@ -33,7 +33,14 @@ from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PipelineUnavailable, StageStats
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
-from omniflow.deploy.stage_wire import Batch, Deferred, FrontendFacts, Prepared, StageFacts
+from omniflow.deploy.stage_wire import (
+    Batch,
+    Deferred,
+    FrontendFacts,
+    NotStarted,
+    Prepared,
+    StageFacts,
+)
 from omniflow.engine.messages import Abort, Add, EngineMessage
 
 log = logging.getLogger(__name__)
@@ -246,6 +253,8 @@ class RemoteFrontend:
         except RayTaskError as exc:  # the actor's ValueError, without Ray's traceback text
             if isinstance(exc.cause, ValueError):
                 raise exc.cause from None
+            if isinstance(exc.cause, NotStarted):  # restarted, its death not yet seen here
+                raise PipelineUnavailable(str(exc.cause)) from None
             raise
         except RayActorError as exc:  # it died since the liveness check: a 503, not a 500
             raise PipelineUnavailable(f"the source stage's Ray actor died ({exc})") from None

@@ -8,7 +8,10 @@ promised order, so each batch carries a number and is applied in that order (`Se
 
 Ray restarts a dead actor up to `STAGE_RESTARTS` times, running `__init__` again (a fresh
 stage: the requests it held died with it). Batches carry the generation the driver gave at
-`start`: a batch sent to the actor before it died can reach the new one, and is dropped."""
+`start`: a batch sent to the actor before it died can reach the new one, and is dropped. Ray
+also reports an actor that did not die as unavailable (a lost call), which the driver takes
+for a death: a `start` with a new generation then aborts what the actor held and starts its
+numbering afresh, as a restarted actor would."""
 
 from __future__ import annotations
 
@@ -23,7 +26,14 @@ from omniflow.config.graph import StageGraph
 from omniflow.core.output import StageOutput
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
-from omniflow.deploy.stage_wire import Batch, Deferred, FrontendFacts, Prepared, StageFacts
+from omniflow.deploy.stage_wire import (
+    Batch,
+    Deferred,
+    FrontendFacts,
+    NotStarted,
+    Prepared,
+    StageFacts,
+)
 from omniflow.engine.messages import Abort, Add, EngineMessage
 from omniflow.logs import setup_logging
 
@@ -36,18 +46,41 @@ that dies at every build or every request would otherwise be rebuilt forever).""
 
 
 class Outbox:
-    """The engine's outputs and step durations until the driver's next `take`."""
+    """The engine's outputs and step durations until the driver's next `take`, and which
+    requests are open (admitted, not finished) in this generation."""
 
     def __init__(self) -> None:
         self.ready = threading.Condition()
         self.outputs: list[StageOutput] = []
         self.steps: list[float] = []
         self.closed = False
+        self.open: set[str] = set()
+        self.dropped: set[str] = set()
+        """Requests of an earlier generation, aborted: their outputs are not the driver's."""
+
+    def admitted(self, request_id: str) -> None:
+        with self.ready:
+            self.open.add(request_id)
 
     def output(self, out: StageOutput) -> None:
         with self.ready:
+            if out.request_id in self.dropped:
+                if out.finished:
+                    self.dropped.discard(out.request_id)
+                return
+            if out.finished:
+                self.open.discard(out.request_id)
             self.outputs.append(out)
             self.ready.notify_all()
+
+    def reset(self) -> set[str]:
+        """A new generation: what is waiting goes, and the open requests' outputs are
+        dropped from now on; returns those requests (to abort)."""
+        with self.ready:
+            ended, self.open = self.open, set()
+            self.dropped |= ended
+            self.outputs, self.steps = [], []
+            return ended
 
     def step(self, seconds: float) -> None:
         with self.ready:
@@ -100,6 +133,8 @@ class StageActor:
         self.sequencer = Sequencer()
         self.generation: int | None = None
         """The driver's count of this stage's starts (`start`); None until started."""
+        self.generation_lock = threading.Lock()
+        """Held by `start` and around each batch's check and application."""
         self.prepared: dict[str, Any] = {}
         """Source stage: requests made by `prepare`, until their `Add`."""
         self.prepared_lock = threading.Lock()
@@ -115,11 +150,21 @@ class StageActor:
         return StageFacts(self.name, frontend, clones, self.parts.max_chunk_frames)
 
     def start(self, generation: int) -> None:
-        """Run the engine; batches of another `generation` are stale from now on. Once per
-        actor: the driver sends it again when a call may not have arrived."""
-        if self.generation is None:
-            self.engine.start()
-        self.generation = generation
+        """Run the engine; batches of another `generation` are stale from now on. The driver
+        sends it again when a call may not have arrived (the same generation: nothing
+        changes). A new generation on a running actor (it did not die, the driver took it
+        for dead and ended its requests): those requests are aborted, the prepared ones
+        dropped, and batches numbered from 0 again."""
+        with self.generation_lock:
+            if self.generation is None:
+                self.engine.start()
+            elif generation != self.generation:
+                self.sequencer = Sequencer()
+                with self.prepared_lock:
+                    self.prepared.clear()
+                for rid in self.outbox.reset():
+                    self.engine.send(Abort(rid))
+            self.generation = generation
 
     def stop(self) -> None:
         self.engine.stop()
@@ -128,14 +173,17 @@ class StageActor:
     def prepare(self, speech: SpeechRequest) -> None:
         """Make the source stage's request now: ValueError (invalid input) goes back to the
         driver's `submit` before anything is queued, as in-process."""
+        if self.generation is None:  # restarted by Ray, not yet started by the driver
+            raise NotStarted(f"stage {self.name} is restarting")
         request = self.parts.make_request(speech)
         with self.prepared_lock:
             self.prepared[speech.request_id] = request
 
     def send(self, generation: int, seq: int, messages: tuple[EngineMessage, ...]) -> None:
         """Apply batch `seq` in order; one sent to this stage before a restart is dropped."""
-        if generation == self.generation:
-            self.sequencer.apply(seq, messages, self._apply)
+        with self.generation_lock:
+            if generation == self.generation:
+                self.sequencer.apply(seq, messages, self._apply)
 
     def _apply(self, message: EngineMessage) -> None:
         """A request this stage cannot make ends with one error; the others go on."""
@@ -147,6 +195,8 @@ class StageActor:
             error = f"stage {self.name} could not take request {rid}: {exc!r}"
             self.outbox.output(StageOutput(rid, finished=True, finish_reason="error", error=error))
             return
+        if isinstance(local, Add):
+            self.outbox.admitted(local.request.request_id)
         self.engine.send(local)
 
     def _local(self, message: EngineMessage) -> EngineMessage:

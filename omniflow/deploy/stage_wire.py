@@ -63,3 +63,8 @@ class Batch:
     step_seconds: tuple[float, ...]
     stats: StageStats
     first_audio_wait_s: float | None
+
+
+class NotStarted(RuntimeError):
+    """A stage actor asked to make a request before the driver started it (Ray restarted it
+    and the driver has not seen the death yet): the driver answers it as a stage that is down."""

@@ -1,9 +1,12 @@
 """A stage actor's own logic without a cluster (`deploy/stage_actor.py`): batches applied in
 the order they were numbered, a message the stage cannot apply ending its request with one
-error while the batches after it go on, and batches meant for an earlier actor (sent as it
-died, delivered to the one Ray restarted) dropped."""
+error while the batches after it go on, batches meant for an earlier actor (sent as it
+died, delivered to the one Ray restarted) dropped, and an actor that did not die but is
+started under a new generation (the driver took a lost call for a death) starting clean."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -12,7 +15,7 @@ pytest.importorskip("ray")  # stage_actor.py defines a Ray actor class (no clust
 from omniflow.config.compose import compose  # noqa: E402
 from omniflow.config.resolve import build_graph  # noqa: E402
 from omniflow.deploy.stage_actor import Sequencer, StageActor  # noqa: E402
-from omniflow.deploy.stage_wire import Prepared  # noqa: E402
+from omniflow.deploy.stage_wire import NotStarted, Prepared  # noqa: E402
 from omniflow.engine.messages import Abort, Add, Hold, Wake  # noqa: E402
 from tests.factories import speech  # noqa: E402
 
@@ -72,5 +75,40 @@ def test_batches_of_another_generation_are_dropped():
         actor.send(1, 0, (Add(Prepared("ghost"), None),))
         (out,) = actor.outbox.take(0)[0]
         assert out.request_id == "ghost" and actor.sequencer.next == 1
+    finally:
+        actor.stop()
+
+
+def outputs_until(actor: StageActor, done, timeout_s: float = 60.0) -> list:
+    """The actor's outputs, taken until `done(outputs so far)` holds."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while not done(got):
+        assert time.monotonic() < deadline, got
+        got += actor.outbox.take(0.1)[0]
+    return got
+
+
+def test_a_new_generation_on_a_running_actor_aborts_what_it_held_and_starts_clean():
+    graph = build_graph(compose(["pipeline=qwen3_tts_fused", "platform=cpu"]))
+    actor = StageActor(graph, "talker", "warning")
+    try:
+        with pytest.raises(NotStarted):  # restarted by Ray, not yet started by the driver
+            actor.prepare(speech("early"))
+        actor.start(0)
+        actor.prepare(speech("held", max_new_tokens=400, ignore_eos=True, seed=1))
+        actor.send(0, 0, (Add(Prepared("held"), None),))
+        outputs_until(actor, lambda got: any(o.request_id == "held" for o in got))
+        actor.start(0)  # sent again (a call that may not have arrived): nothing changes
+        assert actor.outbox.open == {"held"}
+        actor.start(1)  # the driver has ended "held" with an error
+        assert actor.outbox.open == set() and actor.sequencer.next == 0
+        actor.prepare(speech("next", max_new_tokens=3, ignore_eos=True, seed=2))
+        actor.send(0, 1, (Add(Prepared("ghost"), None),))  # stale: dropped
+        actor.send(1, 0, (Add(Prepared("next"), None),))  # numbered from 0 again
+        got = outputs_until(actor, lambda got: any(o.finished for o in got))
+        assert {o.request_id for o in got} == {"next"}  # nothing more of "held" or "ghost"
+        assert got[-1].finish_reason == "length"
+        assert actor.engine.stats().running == 0  # "held" was aborted, not left running
     finally:
         actor.stop()
