@@ -73,7 +73,7 @@ def test_a_client_that_leaves_during_its_upload_costs_one_log_line(server, caplo
             b"Content-Length: 100000\r\n\r\n" + b"{" * 1000
         )
         sock.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # generous: a loaded 2-core CI machine
     while sum("left during its upload" in r.getMessage() for r in caplog.records) < 3:
         assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
         time.sleep(0.01)
