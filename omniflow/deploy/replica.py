@@ -58,8 +58,9 @@ class OmniflowReplica:
 
     def state(self) -> tuple[dict, int, str]:
         """This replica's /health body and status code and its /metrics text."""
-        service = self.served.state.service
-        body, code = health_of(service.health())
+        state = self.served.state
+        body, code = health_of(state.service.health(state.speech_sessions.load))
+        service = state.service
         return body, code, bytes(service.metrics_response().body).decode()
 
     def record_routing_stats(self) -> dict[str, float]:

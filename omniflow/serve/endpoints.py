@@ -25,7 +25,7 @@ def service_of(request: Request) -> SpeechService:
 
 
 async def health(request: Request) -> JSONResponse:
-    return service_of(request).health()
+    return service_of(request).health(request.app.state.speech_sessions.load)
 
 
 async def models(request: Request) -> dict:

@@ -91,11 +91,12 @@ def parse_body(raw: bytes, model: type[Body]) -> Body:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise FieldErrors(
-            [_field_error(e["loc"], e["msg"]) for e in exc.errors()], payload
+            [field_error(e["loc"], e["msg"]) for e in exc.errors()], payload
         ) from None
 
 
-def _field_error(loc: tuple[int | str, ...], msg: str) -> ApiError:
+def field_error(loc: tuple[int | str, ...], msg: str) -> ApiError:
+    """One schema refusal as an error naming its field."""
     param = ".".join(str(p) for p in loc) or None
     return ApiError(400, f"{clip(param)}: {msg}" if param else msg, param)
 

@@ -29,6 +29,7 @@ from omniflow.core.pipeline import (
     Overloaded,
     Pipeline,
     PipelineInfo,
+    PipelineStats,
     PipelineUnavailable,
     RequestLimits,
 )
@@ -212,9 +213,15 @@ class SpeechService:
     def metrics_response(self) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def health(self) -> JSONResponse:
+    def health(self, load: Callable[[PipelineStats], PipelineStats]) -> JSONResponse:
+        """`in_flight` is what the cap (`max_concurrent_requests`) counts: `load` adds the
+        open WebSocket sessions not speaking, each holding a place."""
         stats = self.pipeline.stats()
-        body: dict = {"model": self.info.model, "in_flight": stats.in_flight, "build": self.build}
+        body: dict = {
+            "model": self.info.model,
+            "in_flight": load(stats).in_flight,
+            "build": self.build,
+        }
         if self.responses.closing:
             return JSONResponse({"status": "shutting_down", **body}, status_code=503)
         if stats.healthy:

@@ -69,6 +69,7 @@ def request_errors(
     check(lambda: _check_language(body, info))
     errors += _instruction_errors(body, info, server)
     check(lambda: _check_length(body, info))
+    check(lambda: _check_stream(body))
     check(lambda: _check_format(body))
     return errors
 
@@ -81,6 +82,7 @@ READS = {
     "x_vector_only_mode": ("task_type",),
     "ignore_eos": ("max_new_tokens",),
     "response_format": ("stream", "stream_format"),
+    "stream": ("stream_format",),
 }
 """The fields a rule about a field reads besides it. Where the schema refused one of them,
 the rule would judge a default the client did not send, so its error is left out."""
@@ -224,6 +226,18 @@ def _check_length(body: SpeechBody, info: PipelineInfo) -> None:
         )
 
 
+def _check_stream(body: SpeechBody) -> None:
+    """`stream_format` streams; an explicit `stream: false` beside it is a contradiction,
+    not a choice to ignore one of them."""
+    if "stream" in body.model_fields_set and not body.stream and body.stream_format:
+        raise ApiError(
+            400,
+            f"stream is false but stream_format is {body.stream_format!r}, which streams: "
+            "leave out stream_format for a whole response, or stream",
+            "stream",
+        )
+
+
 def _check_format(body: SpeechBody) -> None:
     sse = body.stream_format == "sse"
     allowed = SSE_FORMATS if sse else STREAMABLE
@@ -246,7 +260,13 @@ def admit(stats: PipelineStats, server: ServerConfig) -> None:
     if not stats.healthy:
         raise unavailable(down_message(stats))
     if stats.in_flight >= server.max_concurrent_requests:
-        raise ApiError(429, "too many requests in flight; retry later", None, "rate_limit_error")
+        raise ApiError(
+            429,
+            "too many requests in flight; retry later",
+            None,
+            "rate_limit_error",
+            {"Retry-After": "1"},
+        )
 
 
 def down_stages(stats: PipelineStats) -> list[str]:

@@ -30,7 +30,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from starlette.websockets import WebSocketDisconnect
 
 from omniflow.core.pipeline import PipelineStats
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, clip, refusal_reason
 from omniflow.serve.validation import admit
 from omniflow.serve.ws_events import (
     CLOSE_ERROR,
@@ -133,6 +133,7 @@ async def speech_stream(websocket: WebSocket) -> None:
         sessions.admit()
     except ApiError as err:
         sessions.metrics.ended.labels("refused").inc()
+        sessions.service.metrics.refusals.labels(refusal_reason(err)).inc()
         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
             await websocket.send_json(error_event(err))
             code = CLOSE_TRY_LATER if err.status in (429, 503) else CLOSE_POLICY

@@ -49,13 +49,24 @@ async def close(websocket: WebSocket, code: int, reason: str) -> None:
 
 
 def error_event(err: ApiError) -> dict[str, Any]:
+    """`err` as an `error` event; one standing for several fields lists them in `errors`
+    (`[{"field", "message"}]`), as the HTTP route's error body does."""
     param = None if err.param is None else encodable(clip(err.param))
-    return {
+    event = {
         "type": "error",
         "message": encodable(err.message),
         "param": param,
         "code": str(err.status),
     }
+    if err.errors is not None:
+        event["errors"] = [
+            {
+                "field": None if e.param is None else encodable(clip(e.param)),
+                "message": encodable(e.message),
+            }
+            for e in err.errors
+        ]
+    return event
 
 
 def audio_done(utterance: int, index: int, total_bytes: int, error: str | None) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, all_of, clip
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
 from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
-from omniflow.serve.request_body import parse_json
+from omniflow.serve.request_body import field_error, parse_json
 from omniflow.serve.sentences import SentenceBuffer
 from omniflow.serve.text import check_printable
 from omniflow.serve.validation import validate
@@ -194,15 +194,19 @@ class Session(Speaker):
         if not isinstance(incremental, bool):
             raise ApiError(400, "incremental must be true or false", "incremental")
         if "initial_codec_chunk_frames" in fields:  # vLLM-Omni's name for it
-            fields.setdefault("initial_chunk_frames", fields.pop("initial_codec_chunk_frames"))
+            if "initial_chunk_frames" in fields:
+                raise ApiError(
+                    400,
+                    "initial_codec_chunk_frames is vLLM-Omni's name for initial_chunk_frames: "
+                    "send one of them",
+                    "initial_codec_chunk_frames",
+                )
+            fields["initial_chunk_frames"] = fields.pop("initial_codec_chunk_frames")
         fields.setdefault("model", self.info.model)
         try:
             body = SpeechBody.model_validate({**fields, "input": PROBE_INPUT})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            param = ".".join(str(p) for p in first["loc"]) or None
-            message = f"{clip(param)}: {first['msg']}" if param else first["msg"]
-            raise ApiError(400, message, param) from None
+        except ValidationError as exc:  # every field refused, in one error (as the HTTP route)
+            raise all_of([field_error(e["loc"], e["msg"]) for e in exc.errors()]) from None
         from omniflow.serve.routes import default_task  # the route's own rule
 
         body = default_task(body, self.info)
@@ -292,7 +296,10 @@ class Session(Speaker):
 
     async def cancel(self) -> None:
         """Barge-in: abort what is being spoken, drop what is queued, and answer with the
-        interrupted sentence's `audio.done` and one `session.done` (`cancelled`)."""
+        interrupted sentence's `audio.done` and one `session.done` (`cancelled`). With no
+        utterance under way (no text since the last one ended) there is nothing to cancel."""
+        if self.current is None and self.queue.empty() and not self.received and not self.index:
+            raise ApiError(400, "input.cancel with no utterance under way: nothing to cancel")
         await self.stop_speaker()
         if self.current is not None:
             index, sent = self.current

@@ -55,6 +55,16 @@ def test_ignore_eos_needs_max_new_tokens():
     validate(body(ignore_eos=True, max_new_tokens=8), INFO, SERVER)
 
 
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_stream_false_beside_a_stream_format_is_refused_not_ignored(stream_format):
+    with pytest.raises(ApiError) as exc:
+        validate(body(stream=False, stream_format=stream_format), INFO, SERVER)
+    assert exc.value.param == "stream" and "stream is false" in exc.value.message
+    validate(body(stream_format=stream_format), INFO, SERVER)  # stream left out: it streams
+    validate(body(stream=True, stream_format=stream_format), INFO, SERVER)
+    validate(body(stream=False), INFO, SERVER)  # a whole response
+
+
 def test_every_broken_rule_is_reported_at_once():
     b = body(input=" ", voice="nobody", language="klingon", ignore_eos=True)
     params = [e.param for e in request_errors(b, INFO, SERVER)]

@@ -55,11 +55,20 @@ def test_sessions_count_against_the_in_flight_cap():
                 with pytest.raises(ConnectionClosed) as closed:
                     recv(second)
                 assert closed.value.rcvd.code == 1013
-            # the HTTP route counts the open session too
+            # the HTTP route counts the open session too, and so does /health
             body = {"model": "qwen3-tts-tiny", "input": "Hi.", "voice": "vivian"}
             r = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=30)
             assert r.status_code == 429, r.text
+            assert r.headers["retry-after"] == "1"
+            assert httpx.get(f"{server.url}/health").json()["in_flight"] == 1
+            refusals = [
+                line
+                for line in httpx.get(f"{server.url}/metrics").text.splitlines()
+                if line.startswith('omniflow_refusals_total{reason="in_flight"}')
+            ]
+            assert refusals == ['omniflow_refusals_total{reason="in_flight"} 2.0']  # WS + HTTP
         wait_for(lambda: server.app.state.speech_sessions.open == 0)
+        assert httpx.get(f"{server.url}/health").json()["in_flight"] == 0
         with connect(ws_url(server)) as third:  # the place is free again
             configure(third)
             text(third, "Admitted.")
