@@ -52,7 +52,9 @@ class Args:
 
 def parse_args(argv: Sequence[str]) -> Args:
     """Split the command, our own flags, Hydra's flags and the Hydra overrides."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # no command: a usage error, the usage on stderr
+        raise SystemExit(_usage(EXIT_USAGE))
+    if argv[0] in ("-h", "--help"):
         raise SystemExit(_usage(0))
     command, rest = argv[0], list(argv[1:])
     overrides: list[str] = []

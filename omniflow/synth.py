@@ -86,6 +86,8 @@ def synth_overrides(overrides: list[str]) -> list[str]:
 
 def output_format(out: str) -> str:
     """The encoding `out`'s extension names; refused (before generating) when unknown."""
+    if Path(out).is_dir():
+        raise ConfigError("synth.out", f"{out!r} is a directory; name the file to write")
     ext = Path(out).suffix.lower()
     if ext not in FORMATS:
         known = ", ".join(FORMATS)

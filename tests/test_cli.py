@@ -62,6 +62,11 @@ def test_unknown_command_exits_2():
     assert "usage" in r.stderr
 
 
+def test_no_command_is_a_usage_error():
+    r = run()
+    assert r.returncode == 2 and "usage: omniflow COMMAND" in r.stderr and not r.stdout
+
+
 def test_serve_applies_server_log_level_to_omniflows_loggers(monkeypatch):
     """`server.log_level` sets omniflow's loggers too, before the server starts."""
     import logging

@@ -66,6 +66,12 @@ def test_synth_into_a_missing_directory_fails_before_generating(tmp_path):
     one_line_error(r, "synth.out", "/no/such/dir")
 
 
+def test_synth_into_a_directory_names_it(tmp_path):
+    r = omniflow("synth", "platform=cpu", f"out={tmp_path}")
+    one_line_error(r, "synth.out", "is a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_synth_refuses_a_format_it_cannot_write(tmp_path):
     r = omniflow("synth", "platform=cpu", f"out={tmp_path / 'x.aac'}")
     one_line_error(r, "synth.out", ".aac", ".flac")

@@ -178,7 +178,8 @@ def _task_errors(
 
 def _check_voice(body: SpeechBody, info: PipelineInfo) -> None:
     voices = list(info.voices)
-    preset = body.task_type == "CustomVoice"  # the others' voice was checked with their task
+    # the others' voice was checked with their task; an unserved task is refused as such
+    preset = body.task_type == "CustomVoice" and "CustomVoice" in info.task_types
     if preset and body.voice is not None and body.voice.lower() not in voices:
         raise ApiError(400, f"unknown voice {clip(body.voice)!r}; known: {voices}", "voice")
 

@@ -65,6 +65,14 @@ def test_stream_false_beside_a_stream_format_is_refused_not_ignored(stream_forma
     validate(body(stream=False), INFO, SERVER)  # a whole response
 
 
+def test_a_task_the_model_does_not_serve_is_refused_alone():
+    """On a Base model, task_type CustomVoice is refused as a task; its voice is not also
+    checked against preset speakers the model does not serve."""
+    base = PipelineInfo(**{**INFO.__dict__, "task_types": ("Base",)})
+    errors = request_errors(body(task_type="CustomVoice", voice="voice_1234"), base, SERVER)
+    assert [e.param for e in errors] == ["task_type"], [e.message for e in errors]
+
+
 def test_every_broken_rule_is_reported_at_once():
     b = body(input=" ", voice="nobody", language="klingon", ignore_eos=True)
     params = [e.param for e in request_errors(b, INFO, SERVER)]
