@@ -35,10 +35,16 @@ def check_printable(text: str, field: str) -> None:
         )
 
 
+def has_visible(text: str) -> bool:
+    """Whether `text` has a character to speak: not whitespace, not a format character
+    (zero-width space, joiners, marks of direction)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
 def check_speakable(text: str, field: str) -> None:
     """`check_printable`, then a 400 when nothing visible is left to speak."""
     check_printable(text, field)
-    if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text):
+    if not has_visible(text):
         raise ApiError(
             400,
             f"{field} is empty: it has no visible characters (only whitespace or "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from omniflow.core.live import settled_text
 from omniflow.core.pipeline import Pipeline
+from omniflow.serve.text import has_visible
 
 
 @dataclass
@@ -34,7 +35,7 @@ class LiveUtterance:
             pipeline.extend(self.rid, text, False)
             return False
         self.pending += text
-        return not self.queued and bool(settled_text(self.pending))
+        return not self.queued and has_visible(settled_text(self.pending))
 
     def end(self, pipeline: Pipeline) -> bool:
         """input.done; True when the utterance should now be queued (it never started)."""
@@ -42,7 +43,7 @@ class LiveUtterance:
         if self.rid is not None:
             pipeline.extend(self.rid, "", True)
             return False
-        return not self.queued and bool(self.pending.strip())
+        return not self.queued and has_visible(self.pending)  # else nothing to say: skipped
 
     def started(self, rid: str, pipeline: Pipeline) -> None:
         """The speaker submitted `pending`: later text goes to the request; an utterance

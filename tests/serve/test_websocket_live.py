@@ -136,3 +136,20 @@ def test_the_speech_after_the_text_ended_is_timed_for_incremental_utterances_onl
         while not (isinstance(m := recv(ws), str) and json.loads(m)["type"] == "session.done"):
             pass
         assert tail_series(live) == grown
+
+
+def test_an_incremental_utterance_with_nothing_to_say_is_skipped(live):
+    """As in sentence mode: text with no visible character (whitespace, zero-width spaces)
+    starts no request; input.done answers with an empty session.done, and the session goes on."""
+    with connect(ws_url(live)) as ws:
+        configure(ws, incremental=True, stream_audio=True, response_format="pcm", **SETTINGS)
+        text(ws, "\u200b\u200b ")
+        done(ws)
+        assert event(ws) == {"type": "session.done", "utterance_index": 0, "total_sentences": 0}
+        text(ws, "Now something. ")
+        done(ws)
+        assert event(ws)["type"] == "audio.start"
+        while isinstance(message := recv(ws), bytes):
+            pass
+        assert json.loads(message)["type"] == "audio.done" and not json.loads(message)["error"]
+        assert event(ws)["type"] == "session.done"
