@@ -127,6 +127,11 @@ class SpeechBody(BaseModel):
 
     @property
     def streaming(self) -> bool:
+        """`stream`, or a `stream_format` without an explicit `stream: false`: vLLM-Omni's
+        request model sends `stream: false` with `stream_format: "audio"` by default, and
+        means a whole response (`"sse"` beside `stream: false` is refused: validation.py)."""
+        if "stream" in self.model_fields_set and not self.stream:
+            return False
         return self.stream or self.stream_format is not None
 
 

@@ -205,7 +205,7 @@ class SpeechResponse:
         self.first_made, self.seated = first.made_at, first.seated_at
         self.stretcher = TimeStretch.of(body.speed, self.sample_rate)
         fmt, sr = body.response_format, self.sample_rate
-        if body.stream_format == "sse":
+        if body.streaming and body.stream_format == "sse":
             return self.streamed(sse(self.audio_events(first, False), fmt, sr), "text/event-stream")
         if body.streaming:
             return self.streamed(

@@ -228,13 +228,14 @@ def _check_length(body: SpeechBody, info: PipelineInfo) -> None:
 
 
 def _check_stream(body: SpeechBody) -> None:
-    """`stream_format` streams; an explicit `stream: false` beside it is a contradiction,
-    not a choice to ignore one of them."""
-    if "stream" in body.model_fields_set and not body.stream and body.stream_format:
+    """Server-sent events are a stream: `stream_format: "sse"` beside an explicit
+    `stream: false` is a contradiction, not a choice to ignore one of them (`"audio"` beside
+    it is a whole response: `SpeechBody.streaming`)."""
+    if "stream" in body.model_fields_set and not body.stream and body.stream_format == "sse":
         raise ApiError(
             400,
-            f"stream is false but stream_format is {body.stream_format!r}, which streams: "
-            "leave out stream_format for a whole response, or stream",
+            "stream is false but stream_format is 'sse', which streams events: leave out "
+            "stream_format (or set it to 'audio') for a whole response, or stream",
             "stream",
         )
 

@@ -10,23 +10,20 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from omniflow.serve.errors import ApiError, all_of, clip
-from omniflow.serve.protocol import STREAMABLE, SpeechBody
+from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
-from omniflow.serve.request_body import field_error, parse_json
+from omniflow.serve.request_body import parse_json
 from omniflow.serve.sentences import SentenceBuffer
 from omniflow.serve.text import check_printable
-from omniflow.serve.validation import validate
 from omniflow.serve.voices import Clone
+from omniflow.serve.ws_config import session_config
 from omniflow.serve.ws_events import (
     CLOSE_NORMAL,
     DONE,
     MESSAGE_TYPES,
-    NOT_IN_CONFIG,
-    PROBE_INPUT,
     SessionEnded,
     _Done,
     audio_done,
@@ -183,62 +180,9 @@ class Session(Speaker):
                 "session.config while input is buffered (an utterance is under way): send it "
                 "between utterances",
             )
-        fields = {k: v for k, v in payload.items() if k != "type"}
-        for key, why in NOT_IN_CONFIG.items():
-            if key in fields:
-                raise ApiError(400, f"{key} is not a session.config field: {why}", key)
-        stream_audio = fields.pop("stream_audio", False)
-        if not isinstance(stream_audio, bool):
-            raise ApiError(400, "stream_audio must be true or false", "stream_audio")
-        incremental = fields.pop("incremental", False)
-        if not isinstance(incremental, bool):
-            raise ApiError(400, "incremental must be true or false", "incremental")
-        if "initial_codec_chunk_frames" in fields:  # vLLM-Omni's name for it
-            if "initial_chunk_frames" in fields:
-                raise ApiError(
-                    400,
-                    "initial_codec_chunk_frames is vLLM-Omni's name for initial_chunk_frames: "
-                    "send one of them",
-                    "initial_codec_chunk_frames",
-                )
-            fields["initial_chunk_frames"] = fields.pop("initial_codec_chunk_frames")
-        fields.setdefault("model", self.info.model)
-        try:
-            body = SpeechBody.model_validate({**fields, "input": PROBE_INPUT})
-        except ValidationError as exc:  # every field refused, in one error (as the HTTP route)
-            raise all_of([field_error(e["loc"], e["msg"]) for e in exc.errors()]) from None
-        from omniflow.serve.routes import default_task  # the route's own rule
-
-        body = default_task(body, self.info)
-        saved = self.service.voices.saved(body)
-        validate(body, self.info, self.server, registered=saved is not None)
-        if stream_audio and body.response_format not in STREAMABLE:
-            raise ApiError(
-                400,
-                f"stream_audio sends {', '.join(STREAMABLE)}, not {body.response_format!r} "
-                "(flac and opus are sent a whole sentence at a time: stream_audio false)",
-                "response_format",
-            )
-        if incremental and body.non_streaming_mode:
-            raise ApiError(
-                400,
-                "incremental text is fed one token a step (the streaming layout): leave "
-                "non_streaming_mode out or false",
-                "non_streaming_mode",
-            )
-        in_context = (
-            saved.ref_codes is not None
-            if saved is not None
-            else body.task_type == "Base" and not body.x_vector_only_mode
-        )
-        if incremental and in_context:
-            how = "register the voice with" if saved is not None else "set"
-            raise ApiError(
-                400,
-                "an in-context voice clone cannot take incremental text (its prompt holds text "
-                f"as long as its reference): {how} x_vector_only_mode true",
-                "voice" if saved is not None else "x_vector_only_mode",
-            )
+        config = session_config(payload, self.info, self.server, self.service.voices)
+        body, saved = config.body, config.saved
+        stream_audio, incremental = config.stream_audio, config.incremental
         # a registered voice, or a reference of its own, encoded once (as the HTTP route does)
         clone = saved or await self.service.clone_from_reference(body, place)
         self.template, self.clone, self.stream_audio = body, clone, stream_audio
@@ -297,9 +241,10 @@ class Session(Speaker):
     async def cancel(self) -> None:
         """Barge-in: abort what is being spoken, drop what is queued, and answer with the
         interrupted sentence's `audio.done` and one `session.done` (`cancelled`). With no
-        utterance under way (no text since the last one ended) there is nothing to cancel."""
+        utterance under way (the last one ended, no text since) it is ignored: a barge-in
+        that crossed the utterance's `session.done` on the wire, nothing to end."""
         if self.current is None and self.queue.empty() and not self.received and not self.index:
-            raise ApiError(400, "input.cancel with no utterance under way: nothing to cancel")
+            return
         await self.stop_speaker()
         if self.current is not None:
             index, sent = self.current

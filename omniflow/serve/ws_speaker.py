@@ -5,7 +5,6 @@ sends `audio.start`, its audio and `audio.done`, whole, even when a cancel inter
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -52,8 +51,11 @@ class Speaker:
             task.cancel()
             # Its request was aborted in `stream`'s finally as the cancel unwound it; a client
             # gone meanwhile ends it the same way. Anything else is a bug and ends the session.
-            with contextlib.suppress(asyncio.CancelledError, SessionEnded):
-                await task
+            # `wait`, not `await task` under a suppress: a cancel of this caller goes on up.
+            await asyncio.wait([task])
+            error = None if task.cancelled() else task.exception()
+            if error is not None and not isinstance(error, SessionEnded):
+                raise error
 
     def speaker_ended(self, task: asyncio.Task[None]) -> None:
         """A speaker that failed ends the session (the reader is cancelled)."""
@@ -77,11 +79,12 @@ class Speaker:
             item = await self.queue.get()
             if isinstance(item, str):
                 self.queued_chars -= len(item)
-            if isinstance(item, _Done):
-                await self.send_json(session_done(self.utterance, self.index))
+            if isinstance(item, _Done):  # the utterance ends now, before the await: a
+                done = session_done(self.utterance, self.index)  # cancel meanwhile finds none
                 self.utterance += 1
                 self.metrics.utterances.labels("done").inc()
                 self.index = 0
+                await self.send_json(done)
                 continue
             if isinstance(item, LiveUtterance):
                 await self.speak(self.index, item.pending, item)
@@ -223,7 +226,10 @@ class Speaker:
         nothing for that long ends the session."""
         async with self.send_lock:
             try:
-                await asyncio.wait_for(sending, self.server.stalled_client_timeout_s)
+                # asyncio.timeout, not wait_for: a cancel (barge-in, the session's end) that
+                # lands as the send completes is not swallowed, so `stop_speaker` returns
+                async with asyncio.timeout(self.server.stalled_client_timeout_s):
+                    await sending
             except TimeoutError:
                 raise ClientStalled("the client stopped reading") from None
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:

@@ -55,6 +55,19 @@ def test_stream_format_audio_streams_pcm(live):
     assert b"".join(chunks) == whole_pcm(live)
 
 
+def test_stream_false_with_stream_format_audio_is_a_whole_file(live):
+    """vLLM-Omni's client model sends both by default and means a whole response."""
+    body = {"model": MODEL, "voice": "vivian", "input": "Hello there.", **EXTRA}
+    body |= {"response_format": "wav", "stream": False, "stream_format": "audio"}
+    r = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.headers.get("content-length") == str(len(r.content))  # not chunked
+    audio, rate = soundfile.read(io.BytesIO(r.content), dtype="int16")
+    assert rate == 24000 and len(audio) == N * 1920  # the WAV header states its length
+    sse = httpx.post(live.url + "/v1/audio/speech", json=body | {"stream_format": "sse"})
+    assert sse.status_code == 400 and sse.json()["error"]["param"] == "stream"
+
+
 def test_mp3_streams_through_a_real_encoder(live):
     headers, chunks = stream(live, "mp3")
     assert headers["content-type"] == "audio/mpeg"

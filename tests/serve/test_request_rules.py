@@ -55,14 +55,18 @@ def test_ignore_eos_needs_max_new_tokens():
     validate(body(ignore_eos=True, max_new_tokens=8), INFO, SERVER)
 
 
-@pytest.mark.parametrize("stream_format", ["audio", "sse"])
-def test_stream_false_beside_a_stream_format_is_refused_not_ignored(stream_format):
+def test_stream_false_beside_sse_is_refused_and_beside_audio_is_a_whole_response():
+    """vLLM-Omni's request model sends `stream: false` and `stream_format: "audio"` by
+    default and means a whole file; events cannot be a whole response."""
     with pytest.raises(ApiError) as exc:
-        validate(body(stream=False, stream_format=stream_format), INFO, SERVER)
+        validate(body(stream=False, stream_format="sse"), INFO, SERVER)
     assert exc.value.param == "stream" and "stream is false" in exc.value.message
-    validate(body(stream_format=stream_format), INFO, SERVER)  # stream left out: it streams
-    validate(body(stream=True, stream_format=stream_format), INFO, SERVER)
-    validate(body(stream=False), INFO, SERVER)  # a whole response
+    whole = body(stream=False, stream_format="audio")
+    validate(whole, INFO, SERVER)
+    assert not whole.streaming
+    for streams in (body(stream_format="audio"), body(stream_format="sse"), body(stream=True)):
+        validate(streams, INFO, SERVER)
+        assert streams.streaming  # stream left out: stream_format streams
 
 
 def test_a_task_the_model_does_not_serve_is_refused_alone():
