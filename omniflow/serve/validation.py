@@ -115,11 +115,13 @@ def with_rule_errors(
         and refused.refused.isdisjoint(READS.get(e.param or "", ()))
     ]
     errors = refused.errors or []
-    return all_of(sorted(errors + rules, key=_field_index))
+    return all_of(in_field_order(errors + rules))
 
 
-def _field_index(error: ApiError) -> int:
-    return FIELD_ORDER.get((error.param or "").split(".")[0], len(FIELD_ORDER))
+def in_field_order(errors: list[ApiError]) -> list[ApiError]:
+    """`errors` in the order of the request's fields (a field not in it last), so the one
+    error standing for them takes the first field's status (a 404 `model` first)."""
+    return sorted(errors, key=lambda e: FIELD_ORDER.get((e.param or "").split(".")[0], 999))
 
 
 def _check_model(body: SpeechBody, info: PipelineInfo) -> None:

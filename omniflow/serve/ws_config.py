@@ -15,7 +15,12 @@ from omniflow.core.pipeline import PipelineInfo
 from omniflow.serve.errors import ApiError, all_of
 from omniflow.serve.protocol import STREAMABLE, SpeechBody
 from omniflow.serve.request_body import FieldErrors, field_error
-from omniflow.serve.validation import passing_fields, validate, with_rule_errors
+from omniflow.serve.validation import (
+    in_field_order,
+    passing_fields,
+    validate,
+    with_rule_errors,
+)
 from omniflow.serve.voices import Clone, VoiceService
 from omniflow.serve.ws_events import NOT_IN_CONFIG, PROBE_INPUT
 
@@ -68,8 +73,15 @@ def session_config(
     except ValidationError as exc:  # the schema's refusals with the rules the rest break
         refused = FieldErrors([field_error(e["loc"], e["msg"]) for e in exc.errors()], request)
         rest = default_task(passing_fields(refused, info), info)
-        combined = with_rule_errors(refused, rest, info, server, voices.saved(rest) is not None)
-        raise all_of(errors + (combined.errors or [combined])) from None
+        saved = voices.saved(rest)
+        combined = with_rule_errors(refused, rest, info, server, saved is not None)
+        errors += combined.errors or [combined]
+        errors += [  # the session's own rules, but not about a field the schema refused
+            e
+            for e in _session_errors(rest, saved, flags["stream_audio"], flags["incremental"])
+            if e.param not in refused.refused
+        ]
+        raise all_of(in_field_order(errors)) from None
     saved = voices.saved(body)
     try:
         validate(body, info, server, registered=saved is not None)
@@ -78,14 +90,15 @@ def session_config(
     stream_audio, incremental = flags["stream_audio"] is True, flags["incremental"] is True
     errors += _session_errors(body, saved, stream_audio, incremental)
     if errors:
-        raise all_of(errors)
+        raise all_of(in_field_order(errors))
     return SessionConfig(body, saved, stream_audio, incremental)
 
 
 def _session_errors(
-    body: SpeechBody, saved: Clone | None, stream_audio: bool, incremental: bool
+    body: SpeechBody, saved: Clone | None, stream_audio: object, incremental: object
 ) -> list[ApiError]:
-    """What the session's own settings refuse of an otherwise valid request."""
+    """What the session's own settings (true only when sent as true) refuse of a request."""
+    stream_audio, incremental = stream_audio is True, incremental is True
     errors = []
     if stream_audio and body.response_format not in STREAMABLE:
         errors.append(

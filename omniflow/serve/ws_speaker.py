@@ -84,7 +84,7 @@ class Speaker:
                 self.utterance += 1
                 self.metrics.utterances.labels("done").inc()
                 self.index = 0
-                await self.send_json(done)
+                await self.send_event(done)  # whole, as the sentences' events
                 continue
             if isinstance(item, LiveUtterance):
                 await self.speak(self.index, item.pending, item)

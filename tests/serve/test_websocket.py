@@ -167,6 +167,15 @@ def test_bad_messages_are_errors_and_the_session_goes_on(live):
         configure(ws, stream_audio="yes", speed="x", voice="nobody")  # own, schema, rules
         err = event(ws)
         assert sorted(e["field"] for e in err["errors"]) == ["speed", "stream_audio", "voice"]
+        configure(ws, stream_audio=True, response_format="flac", speed="x")
+        err = event(ws)  # the session's rule beside the schema's refusal
+        assert sorted(e["field"] for e in err["errors"]) == ["response_format", "speed"]
+        configure(ws, model="zz", stream_audio="yes")
+        err = event(ws)  # in the request's field order: the unserved model's 404 first
+        assert err["code"] == "404" and err["param"] == "model" and len(err["errors"]) == 2
+        configure(ws, model="zz", speed="x", stream_audio="yes")  # with a schema refusal too
+        err = event(ws)
+        assert err["code"] == "404" and err["param"] == "model" and len(err["errors"]) == 3
         configure(ws, initial_chunk_frames=2, initial_codec_chunk_frames=3)
         err = event(ws)
         assert err["param"] == "initial_codec_chunk_frames" and "one of them" in err["message"]
