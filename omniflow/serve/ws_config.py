@@ -48,11 +48,12 @@ def session_config(
         if key in fields:
             errors.append(ApiError(400, f"{key} is not a session.config field: {why}", key))
             del fields[key]
-    flags = {}
+    flags: dict[str, bool] = {}
     for key in ("stream_audio", "incremental"):
-        flags[key] = fields.pop(key, False)
-        if not isinstance(flags[key], bool):
+        value = fields.pop(key, False)
+        if not isinstance(value, bool):
             errors.append(ApiError(400, f"{key} must be true or false", key))
+        flags[key] = value is True  # a refused one is judged as false by the other rules
     if "initial_codec_chunk_frames" in fields:  # vLLM-Omni's name for it
         alias = fields.pop("initial_codec_chunk_frames")
         if "initial_chunk_frames" in fields:
@@ -87,7 +88,7 @@ def session_config(
         validate(body, info, server, registered=saved is not None)
     except ApiError as exc:
         errors += exc.errors or [exc]
-    stream_audio, incremental = flags["stream_audio"] is True, flags["incremental"] is True
+    stream_audio, incremental = flags["stream_audio"], flags["incremental"]
     errors += _session_errors(body, saved, stream_audio, incremental)
     if errors:
         raise all_of(in_field_order(errors))
@@ -95,10 +96,9 @@ def session_config(
 
 
 def _session_errors(
-    body: SpeechBody, saved: Clone | None, stream_audio: object, incremental: object
+    body: SpeechBody, saved: Clone | None, stream_audio: bool, incremental: bool
 ) -> list[ApiError]:
-    """What the session's own settings (true only when sent as true) refuse of a request."""
-    stream_audio, incremental = stream_audio is True, incremental is True
+    """What the session's own settings refuse of a request."""
     errors = []
     if stream_audio and body.response_format not in STREAMABLE:
         errors.append(
