@@ -101,6 +101,7 @@ def talker_engine(
         frame_sample,
         max_batch=max_num_seqs,
         decode_graphs=decode_graphs,
+        window_k=window_k,
         prompt_graph_tokens=prompt_graph_tokens,
     )
     runner = ARModelRunner(model, cfg, device, dtype)

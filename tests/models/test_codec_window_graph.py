@@ -79,8 +79,8 @@ def device_only_steps(ids: list[str], c: torch.Tensor) -> list[SampledStep]:
 
 def test_stream_slots_decode_a_window_per_request_in_one_pass():
     """Three steps of a window: x, y and z each sample three frames, w stops (EOS) at the
-    third step. x, y, z go through the 3-frame graph in one run; w's two frames through the
-    per-frame graph, once per frame (never the eager decoder while graphs exist); each
+    third step. All four go through the 3-frame graph in one run (w padded, its PCM cut back
+    to its two frames: `window_codes`), never the eager decoder while graphs exist; each
     request's PCM equals its frames decoded one step at a time."""
     a, ref = pair(num_slots=6)
     per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
@@ -91,7 +91,7 @@ def test_stream_slots_decode_a_window_per_request_in_one_pass():
     steps = [step(ids, [c[i, s] for i in range(4)]) for s in range(2)]
     steps.append(step(ids, [c[0, 2], c[1, 2], c[2, 2], None]))
     pcm = slots.decode(steps)
-    assert windowed.rows == [3] and per_frame.rows == [1, 1]
+    assert windowed.rows == [4] and per_frame.rows == []
     assert list(pcm) == ids and [len(pcm[r]) for r in ids] == [5760, 5760, 5760, 3840]
     ref_slots = [ref.allocate() for _ in ids]
     for s in range(3):
@@ -102,7 +102,7 @@ def test_stream_slots_decode_a_window_per_request_in_one_pass():
             assert torch.allclose(got, o, atol=1e-5, rtol=0), (ids[i], s)
     # one step alone takes the per-frame graph, from the frames on the device
     one = slots.decode([step(["x", "y"], [c[0, 0], c[1, 0]])])
-    assert per_frame.rows == [1, 1, 2] and windowed.rows == [3] and len(one["x"]) == 1920
+    assert per_frame.rows == [2] and windowed.rows == [4] and len(one["x"]) == 1920
 
 
 def test_without_graphs_a_window_is_decoded_eagerly():
@@ -128,8 +128,8 @@ def test_a_whole_window_reads_its_codes_on_the_device():
     """Every row sampled a frame at every step: the window graph takes the steps'
     `next_frames` stacked on the device (`device_windows`), not codes rebuilt from the
     host's tuples. The host tuples here are deliberately wrong (zeros), so the PCM can only
-    equal the reference if the device codes were decoded; a window with an EOS row keeps
-    the host path (the count does not move)."""
+    equal the reference if the device codes were decoded; a window whose row stops early
+    is read on the device too, that row padded (`test_decoder_passes.py`)."""
     a, ref = pair(num_slots=6)
     per_frame = Counted(a, max_batch=4, buckets=(1, 2, 4))
     windowed = Counted(a, max_batch=4, buckets=(1, 2, 4), frames=3)
@@ -144,4 +144,4 @@ def test_a_whole_window_reads_its_codes_on_the_device():
         assert torch.allclose(torch.from_numpy(pcm[rid]), want[i], atol=1e-5, rtol=0), rid
     eos = [step(ids, [c[i, s] if s < 2 or i else None for i in range(3)]) for s in range(3)]
     slots.decode(eos)
-    assert slots.device_windows == 1 and windowed.rows == [3, 2]
+    assert slots.device_windows == 2 and windowed.rows == [3, 3]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.factories import speech
+from tests.factories import eos_bundle, speech
 from tests.stages.test_talker_engine import generate
 
 
@@ -67,3 +67,29 @@ def test_fused_audio_through_the_decoder_step_graphs_equals_the_eager_decoder():
     for rid in want:
         assert got[rid].shape == want[rid].shape == (len(frames[rid]) * 1920,)
         assert np.allclose(got[rid], want[rid], atol=1e-5, rtol=0)
+
+
+def test_windows_whose_rows_stop_early_decode_padded_with_the_eager_pcm():
+    """4-step windows over the decoder's pass graphs: c stops at its third token (a stop
+    token), a, b and d at their length caps, all inside windows. The rows that stop early
+    are padded to their window's longest row and cut back (`window_codes`), and no slot is
+    decoded past its padding: frames and PCM equal the eager, single-step decoder's."""
+    reqs = [
+        speech("a", seed=3, max_new_tokens=6, ignore_eos=True),
+        speech("b", text="Something longer to say.", seed=4, max_new_tokens=9, ignore_eos=True),
+        speech("c", seed=5, max_new_tokens=9),
+        speech("d", seed=6, max_new_tokens=5, ignore_eos=True),
+    ]
+    eager_frames, eager_out, _ = generate(reqs, stream_decode=True, bundle=eos_bundle())
+    frames, outs, engine = generate(
+        reqs, stream_decode=True, decode_graphs=True, window_k=4, bundle=eos_bundle()
+    )
+    slots = engine.runner.model.slots
+    assert sorted(slots.passes) == [1, 2, 4] and slots.padded_rows >= 2
+    assert not [o.error for o in outs if o.error]
+    assert frames == eager_frames and [len(frames[r]) for r in "abcd"] == [6, 9, 3, 5]
+    want, got = pcm_by_request(eager_out), pcm_by_request(outs)
+    for rid in "abcd":
+        audible = sum(len(f) == 16 for f in frames[rid])  # c's stop token makes no audio
+        assert got[rid].shape == want[rid].shape == (audible * 1920,), rid
+        assert np.allclose(got[rid], want[rid], atol=1e-5, rtol=0), rid

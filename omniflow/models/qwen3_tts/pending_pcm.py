@@ -3,6 +3,8 @@ work on its stream, waited for by whoever reads the result (`StreamSlots.queue`)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
@@ -23,12 +25,16 @@ class PendingPcm:
         parts: list[tuple[list[str], torch.Tensor]],
         stream: torch.cuda.Stream | None = None,
         dtype: torch.dtype = torch.float32,
+        keep: Mapping[str, int] | None = None,
     ) -> None:
         self.order = order
         """The requests, in the order their PCM is returned."""
         self.parts = parts
         self.dtype = dtype
         """The decoder's: below float32 the PCM is checked for overflow (`nonfinite`)."""
+        self.keep = dict(keep or {})
+        """Samples to keep of a request's row, where a pass ran past its last frame (the
+        rest is padding, never heard nor checked); rows not named keep all."""
         self.done: torch.cuda.Event | None = None
         """Recorded on `stream` (the decoder's, CUDA) after the copies to the host."""
         if stream is not None and parts:
@@ -46,12 +52,15 @@ class PendingPcm:
         bad: dict[str, str] = {}
         for rids, host in self.parts:
             rows = host.numpy()
+            for i, rid in enumerate(rids):
+                if rid in self.keep:
+                    rows[i, self.keep[rid] :] = 0  # padding: whatever it holds is not audio
             for rid in nonfinite(self.dtype, rids, rows):
                 bad[rid] = overflow_error(self.dtype)
-            if self.done is not None:  # each row its own array: none keeps a pass's batch
-                pcm.update((rid, row.copy()) for rid, row in zip(rids, rows, strict=True))
-            else:
-                pcm.update(zip(rids, rows, strict=True))
+            for rid, row in zip(rids, rows, strict=True):
+                row = row[: self.keep.get(rid, len(row))]
+                # each row its own array out of pinned memory: none keeps a pass's batch
+                pcm[rid] = row.copy() if self.done is not None else row
         good = {rid: pcm[rid] for rid in self.order if rid not in bad}
         if bad:
             raise AudioFailed(bad, good)

@@ -36,6 +36,7 @@ from omniflow.models.qwen3_tts.codec_graph import DecoderStepGraphs, split_frame
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder
 from omniflow.models.qwen3_tts.pending_pcm import PendingPcm, to_host
 from omniflow.models.qwen3_tts.priming import ReferencePriming
+from omniflow.models.qwen3_tts.window_codes import gather_codes, prefix_counts
 
 
 class StreamSlots:
@@ -61,9 +62,16 @@ class StreamSlots:
             raise ValueError(f"decoder pass graphs {sorted(self.passes)} have no 1-frame set")
         self._slots: dict[str, int] = {}
         self._parked: dict[str, dict[str, torch.Tensor]] = {}
+        self._spent: set[str] = set()
+        """Requests whose slot a padded pass ran past their last frame (`window_codes`): they
+        end with the window; decoding from that slot again would be wrong audio, so it is
+        refused."""
         self.device_windows = 0
         """Calls over several steps whose codes were read on the device (`_device_passes`);
         tests read it."""
+        self.padded_rows = 0
+        """Rows decoded past their last frame in such calls (they stopped early); tests read
+        it."""
 
     def _stream(self) -> torch.cuda.Stream | None:
         """The stream the decoder's work is queued on (None: not CUDA)."""
@@ -83,6 +91,7 @@ class StreamSlots:
 
     def finish(self, request_id: str) -> None:
         self._parked.pop(request_id, None)
+        self._spent.discard(request_id)
         if self.priming is not None:
             self.priming.discard(request_id)
         slot = self._slots.pop(request_id, None)
@@ -103,11 +112,13 @@ class StreamSlots:
     def queue(self, steps: Sequence[SampledStep]) -> PendingPcm:
         """The samples of every new frame of one or more consecutive steps, per request, in
         order, from its slot (taken at its first frame); rows without a frame (EOS) produce
-        none. Where every step sampled a frame for the same rows (`_same_rows`), the codes
-        are read on the device from the steps' `next_frames`; else rows are grouped by their
-        frame count and their codes built on the host. Either way n frames per row run as
-        `split_frames(n)` passes of the pass graphs (8 -> one 8-frame pass, 7 -> 4 + 2 + 1),
-        eagerly without graphs. On the side stream the passes are only queued."""
+        none. With graphs, where each row's frames are those of the first steps (a
+        window's rows stop one by one: `window_codes.prefix_counts`), the codes are read on
+        the device from the steps' `next_frames` and all rows run the longest row's passes,
+        the shorter padded and cut back; else rows are grouped by their frame count and
+        their codes built on the host. n frames run as `split_frames(n)` passes of the pass
+        graphs (8 -> one 8-frame pass, 7 -> 4 + 2 + 1), eagerly without graphs. On the side
+        stream the passes are only queued."""
         dec = self.decoder
         if dec is None:
             return PendingPcm((), [])
@@ -118,13 +129,18 @@ class StreamSlots:
                     frames.setdefault(rid, []).append(f)
         if not frames:
             return PendingPcm((), [])
-        on_device = self._same_rows(steps)
-        if on_device:
+        counts = prefix_counts(steps) if self.passes else None
+        if counts is not None:
             self._handed_over(steps)
+        keep: dict[str, int] = {}
         with torch.cuda.stream(self.side):  # None: the caller's stream
             self._take_slots(list(frames))
-            if on_device:
-                parts = [self._device_passes(steps, list(frames))]
+            if counts is not None:
+                parts = [self._device_passes(steps, counts)]
+                most = max(counts.values())
+                keep = {r: n * dec.samples_per_frame for r, n in counts.items() if n < most}
+                self._spent.update(keep)
+                self.padded_rows += len(keep)
             else:
                 groups: dict[int, list[str]] = {}
                 for rid, fs in frames.items():
@@ -133,30 +149,18 @@ class StreamSlots:
                     self._decode_group(rids, [frames[rid] for rid in rids], n)
                     for n, rids in groups.items()
                 ]
-            return PendingPcm(tuple(frames), parts, self._stream(), dec.dtype)
-
-    def _same_rows(self, steps: Sequence[SampledStep]) -> bool:
-        """Whether the graphs can read the steps' codes on the device: there are graphs and
-        every step sampled a frame for the same rows in the same order (one step alone: its
-        rows with a frame are picked on the device). Why: codes built from the host's tuples
-        (`torch.tensor` over rows x frames x 16 Python ints) are slow at large batches, and
-        the GPU waits for them between a window's last frame and its decoder pass."""
-        if not self.passes:
-            return False
-        if len(steps) == 1:
-            return True
-        rids = steps[0].request_ids
-        return all(
-            step.request_ids == rids and all(f is not None for f in step.sample.outputs)
-            for step in steps
-        )
+            return PendingPcm(tuple(frames), parts, self._stream(), dec.dtype, keep)
 
     def _device_passes(
-        self, steps: Sequence[SampledStep], request_ids: list[str]
+        self, steps: Sequence[SampledStep], counts: dict[str, int]
     ) -> tuple[list[str], torch.Tensor]:
-        """The rows' frames straight from the steps' `next_frames` (`_same_rows`), as
-        `split_frames(len(steps))` passes; one copy to the host for all."""
+        """The rows' frames straight from the steps' `next_frames` (why: codes built from
+        the host's tuples, `torch.tensor` over rows x frames x 16 Python ints, are slow at
+        large batches, and the GPU waits for them), as `split_frames` passes over the
+        longest row's frames; rows that stopped earlier padded (`window_codes`). One copy
+        to the host for all."""
         assert self.decoder is not None
+        request_ids = list(counts)
         ids = upload_ints([self._slots[rid] for rid in request_ids], self.decoder.device)
         if len(steps) == 1:
             outputs = steps[0].sample.outputs
@@ -166,12 +170,23 @@ class StreamSlots:
                 codes = codes.index_select(0, upload_ints(keep, codes.device))
             return request_ids, to_host(self.passes[1].run(ids, codes).float())
         self.device_windows += 1
+        n = max(counts.values())
+        rows = len(request_ids)
+        if n == len(steps) and all(
+            len(step.request_ids) == rows and min(counts.values()) == n for step in steps
+        ):  # every row has a frame in every step: the steps' codes as they are
 
-        def codes(start: int, size: int) -> torch.Tensor:
-            part = [step.sample.next_frames for step in steps[start : start + size]]
-            return part[0] if size == 1 else torch.stack(part, dim=1)
+            def codes(start: int, size: int) -> torch.Tensor:
+                part = [step.sample.next_frames for step in steps[start : start + size]]
+                return part[0] if size == 1 else torch.stack(part, dim=1)
 
-        return request_ids, to_host(self._split_passes(ids, len(steps), codes).float())
+        else:
+            gathered = gather_codes(steps, counts, self.decoder.device)
+
+            def codes(start: int, size: int) -> torch.Tensor:
+                return gathered[:, start] if size == 1 else gathered[:, start : start + size]
+
+        return request_ids, to_host(self._split_passes(ids, n, codes).float())
 
     def _split_passes(
         self, ids: torch.Tensor, n: int, codes: Callable[[int, int], torch.Tensor]
@@ -229,6 +244,12 @@ class StreamSlots:
         (voice clone) before anything is decoded in it."""
         dec = self.decoder
         assert dec is not None
+        spent = self._spent.intersection(request_ids)
+        if spent:
+            raise RuntimeError(
+                f"decoder slots of {sorted(spent)} were run past their last frame in a window "
+                "(each was to end there); their audio cannot go on"
+            )
         primed: list[int] = []
         refs: list[torch.Tensor] = []
         fresh = [rid for rid in request_ids if rid not in self._slots]
