@@ -71,6 +71,7 @@ def parameter_counts(model: ModelConfig) -> dict[str, int]:
     modules are made from the preset's shapes without memory or initialisation."""
     import torch
 
+    from omniflow.models.meta import on_meta
     from omniflow.models.qwen3_tts.codec_encoder import CodecEncoderShape, CodecEncoderWeights
     from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights
     from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
@@ -79,7 +80,7 @@ def parameter_counts(model: ModelConfig) -> dict[str, int]:
     def count(module: torch.nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
 
-    with torch.device("meta"):
+    with on_meta():
         counts = {
             "lm": count(Qwen3TTSTalkerWeights(model.talker, model.code_predictor)),
             "codec": count(SpeechTokenizerWeights(model.codec)),

@@ -15,13 +15,13 @@ class Rotary:
     def __init__(self, head_dim: int, theta: float) -> None:
         self.head_dim = head_dim
         self.inv_freq = 1.0 / (
-            theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+            theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim)
         )
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
 
     def _build(self, length: int, device: torch.device) -> None:
-        pos = torch.arange(length, dtype=torch.float64)
+        pos = torch.arange(length, dtype=torch.float64, device=self.inv_freq.device)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
         self._cos = emb.cos().float().to(device)

@@ -90,7 +90,7 @@ class ConvNeXtBlock(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.pwconv1 = nn.Linear(dim, 4 * dim)
         self.pwconv2 = nn.Linear(4 * dim, dim)
-        self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
     def _pointwise(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h.transpose(1, 2)))))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from omniflow.models.meta import on_meta
 from omniflow.models.qwen3_tts.checkpoint_config import check_talker_config
 from omniflow.models.qwen3_tts.loader import (
     load_state,
@@ -48,7 +49,7 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     # Built without values, in place on the device: every parameter is then loaded or drawn,
     # so torch's default initialisation (slow on the CPU for a model's billions of
     # parameters) and an fp32 copy on the host were work thrown away.
-    with torch.device("meta"):
+    with on_meta():
         weights = Qwen3TTSTalkerWeights(config.talker, config.code_predictor)
     buffers = [name for name, _ in weights.named_buffers()]
     if buffers:  # `to_empty` would leave them without their computed values
