@@ -27,3 +27,18 @@ def on_meta() -> Iterator[None]:
     """Modules created inside have meta parameters, never initialised."""
     with torch.device("meta"), _NoInit():
         yield
+
+
+def materialize(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """`module`'s meta parameters as uninitialised memory on `device`, shared ones still
+    shared; buffers are left as they are (make such modules without them). Why not
+    `Module.to_empty`: its `empty_like` takes torch's reference path for meta tensors,
+    which imports the symbolic-shape machinery (a third of a second)."""
+    made: dict[int, torch.nn.Parameter] = {}
+    for owner in module.modules():
+        for name, p in list(owner.named_parameters(recurse=False)):
+            if id(p) not in made:
+                data = torch.empty(p.shape, dtype=p.dtype, device=device)
+                made[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
+            setattr(owner, name, made[id(p)])
+    return module

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from omniflow.models.meta import on_meta
+from omniflow.models.meta import materialize, on_meta
 from omniflow.models.qwen3_tts.checkpoint_config import check_talker_config
 from omniflow.models.qwen3_tts.loader import (
     load_state,
@@ -54,7 +54,7 @@ def build_talker(config: ModelConfig, device: torch.device) -> TalkerBundle:
     buffers = [name for name, _ in weights.named_buffers()]
     if buffers:  # `to_empty` would leave them without their computed values
         raise TypeError(f"talker weights have buffers {buffers}: build them with values")
-    weights = weights.to(dtype=dtype).to_empty(device=device)
+    weights = materialize(weights.to(dtype=dtype), device)
     vocab = dummy_vocab(config.voice_design)
     tts_ids = (151671, 151672, 151673)
     if config.load == "checkpoint":
