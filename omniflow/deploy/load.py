@@ -79,9 +79,11 @@ class Ledger:
         self.open[request] = Sent(replica, chosen.at if chosen else self.clock())
 
     def completed(self, request: str) -> None:
-        self.chosen.pop(request, None)
+        """The request ended; where its acceptance was never heard, its reservation says
+        where it went, so the report of that replica is still brought up to date."""
+        chosen = self.chosen.pop(request, None)
         now = self.clock()
-        sent = self.open.pop(request, None) or Sent("", now)
+        sent = self.open.pop(request, None) or chosen or Sent("", now)
         self.ended[request] = (sent, now)
         for name in [n for n, (_, t) in self.ended.items() if now - t > STALE_S]:
             del self.ended[name]

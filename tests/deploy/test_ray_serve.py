@@ -151,6 +151,10 @@ def check_a_burst_sent_at_once_is_split_evenly(url, voice):
     as it routes it)."""
     import threading
 
+    deadline = time.monotonic() + 30  # the streams before it ended on both replicas
+    while httpx.get(f"{url}/health", timeout=30).json()["in_flight"]:
+        assert time.monotonic() < deadline, "the replicas never went idle"
+        time.sleep(0.1)
     gate = threading.Barrier(6)
     body = {"voice": voice, "response_format": "pcm", "stream": True, "ignore_eos": True}
 

@@ -66,6 +66,17 @@ def test_requests_ended_since_a_report_no_longer_count():
     assert ranked(ledger, report) == ["a", "b"]
 
 
+def test_a_request_ended_before_its_acceptance_was_heard_still_corrects_the_report():
+    clock = Clock()
+    ledger = Ledger(clock)
+    clock.now = NOW - 2
+    ledger.reserve("r0", "a")
+    report = Gauges(1, 31, NOW - 1)  # a counts r0
+    clock.now = NOW - 0.5
+    ledger.completed("r0")  # no routed() first
+    assert ledger.load("a", report, NOW) == (32, 0)
+
+
 def test_stale_or_missing_reports_fall_back_to_this_routers_own_counts():
     clock = Clock()
     ledger = Ledger(clock)
