@@ -184,3 +184,19 @@ def check_window(
     if stage.speculative_tokens:
         reasons.append("cannot be combined with speculative decoding")
     errors.extend(ConfigError(wkey, r) for r in reasons)
+
+
+def check_arrival_hold(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
+    """Held arrivals wait while the running streams run windows sized to end when the hold
+    does, at the measured step time: without windows or the clock the key could not act."""
+    if not isinstance(stage, ARStageConfig) or not stage.scheduler.arrival_hold_ms:
+        return
+    if k < 2 or resolved_playback_margin(stage, k) is None:
+        errors.append(
+            ConfigError(
+                f"{key}.scheduler.arrival_hold_ms",
+                "holds arrivals while the running streams run windows sized by the playback "
+                f"clock: it needs window_k >= 2 (resolved: {k}) and playback_margin_ms (not "
+                "null); set it to 0 otherwise",
+            )
+        )

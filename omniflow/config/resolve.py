@@ -8,6 +8,7 @@ path and the rule; all violations of one config are reported together.
 from __future__ import annotations
 
 from omniflow.config.decode_rules import (
+    check_arrival_hold,
     check_audio_chunks,
     check_prompt_graphs,
     check_resident_seqs,
@@ -71,6 +72,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, k, errors)
             check_resident_seqs(key, stage, k, errors)
+            check_arrival_hold(key, stage, k, errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(

@@ -52,6 +52,15 @@ class SchedulerConfig(StepLimits):
         "or a stream near its deadline is seated (needs playback_margin_ms and windows); "
         "requests beyond what the measured step time keeps playing wait. null: max_num_seqs.",
     )
+    arrival_hold_ms: float = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="While streams run, a new request waits up to this long to be seated, so "
+        "that arrivals are prefilled together in one step and the running streams' windows "
+        "are not cut for each (throughput at many seats, paid in first audio; needs windows "
+        "and the playback clock); 0: seated at the next step.",
+    )
 
 
 class UpstreamConfig(Frozen):

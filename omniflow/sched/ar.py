@@ -35,6 +35,7 @@ from omniflow.sched.ar_admission import (
     SeatGaps,
     admissible_waiting,
     first_audio_wait_s,
+    hold_steps,
 )
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
@@ -86,6 +87,7 @@ class ARScheduler:
         """Preemption and pause notices for downstream stages (drained with the plan)."""
         self._paused: set[str] = set()
         """Requests held out of planning until their consumer catches up (backpressure)."""
+        self._queued_at: dict[str, float] = {}  # arrivals' times (playback clock): holds
 
     # ------------------------------------------------------------------ intake
 
@@ -100,6 +102,7 @@ class ARScheduler:
             )
         request.arrival = next(self._arrivals)
         request.state = RequestState.WAITING
+        self._queued_at[request.request_id] = self.playback.now() if self.playback else 0.0
         self.requests[request.request_id] = request
         self.waiting.append(request)
 
@@ -155,10 +158,13 @@ class ARScheduler:
         (`ar_admission.first_audio_wait_s`). Read from another thread: an estimate."""
         free = free_seats(self.config, self.playback, self.running)
         rows = self.config.max_num_seqs
-        return first_audio_wait_s(self.waiting, self.running, free, self.seats, self.playback, rows)
+        seats = (free, self.seats, self.playback, rows, self.config.arrival_hold_ms / 1000)
+        return first_audio_wait_s(self.waiting, self.running, *seats)
 
     def seats_free(self) -> bool:
-        """A request added now could be seated next step (`free_seats`)."""
+        """A request added now could be seated next step (`free_seats`): not while held."""
+        if self.config.arrival_hold_ms and self.running:
+            return False
         return free_seats(self.config, self.playback, self.running) > 0
 
     def gauges(self) -> SchedulerGauges:
@@ -188,7 +194,9 @@ class ARScheduler:
         computed_before: dict[str, int] = {}
 
         rows = self.config.max_num_seqs
-        free = free_seats(self.config, self.playback, self.running)
+        queue = (self.waiting, self._paused, self._queued_at)
+        hold = hold_steps(*queue, self.running, self.config, self.playback)
+        free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
         kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         held = self._outstanding.keys() | self._paused
@@ -219,6 +227,7 @@ class ARScheduler:
             if blocks is None:
                 break
             self.waiting.remove(req)
+            self._queued_at.pop(req.request_id, None)
             req.state = RequestState.RUNNING
             if req.seated_at is None:  # the first seat (a preempted request comes back)
                 req.seated_at = time.perf_counter()
@@ -240,12 +249,13 @@ class ARScheduler:
                 Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
-            waiting=admissible_waiting(self.waiting, self._paused),  # those left waiting
+            # those left waiting; held ones let the window run (it ends as the hold does)
+            waiting=0 if hold is not None else admissible_waiting(self.waiting, self._paused),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,
             kv=self.kv,
             stats=self.window_stats,
-            slack_k=self._slack_k(scheduled),
+            slack_k=self._slack_k(scheduled, hold),
         )
         for rid, k in window.items():
             scheduled[rid] += k - 1  # its single step's tokens, then k - 1 decode steps
@@ -298,12 +308,13 @@ class ARScheduler:
             budget -= n
         return budget, preempted
 
-    def _slack_k(self, scheduled: dict[str, int]) -> int | None:
-        """The window length the scheduled streams' slack allows (None: no clock)."""
+    def _slack_k(self, scheduled: dict[str, int], hold: int | None = None) -> int | None:
+        """The window length the scheduled streams' slack (and a hold's steps) allow."""
         if self.playback is None or self.window_k < 2:
             return None
         streams = [(rid, len(self.requests[rid].output_tokens)) for rid in scheduled]
-        return self.playback.window_steps(self.window_k, streams, self.playback.now())
+        k = self.playback.window_steps(self.window_k, streams, self.playback.now())
+        return k if hold is None else min(k, hold)
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
         """`tokens_to_schedule`: 0 behind the window fence or while paused (backpressure)."""
@@ -382,6 +393,7 @@ class ARScheduler:
         self.kv.free(req.request_id)
         self._outstanding.pop(req.request_id, None)
         self._paused.discard(req.request_id)
+        self._queued_at.pop(req.request_id, None)
         self._roster.finish(req.request_id)
         self.requests.pop(req.request_id, None)
         if self.playback is not None:

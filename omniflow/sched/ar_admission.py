@@ -4,9 +4,11 @@ request would wait to be seated (admission control by deadline)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from omniflow.core.request import Request
+from omniflow.config.schema import SchedulerConfig
+from omniflow.core.request import Request, RequestState
 from omniflow.sched.live_input import playing
 from omniflow.sched.playback import ROTATION_LOAD, PlaybackClock, rows_bucket
 
@@ -56,6 +58,7 @@ def first_audio_wait_s(
     seats: SeatGaps,
     playback: PlaybackClock | None,
     rows: int,
+    hold_s: float = 0.0,
 ) -> float | None:
     """Expected seconds before a request added now is heard on time (admission control
     refuses past `server.max_first_audio_wait_s`): the requests ahead of it times the
@@ -63,9 +66,13 @@ def first_audio_wait_s(
     playback clock, the step in flight and its own at the measured step time. A free seat
     counts only while one more stream keeps time (`keeps_time`): past that, a stream seated
     now would make every stream late, so it waits for one to leave. While steps take longer
-    than the audio they make and a stream is late, how late it is, if that is longer."""
+    than the audio they make and a stream is late, how late it is, if that is longer. While
+    streams run, a new arrival may be held `hold_s` besides (`arrival_hold_ms`)."""
     if not running and not waiting:
         return 0.0  # idle: no one to wait for, and no step in flight (nor one to measure)
+    if running and hold_s:
+        wait = first_audio_wait_s(waiting, running, free, seats, playback, rows)
+        return None if wait is None else wait + hold_s
     if playback is not None and free > 0 and not keeps_time(playback, len(running) + 1, rows):
         free = 0
     wait = seats.wait_s(len(waiting) + 1 - free)
@@ -94,3 +101,31 @@ def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
     step = playback.step_s_by_rows[max(settled)]
     turns = -(-streams // rows)  # steps until every stream has had one
     return turns * step <= ROTATION_LOAD * playback.frame_s
+
+
+def hold_steps(
+    waiting: Iterable[Request],
+    paused: Collection[str],
+    queued_at: Mapping[str, float],
+    running: Collection[Request],
+    config: SchedulerConfig,
+    playback: PlaybackClock | None,
+) -> int | None:
+    """Steps the running streams may still run before the waiting arrivals are seated
+    together (`arrival_hold_ms`); None: seat them now. Only new requests are held (a
+    preempted one plays already), only while streams run (with none there is nothing to
+    batch them with) and at a measured step time, and only while a window of at least two
+    steps fits before the oldest arrival's hold ends. `queued_at`: when each arrived, on
+    the playback clock."""
+    hold_s = config.arrival_hold_ms / 1000
+    if not hold_s or playback is None or not running:
+        return None
+    held = [r for r in waiting if r.request_id not in paused and r.input_room != 0]
+    if not held or any(r.state is RequestState.PREEMPTED for r in held):
+        return None
+    step = playback.step_s_at(min(len(running), config.max_num_seqs), measured=True)
+    if step is None:
+        return None
+    oldest = min(queued_at.get(r.request_id, -math.inf) for r in held)
+    steps = math.floor((hold_s - (playback.now() - oldest)) / step)
+    return steps if steps >= 2 else None

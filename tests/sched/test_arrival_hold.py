@@ -1,0 +1,138 @@
+"""`scheduler.arrival_hold_ms`: while streams run, a new request waits up to the hold to be
+seated, so arrivals are prefilled together and the running streams keep their windows
+(each one sized to end when the hold does) instead of a single admitting step per arrival.
+With no stream running, at an unmeasured step time, or for a preempted request coming back,
+nothing is held; admission control counts the hold in the expected first-audio wait; the
+key without windows or the playback clock is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.config.schema import SchedulerConfig
+from omniflow.core.request import RequestState
+from omniflow.errors import ConfigError
+from omniflow.sched.ar import ARScheduler
+from omniflow.sched.ar_admission import hold_steps
+from omniflow.sched.playback import PlaybackClock
+from tests.sched.test_ar_scheduler import FakeRunner, req
+
+START = 100.0
+
+
+def held_sched(hold_ms: float, now: list[float]) -> ARScheduler:
+    config = SchedulerConfig(
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=256,
+        block_size=4,
+        num_kv_blocks=256,
+        arrival_hold_ms=hold_ms,
+    )
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.04, now=lambda: now[0])
+    return ARScheduler(config, window_k=8, playback=clock)
+
+
+def step(s: ARScheduler, runner: FakeRunner):
+    plan = s.schedule()
+    s.update(plan, runner.execute(plan))
+    return plan
+
+
+def seated(plan) -> set[str]:
+    return {d.request_id for d in plan.new_requests}
+
+
+def running_stream(hold_ms: float) -> tuple[ARScheduler, FakeRunner, list[float]]:
+    """Stream a seated and playing with 10 frames in hand, 10 ms steps measured."""
+    now = [START]
+    s, runner = held_sched(hold_ms, now), FakeRunner()
+    s.window_k = 0  # single steps to bring a along (the fake runner makes one token a step)
+    s.add_request(req("a", max_new=60, ignore_eos=True))
+    for _ in range(10):  # a's prefill and first frame, then nine more
+        step(s, runner)
+    s.window_k = 8
+    s.playback.started["a"] = START + 0.5  # 10 frames made, the first due late: much slack
+    s.playback.observe_step(0.01, steps=1, rows=1)
+    return s, runner, now
+
+
+def test_an_arrival_waits_out_the_hold_while_the_stream_runs_windows_ending_with_it():
+    s, runner, now = running_stream(hold_ms=50)
+    s.add_request(req("b"))
+    assert not s.seats_free()  # the window in flight is not cut for it
+    plan = s.schedule()
+    assert list(plan.num_scheduled_tokens) == ["a"]  # b is held
+    assert plan.window == {"a": 5}  # 50 ms of hold at 10 ms a step
+    s.add_request(req("c"))  # a second arrival joins the first
+    now[0] = START + 0.031  # 19 ms left: less than a window of two steps: both seated now
+    plan = s.schedule()  # (a's window is still in flight)
+    assert seated(plan) == {"b", "c"} and plan.window == {}
+    assert s.window_stats.refusals["waiting"] == 0
+
+
+def test_without_a_hold_the_arrival_is_seated_in_the_next_step():
+    s, runner, _ = running_stream(hold_ms=0)
+    s.add_request(req("b"))
+    assert s.seats_free()
+    plan = s.schedule()
+    assert seated(plan) == {"b"} and plan.window == {}
+
+
+def test_nothing_is_held_while_idle_or_before_a_step_is_measured():
+    now = [START]
+    s = held_sched(50, now)
+    s.add_request(req("a"))
+    assert seated(s.schedule()) == {"a"}  # no stream running: nothing to batch with
+    s2 = held_sched(50, now)
+    s2.window_k = 0
+    runner = FakeRunner()
+    s2.add_request(req("a", max_new=60, ignore_eos=True))
+    step(s2, runner)
+    s2.add_request(req("b"))  # a runs, but no step time is known yet
+    assert seated(s2.schedule()) == {"b"}
+
+
+def test_a_preempted_request_is_never_held():
+    s, _, now = running_stream(hold_ms=50)
+    back = req("back")
+    back.state = RequestState.PREEMPTED
+    queued = {"back": now[0]}
+    assert hold_steps([back], set(), queued, s.running, s.config, s.playback) is None
+    fresh = req("fresh")
+    assert hold_steps([fresh], set(), {"fresh": now[0]}, s.running, s.config, s.playback) == 5
+
+
+def test_admission_control_counts_the_hold():
+    held, _, _ = running_stream(hold_ms=50)
+    plain, _, _ = running_stream(hold_ms=0)
+    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.05)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["pipeline.stages.talker.window_k=0"], "window_k >= 2 (resolved: 0)"),
+        (
+            ["pipeline.stages.talker.window_k=8", "pipeline.stages.talker.playback_margin_ms=null"],
+            "playback_margin_ms",
+        ),
+    ],
+)
+def test_the_key_without_windows_or_the_clock_is_refused(overrides, words):
+    key = "pipeline.stages.talker.scheduler.arrival_hold_ms"
+    spec = compose(["pipeline=qwen3_tts_fused", "platform=cpu", f"{key}=50", *overrides])
+    with pytest.raises(ConfigError) as refused:
+        build_graph(spec)
+    assert key in str(refused.value) and words in str(refused.value)
+    ok = compose(
+        [
+            "pipeline=qwen3_tts_fused",
+            "platform=cpu",
+            f"{key}=50",
+            "pipeline.stages.talker.window_k=8",
+        ]
+    )
+    assert build_graph(ok).stages["talker"].scheduler.arrival_hold_ms == 50
