@@ -11,28 +11,21 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import RequestState
 from omniflow.errors import ConfigError
 from omniflow.sched.ar import ARScheduler
 from omniflow.sched.ar_admission import hold_steps
 from omniflow.sched.playback import PlaybackClock
-from tests.sched.test_ar_scheduler import FakeRunner, req
+from tests.sched.test_ar_scheduler import FakeRunner, req, sched
 
 START = 100.0
 
 
 def held_sched(hold_ms: float, now: list[float]) -> ARScheduler:
-    config = SchedulerConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=256,
-        block_size=4,
-        num_kv_blocks=256,
-        arrival_hold_ms=hold_ms,
-    )
     clock = PlaybackClock(frame_s=0.08, margin_s=0.04, now=lambda: now[0])
-    return ARScheduler(config, window_k=8, playback=clock)
+    s = sched(clock, arrival_hold_ms=hold_ms)
+    s.window_k = 8
+    return s
 
 
 def step(s: ARScheduler, runner: FakeRunner):
