@@ -184,7 +184,8 @@ class StreamSlots:
             gathered = gather_codes(steps, counts, self.decoder.device)
 
             def codes(start: int, size: int) -> torch.Tensor:
-                return gathered[:, start] if size == 1 else gathered[:, start : start + size]
+                part = gathered[:, start] if size == 1 else gathered[:, start : start + size]
+                return part.contiguous()  # rows of a pass, as the graphs' buffers hold them
 
         return request_ids, to_host(self._split_passes(ids, n, codes).float())
 
