@@ -113,11 +113,14 @@ def hold_steps(
 ) -> int | None:
     """Steps the running streams may still run before the waiting arrivals are seated
     together (`arrival_hold_ms`); None: seat them now. Only new requests are held (a
-    preempted one plays already), only while streams run (with none there is nothing to
-    batch them with) and at a measured step time, and only while a window of at least two
-    steps fits before the oldest arrival's hold ends. `queued_at`: when each arrived, on
-    the playback clock."""
+    preempted one plays already), only while streams run (none: nothing to batch them with,
+    and no step would end the hold) and at a measured step time, and only while a window of
+    at least two steps fits before the oldest arrival's hold ends. `queued_at`: when each
+    arrived, on the playback clock."""
     hold_s = config.arrival_hold_ms / 1000
+    # streams that run meanwhile: with every one paused or waiting for text no step would
+    # come to end the hold (the engine sleeps until a message), so arrivals go in now
+    running = [r for r in running if r.request_id not in paused and r.input_room != 0]
     if not hold_s or playback is None or not running:
         return None
     held = [r for r in waiting if r.request_id not in paused and r.input_room != 0]

@@ -129,3 +129,12 @@ def test_the_key_without_windows_or_the_clock_is_refused(overrides, words):
         ]
     )
     assert build_graph(ok).stages["talker"].scheduler.arrival_hold_ms == 50
+
+
+def test_nothing_is_held_while_every_running_stream_is_paused():
+    """A paused stream takes no step: no step would come to end the hold (the engine sleeps
+    until a message), so the arrival is seated at once."""
+    s, _, _ = running_stream(hold_ms=50)
+    s.pause("a")
+    s.add_request(req("b"))
+    assert seated(s.schedule()) == {"b"}
