@@ -186,11 +186,25 @@ def check_window(
     errors.extend(ConfigError(wkey, r) for r in reasons)
 
 
-def check_arrival_hold(key: str, stage: StageConfig, k: int, errors: list[ConfigError]) -> None:
+def check_arrival_hold(
+    key: str, stage: StageConfig, k: int, wait_limit_s: float | None, errors: list[ConfigError]
+) -> None:
     """Held arrivals wait while the running streams run windows sized to end when the hold
-    does, at the measured step time: without windows or the clock the key could not act."""
+    does, at the measured step time: without windows or the clock the key could not act.
+    Admission control counts the hold in a request's expected wait: one as long as
+    `server.max_first_audio_wait_s` would refuse every request arriving while streams run."""
     if not isinstance(stage, ARStageConfig) or not stage.scheduler.arrival_hold_ms:
         return
+    hold_ms = stage.scheduler.arrival_hold_ms
+    if wait_limit_s is not None and hold_ms >= 1000 * wait_limit_s:
+        errors.append(
+            ConfigError(
+                f"{key}.scheduler.arrival_hold_ms",
+                f"{hold_ms:g} ms is not below server.max_first_audio_wait_s ({wait_limit_s:g} s): "
+                "admission control counts the hold, so every request arriving while streams "
+                "run would be refused; lower the hold or raise that limit",
+            )
+        )
     if k < 2 or resolved_playback_margin(stage, k) is None:
         errors.append(
             ConfigError(

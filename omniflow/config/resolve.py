@@ -72,7 +72,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, k, errors)
             check_resident_seqs(key, stage, k, errors)
-            check_arrival_hold(key, stage, k, errors)
+            check_arrival_hold(key, stage, k, spec.server.max_first_audio_wait_s, errors)
         if stage.upstream is not None:
             _check_chunk_budget(key, stage, spec.model, errors)
         resolved[name] = ResolvedStage(

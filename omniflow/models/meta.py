@@ -36,7 +36,7 @@ def materialize(module: torch.nn.Module, device: torch.device) -> torch.nn.Modul
     which imports the symbolic-shape machinery (a third of a second)."""
     made: dict[int, torch.nn.Parameter] = {}
     for owner in module.modules():
-        for name, p in list(owner.named_parameters(recurse=False)):
+        for name, p in list(owner.named_parameters(recurse=False, remove_duplicate=False)):
             if id(p) not in made:
                 data = torch.empty(p.shape, dtype=p.dtype, device=device)
                 made[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)

@@ -2,12 +2,10 @@
 
 Each `schedule()` builds one `StepPlan` under a token budget and a row cap: running
 requests first (oldest first; by playback deadline when more are resident than a step has
-rows, `sched/seating.py`), then waiting ones; a waiting context (a prompt, or a
-preempted request's recompute) that would fit whole next step, beside the running requests
-and this step's admissions, waits for it rather than being split now; longer ones (a long
-prompt) are prefilled in chunks. When KV blocks run out the newest running request is
-preempted and later recomputed from its prompt and outputs. `update()` applies a
-`StepResult`.
+rows, `sched/seating.py`), then waiting ones (unless held: `arrival_hold_ms`); a waiting
+context that would fit whole next step waits for it rather than being split now; longer
+ones are prefilled in chunks. When KV blocks run out the newest running request is
+preempted and later recomputed from its prompt and outputs. `update()` applies results.
 
 Sync and async scheduling share this code. Under async scheduling the engine calls
 `schedule()` for step n+1 before `update()` of step n: a request whose step has reached the
@@ -35,7 +33,9 @@ from omniflow.sched.ar_admission import (
     SeatGaps,
     admissible_waiting,
     first_audio_wait_s,
+    hold_left_s,
     hold_steps,
+    holds,
 )
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
@@ -154,18 +154,16 @@ class ARScheduler:
         return out
 
     def first_audio_wait_s(self) -> float | None:
-        """Expected seconds before a request added now is seated and heard on time
-        (`ar_admission.first_audio_wait_s`). Read from another thread: an estimate."""
+        """`ar_admission.first_audio_wait_s` now (read from another thread: an estimate)."""
         free = free_seats(self.config, self.playback, self.running)
-        rows = self.config.max_num_seqs
-        seats = (free, self.seats, self.playback, rows, self.config.arrival_hold_ms / 1000)
+        held = hold_left_s(*self._queue(), self.config, self.playback)
+        seats = (free, self.seats, self.playback, self.config.max_num_seqs, held)
         return first_audio_wait_s(self.waiting, self.running, *seats)
 
     def seats_free(self) -> bool:
         """A request added now could be seated next step (`free_seats`): not while held."""
-        if self.config.arrival_hold_ms and self.running:
-            return False
-        return free_seats(self.config, self.playback, self.running) > 0
+        held = holds(self.waiting, self.running, self._paused, self.config, self.playback)
+        return not held and free_seats(self.config, self.playback, self.running) > 0
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
@@ -194,8 +192,7 @@ class ARScheduler:
         computed_before: dict[str, int] = {}
 
         rows = self.config.max_num_seqs
-        queue = (self.waiting, self._paused, self._queued_at)
-        hold = hold_steps(*queue, self.running, self.config, self.playback)
+        hold = hold_steps(*self._queue(), self.config, self.playback)
         free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
         kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
@@ -315,6 +312,9 @@ class ARScheduler:
         streams = [(rid, len(self.requests[rid].output_tokens)) for rid in scheduled]
         k = self.playback.window_steps(self.window_k, streams, self.playback.now())
         return k if hold is None else min(k, hold)
+
+    def _queue(self) -> tuple:
+        return self.waiting, self._paused, self._queued_at, self.running  # the hold rules
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
         """`tokens_to_schedule`: 0 behind the window fence or while paused (backpressure)."""

@@ -66,11 +66,11 @@ def first_audio_wait_s(
     playback clock, the step in flight and its own at the measured step time. A free seat
     counts only while one more stream keeps time (`keeps_time`): past that, a stream seated
     now would make every stream late, so it waits for one to leave. While steps take longer
-    than the audio they make and a stream is late, how late it is, if that is longer. While
-    streams run, a new arrival may be held `hold_s` besides (`arrival_hold_ms`)."""
+    than the audio they make and a stream is late, how late it is, if that is longer.
+    `hold_s`: how long it would be held besides (`hold_left_s`)."""
     if not running and not waiting:
         return 0.0  # idle: no one to wait for, and no step in flight (nor one to measure)
-    if running and hold_s:
+    if hold_s:
         wait = first_audio_wait_s(waiting, running, free, seats, playback, rows)
         return None if wait is None else wait + hold_s
     if playback is not None and free > 0 and not keeps_time(playback, len(running) + 1, rows):
@@ -103,8 +103,55 @@ def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
     return turns * step <= ROTATION_LOAD * playback.frame_s
 
 
-def hold_steps(
+def holds(
     waiting: Iterable[Request],
+    running: Collection[Request],
+    paused: Collection[str],
+    config: SchedulerConfig,
+    playback: PlaybackClock | None,
+) -> bool:
+    """Whether a new request would be held now (`arrival_hold_ms`): only while streams run
+    that take steps (paused ones and those waiting for text do not: with none there are no
+    windows to batch arrivals beside), at a measured step time, and while no preempted
+    request waits (it plays already: it goes in at once, with whatever waits beside it)."""
+    if not config.arrival_hold_ms or playback is None:
+        return False
+    if not any(r.request_id not in paused and r.input_room != 0 for r in running):
+        return False
+    rows = min(len(running), config.max_num_seqs)
+    if playback.step_s_at(rows, measured=True) is None:
+        return False
+    return not any(r.state is RequestState.PREEMPTED for r in waiting)
+
+
+def _oldest_held(
+    waiting: Iterable[Request], paused: Collection[str], queued_at: Mapping[str, float]
+) -> float | None:
+    """When the oldest waiting request that takes a seat arrived (None: none waits)."""
+    held = [queued_at.get(r.request_id, -math.inf) for r in waiting if r.request_id not in paused]
+    return min(held, default=None)
+
+
+def hold_left_s(
+    waiting: Collection[Request],
+    paused: Collection[str],
+    queued_at: Mapping[str, float],
+    running: Collection[Request],
+    config: SchedulerConfig,
+    playback: PlaybackClock | None,
+) -> float:
+    """How long a request added now would be held (admission control adds it): the rest of
+    the oldest waiting arrival's hold (all are seated together when it ends), the whole
+    hold with none waiting, 0 when nothing is held."""
+    if playback is None or not holds(waiting, running, paused, config, playback):
+        return 0.0
+    hold_s = config.arrival_hold_ms / 1000
+    oldest = _oldest_held(waiting, paused, queued_at)
+    return hold_s if oldest is None else max(0.0, hold_s - (playback.now() - oldest))
+
+
+def hold_steps(
+    waiting: Collection[Request],
     paused: Collection[str],
     queued_at: Mapping[str, float],
     running: Collection[Request],
@@ -112,23 +159,14 @@ def hold_steps(
     playback: PlaybackClock | None,
 ) -> int | None:
     """Steps the running streams may still run before the waiting arrivals are seated
-    together (`arrival_hold_ms`); None: seat them now. Only new requests are held (a
-    preempted one plays already), only while streams run (none: nothing to batch them with,
-    and no step would end the hold) and at a measured step time, and only while a window of
+    together (`arrival_hold_ms`, while `holds`); None: seat them now. While a window of
     at least two steps fits before the oldest arrival's hold ends. `queued_at`: when each
     arrived, on the playback clock."""
-    hold_s = config.arrival_hold_ms / 1000
-    # streams that run meanwhile: with every one paused or waiting for text no step would
-    # come to end the hold (the engine sleeps until a message), so arrivals go in now
-    running = [r for r in running if r.request_id not in paused and r.input_room != 0]
-    if not hold_s or playback is None or not running:
-        return None
-    held = [r for r in waiting if r.request_id not in paused and r.input_room != 0]
-    if not held or any(r.state is RequestState.PREEMPTED for r in held):
+    waiting = [r for r in waiting if r.input_room != 0]  # text-starved: not to be seated
+    oldest = _oldest_held(waiting, paused, queued_at)
+    if oldest is None or playback is None or not holds(waiting, running, paused, config, playback):
         return None
     step = playback.step_s_at(min(len(running), config.max_num_seqs), measured=True)
-    if step is None:
-        return None
-    oldest = min(queued_at.get(r.request_id, -math.inf) for r in held)
-    steps = math.floor((hold_s - (playback.now() - oldest)) / step)
+    assert step is not None  # `holds` said it is measured
+    steps = math.floor((config.arrival_hold_ms / 1000 - (playback.now() - oldest)) / step)
     return steps if steps >= 2 else None

@@ -56,10 +56,12 @@ def test_materialize_gives_each_parameter_memory_once_keeping_shared_ones_shared
     with on_meta():
         net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
         net[1].weight = net[0].weight  # tied
+        net[1].alias = net[1].bias  # one parameter under two names of one module
         net[1].bias.requires_grad_(False)
     net = materialize(net.to(dtype=torch.bfloat16), torch.device("cpu"))
     params = dict(net.named_parameters(remove_duplicate=False))
     assert all(p.device.type == "cpu" and p.dtype == torch.bfloat16 for p in params.values())
     assert params["0.weight"] is params["1.weight"]
+    assert net[1].alias is net[1].bias and not net[1].alias.is_meta
     assert len(list(net.parameters())) == 3
     assert not params["1.bias"].requires_grad and params["0.bias"].requires_grad

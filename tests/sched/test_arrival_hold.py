@@ -98,10 +98,39 @@ def test_a_preempted_request_is_never_held():
     assert hold_steps([fresh], set(), {"fresh": now[0]}, s.running, s.config, s.playback) == 5
 
 
-def test_admission_control_counts_the_hold():
-    held, _, _ = running_stream(hold_ms=50)
+def test_admission_control_counts_the_hold_that_is_left():
+    """The whole hold with no one held yet; beside an arrival held for 30 ms, its 20 ms
+    left (they are seated together); nothing where nothing would be held."""
+    held, _, now = running_stream(hold_ms=50)
     plain, _, _ = running_stream(hold_ms=0)
-    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.05)
+    base = plain.first_audio_wait_s()
+    assert held.first_audio_wait_s() == pytest.approx(base + 0.05)
+    held.add_request(req("b"))
+    plain.add_request(req("b"))
+    now[0] = START + 0.03
+    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.02)
+    held.pause("a")
+    plain.pause("a")
+    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s())
+
+
+def test_the_window_in_flight_is_cut_for_an_arrival_that_would_not_be_held():
+    s, _, _ = running_stream(hold_ms=50)
+    assert not s.seats_free()  # it would be held: the window goes on
+    s.playback.step_s_by_rows.clear()  # no step time measured: nothing is held
+    assert s.seats_free()
+
+
+def test_a_hold_as_long_as_the_first_audio_limit_is_refused():
+    key = "pipeline.stages.talker.scheduler.arrival_hold_ms"
+    over = ["pipeline=qwen3_tts_fused", "platform=cpu", "pipeline.stages.talker.window_k=8"]
+    spec = compose([*over, f"{key}=200", "server.max_first_audio_wait_s=0.2"])
+    with pytest.raises(ConfigError) as refused:
+        build_graph(spec)
+    assert key in str(refused.value) and "server.max_first_audio_wait_s (0.2 s)" in str(
+        refused.value
+    )
+    build_graph(compose([*over, f"{key}=200", "server.max_first_audio_wait_s=null"]))
 
 
 @pytest.mark.parametrize(
