@@ -32,9 +32,8 @@ from omniflow.core.step import StepPlan, StepResult
 from omniflow.sched.ar_admission import (
     SeatGaps,
     admissible_waiting,
+    arrival_hold,
     first_audio_wait_s,
-    hold_left_s,
-    hold_steps,
     holds,
 )
 from omniflow.sched.ar_plan import assemble_plan
@@ -156,7 +155,7 @@ class ARScheduler:
     def first_audio_wait_s(self) -> float | None:
         """`ar_admission.first_audio_wait_s` now (read from another thread: an estimate)."""
         free = free_seats(self.config, self.playback, self.running)
-        held = hold_left_s(*self._queue(), self.config, self.playback)
+        held = arrival_hold(*self._queue(), self.config, self.playback).left_s
         seats = (free, self.seats, self.playback, self.config.max_num_seqs, held)
         return first_audio_wait_s(self.waiting, self.running, *seats)
 
@@ -192,7 +191,7 @@ class ARScheduler:
         computed_before: dict[str, int] = {}
 
         rows = self.config.max_num_seqs
-        hold = hold_steps(*self._queue(), self.config, self.playback)
+        hold = arrival_hold(*self._queue(), self.config, self.playback).steps
         free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
         kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row

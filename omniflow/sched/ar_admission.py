@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import NamedTuple
 
 from omniflow.config.schema import SchedulerConfig
 from omniflow.core.request import Request, RequestState
@@ -67,7 +68,7 @@ def first_audio_wait_s(
     counts only while one more stream keeps time (`keeps_time`): past that, a stream seated
     now would make every stream late, so it waits for one to leave. While steps take longer
     than the audio they make and a stream is late, how late it is, if that is longer.
-    `hold_s`: how long it would be held besides (`hold_left_s`)."""
+    `hold_s`: how long it would be held besides (`arrival_hold`)."""
     if not running and not waiting:
         return 0.0  # idle: no one to wait for, and no step in flight (nor one to measure)
     if hold_s:
@@ -124,49 +125,37 @@ def holds(
     return not any(r.state is RequestState.PREEMPTED for r in waiting)
 
 
-def _oldest_held(
-    waiting: Iterable[Request], paused: Collection[str], queued_at: Mapping[str, float]
-) -> float | None:
-    """When the oldest waiting request that takes a seat arrived (None: none waits)."""
-    held = [queued_at.get(r.request_id, -math.inf) for r in waiting if r.request_id not in paused]
-    return min(held, default=None)
+class Hold(NamedTuple):
+    """What `arrival_hold_ms` does now (`arrival_hold`)."""
+
+    left_s: float
+    """How long a request added now would still be held (admission control adds it): the
+    rest of the oldest held arrival's hold (all are seated together when it ends), the whole
+    hold with none waiting; 0: not held."""
+    steps: int | None
+    """Steps the running streams may still run before the held arrivals are seated (while a
+    window of at least two steps fits); None: seat the waiting ones now."""
 
 
-def hold_left_s(
+def arrival_hold(
     waiting: Collection[Request],
     paused: Collection[str],
     queued_at: Mapping[str, float],
     running: Collection[Request],
     config: SchedulerConfig,
     playback: PlaybackClock | None,
-) -> float:
-    """How long a request added now would be held (admission control adds it): the rest of
-    the oldest waiting arrival's hold (all are seated together when it ends), the whole
-    hold with none waiting, 0 when nothing is held."""
+) -> Hold:
+    """The hold now (`holds`); `queued_at`: when each waiting request arrived, on the
+    playback clock."""
     if playback is None or not holds(waiting, running, paused, config, playback):
-        return 0.0
+        return Hold(0.0, None)
     hold_s = config.arrival_hold_ms / 1000
-    oldest = _oldest_held(waiting, paused, queued_at)
-    return hold_s if oldest is None else max(0.0, hold_s - (playback.now() - oldest))
-
-
-def hold_steps(
-    waiting: Collection[Request],
-    paused: Collection[str],
-    queued_at: Mapping[str, float],
-    running: Collection[Request],
-    config: SchedulerConfig,
-    playback: PlaybackClock | None,
-) -> int | None:
-    """Steps the running streams may still run before the waiting arrivals are seated
-    together (`arrival_hold_ms`, while `holds`); None: seat them now. While a window of
-    at least two steps fits before the oldest arrival's hold ends. `queued_at`: when each
-    arrived, on the playback clock."""
-    waiting = [r for r in waiting if r.input_room != 0]  # text-starved: not to be seated
-    oldest = _oldest_held(waiting, paused, queued_at)
-    if oldest is None or playback is None or not holds(waiting, running, paused, config, playback):
-        return None
+    seatable = [r for r in waiting if r.request_id not in paused and r.input_room != 0]
+    if not seatable:
+        return Hold(hold_s, None)
+    oldest = min(queued_at.get(r.request_id, -math.inf) for r in seatable)
+    left = max(0.0, hold_s - (playback.now() - oldest))
     step = playback.step_s_at(min(len(running), config.max_num_seqs), measured=True)
     assert step is not None  # `holds` said it is measured
-    steps = math.floor((config.arrival_hold_ms / 1000 - (playback.now() - oldest)) / step)
-    return steps if steps >= 2 else None
+    steps = math.floor(left / step)
+    return Hold(left, steps) if steps >= 2 else Hold(0.0, None)

@@ -14,7 +14,7 @@ from omniflow.config.resolve import build_graph
 from omniflow.core.request import RequestState
 from omniflow.errors import ConfigError
 from omniflow.sched.ar import ARScheduler
-from omniflow.sched.ar_admission import hold_steps
+from omniflow.sched.ar_admission import arrival_hold
 from omniflow.sched.playback import PlaybackClock
 from tests.sched.test_ar_scheduler import FakeRunner, req, sched
 
@@ -93,13 +93,14 @@ def test_a_preempted_request_is_never_held():
     back = req("back")
     back.state = RequestState.PREEMPTED
     queued = {"back": now[0]}
-    assert hold_steps([back], set(), queued, s.running, s.config, s.playback) is None
+    assert arrival_hold([back], set(), queued, s.running, s.config, s.playback).steps is None
     fresh = req("fresh")
-    assert hold_steps([fresh], set(), {"fresh": now[0]}, s.running, s.config, s.playback) == 5
+    hold = arrival_hold([fresh], set(), {"fresh": now[0]}, s.running, s.config, s.playback)
+    assert hold.steps == 5
 
 
 def test_admission_control_counts_the_hold_that_is_left():
-    """The whole hold with no one held yet; beside an arrival held for 30 ms, its 20 ms
+    """The whole hold with no one held yet; beside an arrival held for 25 ms, its 25 ms
     left (they are seated together); nothing where nothing would be held."""
     held, _, now = running_stream(hold_ms=50)
     plain, _, _ = running_stream(hold_ms=0)
@@ -107,8 +108,8 @@ def test_admission_control_counts_the_hold_that_is_left():
     assert held.first_audio_wait_s() == pytest.approx(base + 0.05)
     held.add_request(req("b"))
     plain.add_request(req("b"))
-    now[0] = START + 0.03
-    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.02)
+    now[0] = START + 0.025
+    assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.025)
     held.pause("a")
     plain.pause("a")
     assert held.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s())
