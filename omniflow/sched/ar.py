@@ -161,7 +161,7 @@ class ARScheduler:
 
     def seats_free(self) -> bool:
         """A request added now could be seated next step (`free_seats`): not while held."""
-        held = holds(self.waiting, self.running, self._paused, self.config, self.playback)
+        held = holds(list(self.waiting), self.running, self._paused, self.config, self.playback)
         return not held and free_seats(self.config, self.playback, self.running) > 0
 
     def gauges(self) -> SchedulerGauges:
@@ -312,8 +312,8 @@ class ARScheduler:
         k = self.playback.window_steps(self.window_k, streams, self.playback.now())
         return k if hold is None else min(k, hold)
 
-    def _queue(self) -> tuple:
-        return self.waiting, self._paused, self._queued_at, self.running  # the hold rules
+    def _queue(self) -> tuple:  # for the hold rules; a copy: other threads read it too
+        return list(self.waiting), self._paused, self._queued_at, self.running
 
     def _tokens_to_schedule(self, req: Request, budget: int) -> int:
         """`tokens_to_schedule`: 0 behind the window fence or while paused (backpressure)."""
