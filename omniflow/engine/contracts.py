@@ -18,8 +18,9 @@ from omniflow.engine.messages import EngineMessage
 class Scheduler(Protocol):
     """What the engine needs from a scheduler."""
 
-    def add_request(self, request: Any) -> None:
-        """Queue a request; ValueError when it can never be served."""
+    def add_request(self, request: Any, sent_at: float | None = None) -> None:
+        """Queue a request; ValueError when it can never be served. `sent_at`: when it was
+        sent (`time.monotonic`), for a scheduler that holds arrivals."""
         ...
 
     @property

@@ -8,7 +8,8 @@ a log line can say what arrived.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from omniflow.core.request import FinishReason
@@ -22,6 +23,9 @@ class Add:
     """The stage scheduler's request object (built by the stage's request factory)."""
     initial_chunk_frames: int | None = None
     """Chunk-receiving stages: this request's first-chunk size (None: the edge's)."""
+    sent_at: float = field(default_factory=time.monotonic)
+    """When it was sent (this process's monotonic clock): a hold of arrivals counts from it,
+    not from when the engine thread got to it (`scheduler.arrival_hold_ms`)."""
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,10 @@ class StepLoop:
         """A loop stepped by its caller never dies on its own (`StageEngine` can)."""
         return True
 
-    def add_request(self, request: Any) -> list[StageOutput]:
+    def add_request(self, request: Any, sent_at: float | None = None) -> list[StageOutput]:
         """Admit now; a refusal is one error output."""
         try:
-            self.scheduler.add_request(request)
+            self.scheduler.add_request(request, sent_at)
         except ValueError as exc:
             rid = request.request_id
             return [StageOutput(rid, finished=True, finish_reason="error", error=str(exc))]
@@ -101,8 +101,8 @@ class StepLoop:
     def apply(self, message: EngineMessage) -> list[StageOutput]:
         """Apply one message now (on the engine thread, or inline when not threaded)."""
         match message:
-            case Add(request=request, initial_chunk_frames=first):
-                outputs = self.add_request(request)
+            case Add(request=request, initial_chunk_frames=first, sent_at=sent_at):
+                outputs = self.add_request(request, sent_at)
                 if self.intake is not None and not outputs:
                     self.intake.open(request.request_id, first)
                 return outputs

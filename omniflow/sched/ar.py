@@ -35,6 +35,7 @@ from omniflow.sched.ar_admission import (
     arrival_hold,
     first_audio_wait_s,
     holds,
+    queued_at,
 )
 from omniflow.sched.ar_plan import assemble_plan
 from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
@@ -90,8 +91,9 @@ class ARScheduler:
 
     # ------------------------------------------------------------------ intake
 
-    def add_request(self, request: Request) -> None:
-        """Queue a request; a prompt that cannot fit max_model_len is refused (ValueError)."""
+    def add_request(self, request: Request, sent_at: float | None = None) -> None:
+        """Queue a request (`sent_at`: when it was sent, where a hold counts from); a prompt
+        that cannot fit max_model_len is refused (ValueError)."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         if request.prompt_len + 1 > self.config.max_model_len:
@@ -101,7 +103,7 @@ class ARScheduler:
             )
         request.arrival = next(self._arrivals)
         request.state = RequestState.WAITING
-        self._queued_at[request.request_id] = self.playback.now() if self.playback else 0.0
+        self._queued_at[request.request_id] = queued_at(self.playback, sent_at)
         self.requests[request.request_id] = request
         self.waiting.append(request)
 
@@ -245,7 +247,6 @@ class ARScheduler:
                 Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
-            # those left waiting; held ones let the window run (it ends as the hold does)
             waiting=0 if hold is not None else admissible_waiting(self.waiting, self._paused),
             budget=self.config.max_num_batched_tokens,
             max_model_len=self.config.max_model_len,

@@ -5,6 +5,7 @@ request would wait to be seated (admission control by deadline)."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import NamedTuple
 
@@ -104,6 +105,13 @@ def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:
     return turns * step <= ROTATION_LOAD * playback.frame_s
 
 
+def queued_at(playback: PlaybackClock | None, sent_at: float | None) -> float:
+    """When a request was sent, on the playback clock: now less how long ago it was sent
+    (`time.monotonic`; at most 0, so a clock from elsewhere never makes it later)."""
+    now = playback.now() if playback is not None else 0.0
+    return now if sent_at is None else now - max(0.0, time.monotonic() - sent_at)
+
+
 def holds(
     waiting: Iterable[Request],
     running: Collection[Request],
@@ -113,16 +121,30 @@ def holds(
 ) -> bool:
     """Whether a new request would be held now (`arrival_hold_ms`): only while streams run
     that take steps (paused ones and those waiting for text do not: with none there are no
-    windows to batch arrivals beside), at a measured step time, and while no preempted
-    request waits (it plays already: it goes in at once, with whatever waits beside it)."""
+    windows to batch arrivals beside), at a measured step time the hold covers two steps
+    of (a shorter one could never hold), and while no preempted request waits (it plays
+    already: it goes in at once, with whatever waits beside it)."""
+    return (
+        _hold_steps(config.arrival_hold_ms / 1000, waiting, running, paused, config, playback) > 1
+    )
+
+
+def _hold_steps(
+    left_s: float,
+    waiting: Iterable[Request],
+    running: Collection[Request],
+    paused: Collection[str],
+    config: SchedulerConfig,
+    playback: PlaybackClock | None,
+) -> int:
+    """Steps of the running streams that `left_s` covers (0 where nothing is held)."""
     if not config.arrival_hold_ms or playback is None:
-        return False
-    if not any(r.request_id not in paused and r.input_room != 0 for r in running):
-        return False
-    rows = min(len(running), config.max_num_seqs)
-    if playback.step_s_at(rows, measured=True) is None:
-        return False
-    return not any(r.state is RequestState.PREEMPTED for r in waiting)
+        return 0
+    taking = [r for r in running if r.request_id not in paused and r.input_room != 0]
+    if not taking or any(r.state is RequestState.PREEMPTED for r in waiting):
+        return 0
+    step = playback.step_s_at(min(len(taking), config.max_num_seqs), measured=True)
+    return 0 if step is None else math.floor(left_s / step + 1e-9)  # ties: the step fits
 
 
 class Hold(NamedTuple):
@@ -145,17 +167,17 @@ def arrival_hold(
     config: SchedulerConfig,
     playback: PlaybackClock | None,
 ) -> Hold:
-    """The hold now (`holds`); `queued_at`: when each waiting request arrived, on the
-    playback clock."""
-    if playback is None or not holds(waiting, running, paused, config, playback):
-        return Hold(0.0, None)
+    """The hold now (`holds`); `queued_at`: when each waiting request was sent, on the
+    playback clock. With none waiting, windows run no longer than the hold, so a request
+    sent meanwhile is taken in (its hold counting from when it was sent) within it."""
     hold_s = config.arrival_hold_ms / 1000
+    queue = (waiting, running, paused, config, playback)
+    if playback is None or not holds(*queue):
+        return Hold(0.0, None)
     seatable = [r for r in waiting if r.request_id not in paused and r.input_room != 0]
     if not seatable:
-        return Hold(hold_s, None)
+        return Hold(hold_s, _hold_steps(hold_s, *queue))
     oldest = min(queued_at.get(r.request_id, -math.inf) for r in seatable)
     left = max(0.0, hold_s - (playback.now() - oldest))
-    step = playback.step_s_at(min(len(running), config.max_num_seqs), measured=True)
-    assert step is not None  # `holds` said it is measured
-    steps = math.floor(left / step)
+    steps = _hold_steps(left, *queue)
     return Hold(left, steps) if steps >= 2 else Hold(0.0, None)

@@ -83,7 +83,9 @@ class GenerationScheduler:
 
     # ------------------------------------------------------------------ intake
 
-    def add_request(self, request: GenRequest) -> None:
+    def add_request(self, request: GenRequest, sent_at: float | None = None) -> None:
+        """Queue a chunk request (seated as its chunks come: nothing is held, `sent_at`
+        plays no part)."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         request.arrival = next(self._arrivals)

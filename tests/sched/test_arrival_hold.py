@@ -7,6 +7,8 @@ key without windows or the playback clock is refused."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from omniflow.config.compose import compose
@@ -168,3 +170,52 @@ def test_nothing_is_held_while_every_running_stream_is_paused():
     s.pause("a")
     s.add_request(req("b"))
     assert seated(s.schedule()) == {"b"}
+
+
+def test_the_hold_counts_from_when_the_request_was_sent():
+    """Sent 25 ms before the engine thread got to it (a window was running): 25 ms of its
+    hold are left, two steps; sent 45 ms before, it is seated at once."""
+    s, _, _ = running_stream(hold_ms=50)
+    plain, _, _ = running_stream(hold_ms=0)
+    s.add_request(req("b"), sent_at=time.monotonic() - 0.025)
+    plain.add_request(req("b"))
+    assert s.first_audio_wait_s() == pytest.approx(plain.first_audio_wait_s() + 0.025, abs=2e-3)
+    plan = s.schedule()
+    assert seated(plan) == set() and plan.window == {"a": 2}
+    late, _, _ = running_stream(hold_ms=50)
+    late.add_request(req("c"), sent_at=time.monotonic() - 0.045)
+    assert seated(late.schedule()) == {"c"}
+
+
+def test_with_no_one_waiting_windows_run_no_longer_than_the_hold():
+    """A request sent during a window is taken in when the window ends: a window longer
+    than the hold would hold it longer than the hold."""
+    s, _, _ = running_stream(hold_ms=30)
+    assert s.schedule().window == {"a": 3}  # slack allows 8; the hold 3 steps of 10 ms
+    plain, _, _ = running_stream(hold_ms=0)
+    assert plain.schedule().window == {"a": 8}
+
+
+def test_a_hold_shorter_than_two_steps_holds_nothing_and_cuts_the_window():
+    s, _, _ = running_stream(hold_ms=15)  # 1.5 steps of 10 ms
+    assert s.seats_free()
+    assert s.first_audio_wait_s() == pytest.approx(
+        running_stream(hold_ms=0)[0].first_audio_wait_s()
+    )
+    s.add_request(req("b"))
+    assert seated(s.schedule()) == {"b"}
+
+
+def test_a_paused_waiting_request_neither_starts_nor_ends_a_hold():
+    """p, sent 45 ms ago and paused, is not to be seated: b, sent now, is held its whole hold
+    (p's nearly spent one does not seat b early), and with b alone waiting p changes nothing."""
+    s, _, _ = running_stream(hold_ms=50)
+    s.add_request(req("p"), sent_at=time.monotonic() - 0.045)
+    s.pause("p")
+    assert s.schedule().window == {"a": 5}  # none seatable: the cap of none waiting
+    s2, _, _ = running_stream(hold_ms=50)
+    s2.add_request(req("p"), sent_at=time.monotonic() - 0.045)
+    s2.pause("p")
+    s2.add_request(req("b"))
+    plan = s2.schedule()
+    assert seated(plan) == set() and plan.window == {"a": 5}
