@@ -9,6 +9,11 @@ from contextlib import contextmanager
 import torch
 from torch.overrides import TorchFunctionMode
 
+_INIT_FILLS = frozenset(
+    f for name, f in vars(torch.nn.init).items() if name.endswith("_") and callable(f)
+)
+"""`torch.nn.init`'s in-place fills (`normal_`, `kaiming_uniform_`, ...)."""
+
 
 class _NoInit(TorchFunctionMode):
     """`torch.nn.init`'s fills skipped. On meta tensors they have no values to fill, and they
@@ -17,7 +22,7 @@ class _NoInit(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if getattr(func, "__module__", None) == "torch.nn.init":
+        if func in _INIT_FILLS:
             return args[0] if args else kwargs["tensor"]
         return func(*args, **kwargs)
 
