@@ -152,8 +152,8 @@ class Hold(NamedTuple):
 
     left_s: float
     """How long a request added now would still be held (admission control adds it): the
-    rest of the oldest held arrival's hold (all are seated together when it ends), the whole
-    hold with none waiting; 0: not held."""
+    rest of the oldest held arrival's hold (the waiting ones are seated when it ends), the
+    whole hold with none waiting; 0: not held."""
     steps: int | None
     """Steps the running streams may still run before the held arrivals are seated (while a
     window of at least two steps fits); None: seat the waiting ones now."""
@@ -172,11 +172,12 @@ def arrival_hold(
     sent meanwhile is taken in (its hold counting from when it was sent) within it."""
     hold_s = config.arrival_hold_ms / 1000
     queue = (waiting, running, paused, config, playback)
-    if playback is None or not holds(*queue):
+    whole = _hold_steps(hold_s, *queue)
+    if playback is None or whole < 2:  # `holds` is false
         return Hold(0.0, None)
     seatable = [r for r in waiting if r.request_id not in paused and r.input_room != 0]
     if not seatable:
-        return Hold(hold_s, _hold_steps(hold_s, *queue))
+        return Hold(hold_s, whole)
     oldest = min(queued_at.get(r.request_id, -math.inf) for r in seatable)
     left = max(0.0, hold_s - (playback.now() - oldest))
     steps = _hold_steps(left, *queue)

@@ -172,9 +172,9 @@ class StreamSlots:
         self.device_windows += 1
         n = max(counts.values())
         rows = len(request_ids)
-        if n == len(steps) and all(
-            len(step.request_ids) == rows and min(counts.values()) == n for step in steps
-        ):  # every row has a frame in every step: the steps' codes as they are
+        every = n == len(steps) and min(counts.values()) == n
+        if every and all(len(step.request_ids) == rows for step in steps):
+            # every row has a frame in every step: the steps' codes as they are
 
             def codes(start: int, size: int) -> torch.Tensor:
                 part = [step.sample.next_frames for step in steps[start : start + size]]
