@@ -192,10 +192,33 @@ def check_arrival_hold(
     """Held arrivals wait while the running streams run windows sized to end when the hold
     does, at the measured step time: without windows or the clock the key could not act.
     Admission control counts the hold in a request's expected wait: one as long as
-    `server.max_first_audio_wait_s` would refuse every request arriving while streams run."""
-    if not isinstance(stage, ARStageConfig) or not stage.scheduler.arrival_hold_ms:
+    `server.max_first_audio_wait_s` would refuse every request arriving while streams run.
+    `arrival_hold_min_running` acts only with a hold, and only up to the streams the stage
+    can hold at once."""
+    if not isinstance(stage, ARStageConfig):
         return
-    hold_ms = stage.scheduler.arrival_hold_ms
+    sched = stage.scheduler
+    seats = max(sched.max_num_seqs, sched.max_resident_seqs or 0)
+    if sched.arrival_hold_min_running > 1 and not sched.arrival_hold_ms:
+        errors.append(
+            ConfigError(
+                f"{key}.scheduler.arrival_hold_min_running",
+                "says from how many running streams arrivals are held; with arrival_hold_ms "
+                "0 nothing is held: set arrival_hold_ms or leave this at 1",
+            )
+        )
+    elif sched.arrival_hold_min_running > seats:
+        errors.append(
+            ConfigError(
+                f"{key}.scheduler.arrival_hold_min_running",
+                f"{sched.arrival_hold_min_running} is more streams than the stage holds "
+                f"({seats}: max_num_seqs, or max_resident_seqs above it), so nothing would "
+                "ever be held",
+            )
+        )
+    if not sched.arrival_hold_ms:
+        return
+    hold_ms = sched.arrival_hold_ms
     if wait_limit_s is not None and hold_ms >= 1000 * wait_limit_s:
         errors.append(
             ConfigError(

@@ -61,6 +61,14 @@ class SchedulerConfig(StepLimits):
         "are not cut for each (throughput at many seats, paid in first audio; needs windows "
         "and the playback clock); 0: seated at the next step.",
     )
+    arrival_hold_min_running: int = Field(
+        1,
+        ge=1,
+        description="arrival_hold_ms holds arrivals only while at least this many streams "
+        "take steps: near a full batch, where an admitting step stalls the most rows and "
+        "capacity is what limits; below it an arrival is seated at the next step (first "
+        "audio first). 1: whenever streams run.",
+    )
 
 
 class UpstreamConfig(Frozen):

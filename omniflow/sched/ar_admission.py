@@ -119,11 +119,12 @@ def holds(
     config: SchedulerConfig,
     playback: PlaybackClock | None,
 ) -> bool:
-    """Whether a new request would be held now (`arrival_hold_ms`): only while streams run
-    that take steps (paused ones and those waiting for text do not: with none there are no
-    windows to batch arrivals beside), at a measured step time the hold covers two steps
-    of (a shorter one could never hold), and while no preempted request waits (it plays
-    already: it goes in at once, with whatever waits beside it)."""
+    """Whether a new request would be held now (`arrival_hold_ms`): only while at least
+    `arrival_hold_min_running` streams run that take steps (paused ones and those waiting for
+    text do not: with none there are no windows to batch arrivals beside), at a measured step
+    time the hold covers two steps of (a shorter one could never hold), and while no
+    preempted request waits (it plays already: it goes in at once, with whatever waits
+    beside it)."""
     return (
         _hold_steps(config.arrival_hold_ms / 1000, waiting, running, paused, config, playback) > 1
     )
@@ -141,7 +142,9 @@ def _hold_steps(
     if not config.arrival_hold_ms or playback is None:
         return 0
     taking = [r for r in running if r.request_id not in paused and r.input_room != 0]
-    if not taking or any(r.state is RequestState.PREEMPTED for r in waiting):
+    if len(taking) < config.arrival_hold_min_running:  # at least 1: none running holds none
+        return 0  # below the batch the hold is for: an arrival goes in at once
+    if any(r.state is RequestState.PREEMPTED for r in waiting):
         return 0
     step = playback.step_s_at(min(len(taking), config.max_num_seqs), measured=True)
     return 0 if step is None else math.floor(left_s / step + 1e-9)  # ties: the step fits

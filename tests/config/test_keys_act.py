@@ -49,6 +49,10 @@ READ: dict[str, tuple[str, str]] = {
     f"{S}.scheduler.num_kv_blocks": ("sched/ar.py", "num_kv_blocks"),
     f"{S}.scheduler.max_resident_seqs": ("sched/seating.py", "max_resident_seqs"),
     f"{S}.scheduler.arrival_hold_ms": ("sched/ar_admission.py", "arrival_hold_ms"),
+    f"{S}.scheduler.arrival_hold_min_running": (
+        "sched/ar_admission.py",
+        "arrival_hold_min_running",
+    ),
     "platform.name": ("build/qwen3_tts.py", "name"),
     "platform.cuda_graphs": ("build/qwen3_tts.py", "cuda_graphs"),
     "platform.gpu_memory_utilization": ("build/qwen3_tts.py", "gpu_memory_utilization"),
