@@ -207,13 +207,13 @@ def check_arrival_hold(
                 "0 nothing is held: set arrival_hold_ms or leave this at 1",
             )
         )
-    elif sched.arrival_hold_min_running > seats:
+    elif sched.arrival_hold_min_running > 1 and sched.arrival_hold_min_running >= seats:
         errors.append(
             ConfigError(
                 f"{key}.scheduler.arrival_hold_min_running",
-                f"{sched.arrival_hold_min_running} is more streams than the stage holds "
-                f"({seats}: max_num_seqs, or max_resident_seqs above it), so nothing would "
-                "ever be held",
+                f"{sched.arrival_hold_min_running} is not below the streams the stage holds "
+                f"({seats}: max_num_seqs, or max_resident_seqs above it): a seat frees only "
+                "when fewer run, so nothing would ever be held",
             )
         )
     if not sched.arrival_hold_ms:

@@ -54,6 +54,14 @@ def test_below_them_an_arrival_is_seated_at_once_and_no_hold_is_counted():
     assert seated(s.schedule()) == {"b"}
 
 
+def test_a_paused_stream_does_not_count_toward_them():
+    s, _ = streams(min_running=2)
+    s.pause("s1")  # its consumer is behind: it takes no step
+    s.add_request(req("b"))
+    assert s.seats_free()
+    assert seated(s.schedule()) == {"b"}
+
+
 def test_a_held_arrival_goes_in_once_the_running_streams_fall_below_them():
     s, _ = streams(min_running=2)
     s.add_request(req("b"))
@@ -67,8 +75,8 @@ def test_a_held_arrival_goes_in_once_the_running_streams_fall_below_them():
     [
         ([f"{KEY}=4"], "with arrival_hold_ms 0 nothing is held"),
         (
-            [f"{KEY}=33", "pipeline.stages.talker.scheduler.arrival_hold_ms=50"],
-            "33 is more streams than the stage holds (32",
+            [f"{KEY}=32", "pipeline.stages.talker.scheduler.arrival_hold_ms=50"],
+            "32 is not below the streams the stage holds (32",
         ),
     ],
 )
@@ -78,8 +86,8 @@ def test_the_key_without_a_hold_or_above_the_seats_is_refused(overrides, words):
         build_graph(compose([*base, *overrides]))
     assert KEY in str(refused.value) and words in str(refused.value), str(refused.value)
     resident = "pipeline.stages.talker.scheduler.max_resident_seqs=40"  # more held than rows
-    held = [f"{KEY}=33", "pipeline.stages.talker.scheduler.arrival_hold_ms=50", resident]
+    held = [f"{KEY}=39", "pipeline.stages.talker.scheduler.arrival_hold_ms=50", resident]
     assert (
         build_graph(compose([*base, *held])).stages["talker"].scheduler.arrival_hold_min_running
-        == 33
+        == 39
     )
