@@ -91,7 +91,7 @@ def check_overrides(command: str, overrides: list[str]) -> None:
     """Every override is `key=value` (or Hydra's `~key`): a flag such as `--text` or a bare
     word such as `"Hello there"` would otherwise reach Hydra's override parser, which answers
     with a lexer error. Each is one line saying how to write it."""
-    from omniflow.config.schema import SynthConfig
+    from omniflow.config.commands import SynthConfig
 
     synth_keys = SynthConfig.model_fields if command == "synth" else {}
     for i, item in enumerate(overrides):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from omniflow.config.commands import BenchConfig, SynthConfig
 from omniflow.config.compose import CONF_DIR
 from omniflow.config.deploy_schema import DeployConfig
-from omniflow.config.schema import BenchConfig, OmniflowSpec, ServerConfig, SynthConfig
+from omniflow.config.schema import OmniflowSpec, ServerConfig
 
 USAGE = """usage: omniflow COMMAND [--config-dir DIR] [key=value ...]
        (or: python -m omniflow COMMAND ...)

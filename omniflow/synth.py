@@ -31,10 +31,10 @@ import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from omniflow.config.commands import SynthConfig
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import SynthConfig
 from omniflow.config.suggest import closest
 from omniflow.errors import ConfigError
 from omniflow.preflight import check_device, check_memory

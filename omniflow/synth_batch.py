@@ -29,8 +29,9 @@ from pydantic import ValidationError
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from omniflow.config.commands import SynthConfig
 from omniflow.config.graph import StageGraph
-from omniflow.config.schema import OmniflowSpec, SynthConfig
+from omniflow.config.schema import OmniflowSpec
 from omniflow.core.speech import SpeechRequest
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.encoders import encode_whole

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from omniflow.config.commands import SynthConfig
 from omniflow.config.graph import StageGraph
-from omniflow.config.schema import OmniflowSpec, SynthConfig
+from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.protocol import SpeechBody
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from omniflow.bench.arrivals import Arrivals
-from omniflow.config.schema import BenchConfig
+from omniflow.config.commands import BenchConfig
 from omniflow.errors import ConfigError, ConfigErrors
 
 OPEN_LOOP_KEYS = ("arrivals", "duration_s", "warmup_s", "seed", "drain_s")

@@ -40,6 +40,7 @@ from omniflow.serve.body_limit import BodyLimit
 from omniflow.serve.docs_pages import install_docs
 from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, overloaded, refusal_reason, unavailable
+from omniflow.serve.event_queue import LoopHandoff, event_channel
 from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.memory import malloc_trim
 from omniflow.serve.metrics import Metrics
@@ -48,13 +49,7 @@ from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody
 from omniflow.serve.reference_audio import ReferenceAudioError, decode_reference, payload_bytes
 from omniflow.serve.reference_gate import Place, ReferenceGate
 from omniflow.serve.request_body import FieldErrors, read_body
-from omniflow.serve.streaming import (
-    Arrival,
-    LiveResponses,
-    LoopHandoff,
-    SpeechResponse,
-    event_channel,
-)
+from omniflow.serve.streaming import Arrival, LiveResponses, SpeechResponse
 from omniflow.serve.validation import (
     admit,
     down_message,

@@ -1,8 +1,8 @@
 """One speech request's response, from the pipeline's events to HTTP bytes.
 
 The engines run on their own threads; their events cross into the HTTP event loop onto a
-per-request asyncio queue (`LoopHandoff`: one loop wake-up per burst of events), so the loop
-never runs a model step.
+per-request asyncio queue (`event_queue.LoopHandoff`: one loop wake-up per burst of events),
+so the loop never runs a model step.
 The response waits for the first audio before choosing a status, so a request that fails
 before any audio is a proper JSON error, never an empty 200; after that it is sent whole,
 streamed as raw bytes, or streamed as server-sent events. A client that goes away aborts its
@@ -19,7 +19,6 @@ ends with `speech.audio.error`, a whole one is a 503.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -30,11 +29,12 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import Pipeline, Sink
+from omniflow.core.pipeline import Pipeline
 from omniflow.core.player import ZeroBufferPlayer
 from omniflow.serve.bodies import raw_stream, sse
 from omniflow.serve.encoders import encode_whole
 from omniflow.serve.errors import ApiError, unavailable
+from omniflow.serve.event_queue import merge_waiting
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody
 from omniflow.serve.sending import PacedStream
@@ -44,51 +44,6 @@ DISCONNECT_POLL_S = 0.25
 SHUTDOWN_MESSAGE = "the server is shutting down"
 SHUTDOWN_SEND_GRACE_S = 2.0
 """At shutdown, how long a send to a client that is not reading may still wait."""
-
-
-class LoopHandoff:
-    """Events from the engine threads onto the event loop's queues, with one wake-up of the
-    loop per burst instead of one per event.
-
-    Why: `call_soon_threadsafe` writes to the loop's self-pipe on every call, a system call
-    on the engine thread, and an engine step emits one event per request, so at high
-    concurrency waking the loop once per event takes a visible share of every step. Here an
-    event is appended under a lock and only the first of a burst schedules the drain; each
-    request's events keep their order."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        """The loop whose queues this feeds (a server builds one per serving loop)."""
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Queue[AudioEvent], AudioEvent]] = []
-
-    def put(self, events: asyncio.Queue[AudioEvent], ev: AudioEvent) -> None:
-        with self._lock:
-            self._pending.append((events, ev))
-            if len(self._pending) > 1:
-                return  # a drain is already scheduled
-        try:
-            self.loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed: nothing will drain, say so every time
-            with self._lock:
-                self._pending.clear()
-            raise
-
-    def _drain(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for events, ev in pending:
-            events.put_nowait(ev)
-
-
-def event_channel(handoff: LoopHandoff) -> tuple[asyncio.Queue[AudioEvent], Sink]:
-    """A queue on the handoff's loop and a sink any thread may call to feed it."""
-    events: asyncio.Queue[AudioEvent] = asyncio.Queue()
-
-    def sink(ev: AudioEvent) -> None:
-        handoff.put(events, ev)
-
-    return events, sink
 
 
 class ClientGone(Exception):
@@ -291,40 +246,6 @@ class SpeechResponse:
         self.first_audio_sent()
         self.last_audio_sent()
         return Response(encoded, media_type=MEDIA_TYPES[fmt])
-
-
-def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEvent:
-    """`ev` and every event of the same request already waiting behind it, as one: their PCM
-    concatenated, the furthest progress, the last one's ending. Sending an event costs the
-    event loop about the same work whatever its size; when the loop falls behind the engine
-    (many streams, one event per frame each), a request's events queue up, and sending them
-    as one chunk does that work once. A loop that keeps up finds nothing waiting, so latency
-    is unchanged."""
-    if ev.finished or events.empty():
-        return ev
-    parts = [ev.pcm] if ev.pcm is not None else []
-    last = ev
-    frames = ev.frames  # progress: an ending event may not carry it
-    while not last.finished and not events.empty():
-        last = events.get_nowait()
-        frames = max(frames, last.frames)
-        if last.pcm is not None:
-            parts.append(last.pcm)
-    if last is ev:
-        return ev
-    pcm = None if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return AudioEvent(
-        ev.request_id,
-        pcm=pcm,
-        frames=max(last.frames, frames),
-        finished=last.finished,
-        finish_reason=last.finish_reason,
-        error=last.error,
-        made_at=ev.made_at,
-        seated_at=ev.seated_at,
-        text_done_at=last.text_done_at,
-        text_done_frames=last.text_done_frames,
-    )
 
 
 class LiveResponses:

@@ -17,9 +17,10 @@ from omniflow.core.events import AudioEvent
 from omniflow.serve.bodies import raw_stream
 from omniflow.serve.encoders import encode_whole, mp3_stream
 from omniflow.serve.errors import ApiError, unavailable
+from omniflow.serve.event_queue import merge_waiting
 from omniflow.serve.sending import StreamBroken
 from omniflow.serve.speed import TimeStretch, stretch_event
-from omniflow.serve.streaming import SHUTDOWN_MESSAGE, merge_waiting
+from omniflow.serve.streaming import SHUTDOWN_MESSAGE
 from omniflow.serve.text import check_speakable
 from omniflow.serve.validation import validate
 from omniflow.serve.ws_events import (

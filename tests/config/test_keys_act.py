@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from omniflow.config.commands import BenchConfig
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
-from omniflow.config.schema import BenchConfig
 from omniflow.config.server import ServerConfig
 from omniflow.errors import ConfigError
 
@@ -165,7 +165,7 @@ BENCH_READ: dict[str, tuple[str, str]] = {
 } | {
     "bench.num_prompts": ("bench/prompt_file.py", "num_prompts"),  # the round's check
     "bench.reuse_pipeline": ("bench/target.py", "reuse_pipeline"),  # in-process and Ray
-    "bench.prompts_per_lane": ("config/schema.py", "prompts_per_lane"),  # round_prompts
+    "bench.prompts_per_lane": ("config/commands.py", "prompts_per_lane"),  # round_prompts
     "bench.out_dir": ("bench/app.py", "out_dir"),
     **{
         f"bench.{k}": ("bench/mode.py", k)

@@ -1,4 +1,4 @@
-"""`streaming.LoopHandoff`: engine threads hand events to the serving loop with one wake-up
+"""`event_queue.LoopHandoff`: engine threads hand events to the serving loop with one wake-up
 per burst (each `call_soon_threadsafe` is a system call on the engine thread), every event
 delivered once, in order per request."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from omniflow.core.events import AudioEvent
-from omniflow.serve.streaming import LoopHandoff, event_channel
+from omniflow.serve.event_queue import LoopHandoff, event_channel
 
 
 class RecordingLoop:

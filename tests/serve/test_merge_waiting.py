@@ -1,4 +1,4 @@
-"""`streaming.merge_waiting`: a request's events already waiting behind the one just taken
+"""`event_queue.merge_waiting`: a request's events already waiting behind the one just taken
 are sent as one (their PCM in order, the last one's progress and ending), so a response whose
 event loop fell behind does its per-send work once; with nothing waiting, nothing changes."""
 
@@ -12,8 +12,8 @@ import numpy as np
 from omniflow.config.compose import compose
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import UNBOUNDED
+from omniflow.serve.event_queue import merge_waiting
 from omniflow.serve.run import ServerThread
-from omniflow.serve.streaming import merge_waiting
 from tests.serve.fake_pipeline import FakePipeline
 
 
