@@ -37,7 +37,7 @@ from omniflow.sched.ar_admission import (
     holds,
     queued_at,
 )
-from omniflow.sched.ar_plan import assemble_plan
+from omniflow.sched.ar_plan import StepDraft, assemble_plan
 from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.live_input import extend_live, playing
@@ -186,12 +186,8 @@ class ARScheduler:
 
     def schedule(self) -> StepPlan:
         """Plan one step."""
-        budget = self.config.max_num_batched_tokens
-        scheduled: dict[str, int] = {}
-        new_blocks: dict[str, list[int]] = {}
+        draft = StepDraft(self.config.max_num_batched_tokens)
         preempted_now = False
-        computed_before: dict[str, int] = {}
-
         rows = self.config.max_num_seqs
         hold = arrival_hold(*self._queue(), self.config, self.playback).steps
         free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
@@ -200,22 +196,21 @@ class ARScheduler:
         held = self._outstanding.keys() | self._paused
         queued = admissible_waiting(self.waiting, self._paused)
         alone = arrivals_alone(self.running, kept, queued, held, rows, spare, self.playback)
-        seat = (scheduled, new_blocks, computed_before)
         if not alone:
-            budget, preempted_now = self._seat_running(rows - kept, budget, *seat)
+            preempted_now = self._seat_running(rows - kept, draft)
 
         # The room a waiting context would have next step: what the running requests leave
         # now (all of them, when they sit this step out), less one token for each request
         # admitted below (it decodes next step).
-        room = budget - len(self.running) if alone else budget
+        room = draft.budget - len(self.running) if alone else draft.budget
         for req in list(self.waiting):
-            if budget <= 0 or preempted_now or free <= 0 or len(scheduled) >= rows:
+            if draft.budget <= 0 or preempted_now or free <= 0 or len(draft.scheduled) >= rows:
                 break
             if req.request_id in self._paused or req.input_room == 0:
                 continue  # preempted while paused or text-starved: it waits, others go on
             if req.num_placeholders:
                 break  # a preempted request waits until its in-flight sample is reconciled
-            n = self._tokens_to_schedule(req, budget)
+            n = self._tokens_to_schedule(req, draft.budget)
             if n == 0 or n < req.num_tokens - req.num_computed_tokens <= room:
                 # A context that will fit whole next step waits for it: a split one continues
                 # on a cached prefix, which no prompt graph serves, and takes its whole step's
@@ -231,20 +226,19 @@ class ARScheduler:
                 req.seated_at = time.perf_counter()
             self.running.append(req)
             free -= 1
-            scheduled[req.request_id] = n
-            new_blocks[req.request_id] = blocks
-            computed_before[req.request_id] = req.num_computed_tokens
-            budget -= n
+            draft.take(req, n, blocks)
             room -= 1
 
-        if alone and not scheduled:  # no arrival fitted after all: the step is theirs
+        if alone and not draft.scheduled:  # no arrival fitted after all: the step is theirs
             alone = False
-            budget, preempted_now = self._seat_running(rows, budget, *seat)
+            preempted_now = self._seat_running(rows, draft)
         self.window_stats.arrival_steps += alone
+        scheduled, new_blocks = draft.scheduled, draft.new_blocks
+        before = draft.computed_before
         window, extra = plan_window(
             self.window_k,
             [
-                Candidate(self.requests[rid], n, computed_before[rid], not self._roster.knows(rid))
+                Candidate(self.requests[rid], n, before[rid], not self._roster.knows(rid))
                 for rid, n in scheduled.items()
             ],
             waiting=0 if hold is not None else admissible_waiting(self.waiting, self._paused),
@@ -269,28 +263,21 @@ class ARScheduler:
             self.playback.planned(step_id)
         return plan
 
-    def _seat_running(
-        self,
-        rows: int,
-        budget: int,
-        scheduled: dict[str, int],
-        new_blocks: dict[str, list[int]],
-        computed_before: dict[str, int],
-    ) -> tuple[int, bool]:
+    def _seat_running(self, rows: int, draft: StepDraft) -> bool:
         """Give running requests up to `rows` rows of the step, preempting the newest when KV
-        runs out. Returns the budget left and whether anyone was preempted."""
+        runs out. Returns whether anyone was preempted."""
         preempted = False
         for req in row_order(self.running, rows, self.playback):
-            if budget <= 0 or len(scheduled) >= rows:
+            if draft.budget <= 0 or len(draft.scheduled) >= rows:
                 break
             if req not in self.running:
                 continue  # preempted above to make room for another
-            n = self._tokens_to_schedule(req, budget)
+            n = self._tokens_to_schedule(req, draft.budget)
             if n == 0:
                 continue
             blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             while blocks is None:
-                victim = preemption_victim(self.running, req, self._paused, scheduled)
+                victim = preemption_victim(self.running, req, self._paused, draft.scheduled)
                 self.running.remove(victim)
                 self._preempt(victim)
                 preempted = True
@@ -299,11 +286,8 @@ class ARScheduler:
                 blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
             if blocks is None:
                 break
-            scheduled[req.request_id] = n
-            new_blocks[req.request_id] = blocks
-            computed_before[req.request_id] = req.num_computed_tokens
-            budget -= n
-        return budget, preempted
+            draft.take(req, n, blocks)
+        return preempted
 
     def _slack_k(self, scheduled: dict[str, int], hold: int | None = None) -> int | None:
         """The window length the scheduled streams' slack (and a hold's steps) allow."""
@@ -344,12 +328,7 @@ class ARScheduler:
             rows = len(plan.num_scheduled_tokens)
             now = self.playback.step_done(plan.step_id, result.window_steps or 1, rows)
         if plan.window:
-            self.window_stats.executed_steps += result.window_steps
-            if result.window_steps > 1:
-                self.window_stats.executed_windows += 1
-            if result.window_refusal is not None:
-                self.window_stats.refusals[result.window_refusal] += 1
-            self.window_stats.cut_windows += result.window_cut
+            self.window_stats.record(result)
         outputs: list[StageOutput] = []
         for rid in plan.num_scheduled_tokens:
             if rid in plan.window:

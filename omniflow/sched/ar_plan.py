@@ -4,11 +4,30 @@ the placeholders that stand for the tokens the step will sample until update() s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from omniflow.core.request import Request
 from omniflow.core.step import CachedRequestData, NewRequestData, StepPlan
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.runner_roster import RunnerRoster
+
+
+@dataclass
+class StepDraft:
+    """The step being planned: each seated request's tokens, new KV blocks and computed
+    count before the step, and the token budget left."""
+
+    budget: int
+    scheduled: dict[str, int] = field(default_factory=dict)
+    new_blocks: dict[str, list[int]] = field(default_factory=dict)
+    computed_before: dict[str, int] = field(default_factory=dict)
+
+    def take(self, req: Request, n: int, blocks: list[int]) -> None:
+        """Seat `req` for `n` tokens in `blocks` (allocated for them)."""
+        self.scheduled[req.request_id] = n
+        self.new_blocks[req.request_id] = blocks
+        self.computed_before[req.request_id] = req.num_computed_tokens
+        self.budget -= n
 
 
 def assemble_plan(

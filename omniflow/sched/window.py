@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from omniflow.core.pipeline import WindowCounters
 from omniflow.core.request import Request
+from omniflow.core.step import StepResult
 from omniflow.sched.kv_cache import KVCacheManager
 
 
@@ -34,6 +35,15 @@ class WindowStats:
     arrival_steps: int = 0
     """Steps the running streams sat out so that arrivals were prefilled alone
     (`seating.arrivals_alone`)."""
+
+    def record(self, result: StepResult) -> None:
+        """A windowed plan's result: the steps it ran, as a window or refused or cut."""
+        self.executed_steps += result.window_steps
+        if result.window_steps > 1:
+            self.executed_windows += 1
+        if result.window_refusal is not None:
+            self.refusals[result.window_refusal] += 1
+        self.cut_windows += result.window_cut
 
     def counters(self) -> WindowCounters:
         """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
