@@ -64,7 +64,7 @@ def resolved_window_k(
     if platform is None or not platform.cuda_graphs:
         return 0
     # (the other window rules, parallel sizes, prefix caching, speculation, are refused
-    # outright in this version: `_check_unsupported` in resolve.py)
+    # outright in this version: `check_unsupported` in stage_rules.py)
     return DEFAULT_WINDOW_K if stage.kind == "ar" and cap.supports_window else 0
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
-from omniflow.config.resolve import build_graph, resolve_ref_context
+from omniflow.config.resolve import build_graph
+from omniflow.config.stage_rules import resolve_ref_context
 from omniflow.core.capabilities import ARCH_CAPABILITIES
 from omniflow.errors import ConfigError, ConfigErrors
 
