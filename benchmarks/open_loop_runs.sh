@@ -17,12 +17,16 @@
 # table of both. ORDER=abba runs the variants forward, then backward (labels LABEL_1 and
 # LABEL_2), so that which server ran first on the machine, an effect as large as some
 # differences measured (docs/performance.md), cancels.
+# TOGETHER=1 starts every variant's server at once (each on its own port; the GPU must hold
+# them all) and measures them one after the other, in ORDER, on those servers: the builds
+# (minutes on a GPU) overlap, and ORDER=abba measures each server twice without building it
+# again. An idle server takes no GPU time, but the builds share the GPU while cuDNN times its
+# algorithms: compare variants started together with each other, not with solo starts.
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
 client=$(cd "$(dirname "$0")/.." && pwd)
 serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
-port=8101
 runs=("$@")
 if [ "${ORDER:-}" = abba ]; then  # each variant first once and last once: order effects cancel
   runs=()
@@ -31,27 +35,34 @@ if [ "${ORDER:-}" = abba ]; then  # each variant first once and last once: order
 elif [ -n "${ORDER:-}" ]; then
   echo "ORDER=${ORDER}: only ORDER=abba (or unset) is known" >&2; exit 2
 fi
-for variant in "${runs[@]}"; do
-  pass=""
-  if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
-  IFS=, read -r label tree overrides <<< "$variant"
-  label=$label$pass
-  tree=$(cd "$tree" && pwd)
+declare -A pids ports
+
+start() {  # LABEL TREE OVERRIDES PORT: a server in the background, its pid in pids[LABEL]
+  local tree
+  tree=$(cd "$2" && pwd)
   # run from the tree: `python -m` puts the working directory ahead of PYTHONPATH
   (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH:-}" exec python3 -m omniflow serve $serve_args \
-    ${overrides:-} server.port=$port) > "$out/serve_$label.log" 2>&1 &
-  pid=$!
+    ${3:-} server.port=$4) > "$out/serve_$1.log" 2>&1 &
+  pids[$1]=$!
+  ports[$1]=$4
+}
+
+ready() {  # LABEL: wait until its server is ready (0) or has died (1, noted in timing.txt)
+  local pid=${pids[$1]}
   for _ in $(seq 600); do
-    grep -q "omniflow ready" "$out/serve_$label.log" && break
-    kill -0 $pid 2>/dev/null || break  # it died (a bad tree or override): its log says why
+    grep -q "omniflow ready" "$out/serve_$1.log" && break
+    kill -0 "$pid" 2>/dev/null || break  # it died (a bad tree or override): its log says why
     sleep 0.5
   done
-  if ! kill -0 $pid 2>/dev/null; then
-    echo "$label died after $SECONDS s (serve_$label.log)" >> "$out/timing.txt"
-    port=$((port + 1))
-    continue
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "$1 died after $SECONDS s (serve_$1.log)" >> "$out/timing.txt"
+    return 1
   fi
-  echo "$label ready after $SECONDS s" >> "$out/timing.txt"
+  echo "$1 ready after $SECONDS s" >> "$out/timing.txt"
+}
+
+measure() {  # LABEL PORT: the rates, then the closed-loop jobs, on that server
+  local label=$1 port=$2
   for rps in $rates; do
     python3 -c "import httpx,sys; print(httpx.get(sys.argv[1]).text)" \
       "http://127.0.0.1:$port/metrics" > "$out/${label}_rps${rps}.before.metrics" || true
@@ -72,7 +83,46 @@ for variant in "${runs[@]}"; do
         --out "$out/${label}_c${conc}_r$round.json") > /dev/null 2> "$out/${label}_c${conc}_r$round.err" || true
     done
   done
-  kill -INT $pid; wait $pid || true
-  echo "$label done after $SECONDS s" >> "$out/timing.txt"
+}
+
+stop() {  # LABEL
+  kill -INT "${pids[$1]}"; wait "${pids[$1]}" || true
+  echo "$1 done after $SECONDS s" >> "$out/timing.txt"
+}
+
+port=8101
+if [ "${TOGETHER:-}" = 1 ]; then
+  for variant in "$@"; do
+    IFS=, read -r label tree overrides <<< "$variant"
+    start "$label" "$tree" "${overrides:-}" $port
+    port=$((port + 1))
+  done
+  up=()
+  for variant in "$@"; do
+    label=${variant%%,*}
+    if ready "$label"; then up+=("$label"); fi
+  done
+  for variant in "${runs[@]}"; do
+    pass=""
+    if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
+    label=${variant%%,*}
+    [[ " ${up[*]} " == *" $label "* ]] || continue
+    measure "$label$pass" "${ports[$label]}"
+    echo "$label$pass measured after $SECONDS s" >> "$out/timing.txt"
+  done
+  for label in "${up[@]}"; do stop "$label"; done
+  exit 0
+elif [ -n "${TOGETHER:-}" ]; then
+  echo "TOGETHER=${TOGETHER}: only TOGETHER=1 (or unset) is known" >&2; exit 2
+fi
+for variant in "${runs[@]}"; do
+  pass=""
+  if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
+  IFS=, read -r label tree overrides <<< "$variant"
+  label=$label$pass
+  start "$label" "$tree" "${overrides:-}" $port
   port=$((port + 1))
+  ready "$label" || continue
+  measure "$label" "${ports[$label]}"
+  stop "$label"
 done

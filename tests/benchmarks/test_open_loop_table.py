@@ -134,13 +134,14 @@ def fake_tree(root, name: str):
     return root / name
 
 
-def run_script(tmp_path, order: str, *variants: str):
+def run_script(tmp_path, order: str, *variants: str, together: str = ""):
     import os
     import subprocess
     from pathlib import Path
 
     script = Path(__file__).parents[2] / "benchmarks" / "open_loop_runs.sh"
     env = {**os.environ, "RATES": " ", "ORDER": order}  # no rates: servers start and stop
+    env["TOGETHER"] = together
     return subprocess.run(
         ["bash", str(script), str(tmp_path / "out"), *variants],
         env=env,
@@ -158,6 +159,21 @@ def test_abba_runs_each_variant_first_once_and_last_once(tmp_path):
     ready = [line.split()[0] for line in timing if " ready after " in line]
     assert ready == ["old_1", "new_1", "new_2", "old_2"]
     assert run_script(tmp_path, "abab", f"old,{a}").returncode == 2
+
+
+def test_together_starts_each_server_once_then_measures_them_in_order(tmp_path):
+    a, b = fake_tree(tmp_path, "a"), fake_tree(tmp_path, "b")
+    r = run_script(tmp_path, "abba", f"old,{a}", f"new,{b}", together="1")
+    assert r.returncode == 0, r.stderr
+    events = [
+        line.split()[:2] for line in (tmp_path / "out" / "timing.txt").read_text().splitlines()
+    ]
+    assert events[:2] == [["old", "ready"], ["new", "ready"]]  # both built before any measure
+    assert [e[0] for e in events if e[1] == "measured"] == ["old_1", "new_1", "new_2", "old_2"]
+    assert sorted(e[0] for e in events if e[1] == "done") == ["new", "old"]  # both stopped
+    logs = sorted(p.name for p in (tmp_path / "out").glob("serve_*.log"))
+    assert logs == ["serve_new.log", "serve_old.log"]  # one start each
+    assert run_script(tmp_path, "", f"old,{a}", together="yes").returncode == 2
 
 
 def test_both_orders_side_by_side(tmp_path):
