@@ -22,6 +22,8 @@
 # (minutes on a GPU) overlap, and ORDER=abba measures each server twice without building it
 # again. An idle server takes no GPU time, but the builds share the GPU while cuDNN times its
 # algorithms: compare variants started together with each other, not with solo starts.
+# A label given twice or a tree without omniflow/ is refused before any server starts; on any
+# exit the servers still running are stopped (INT, then TERM and KILL if one does not end).
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 rates=${RATES:-10 20}
@@ -35,7 +37,34 @@ if [ "${ORDER:-}" = abba ]; then  # each variant first once and last once: order
 elif [ -n "${ORDER:-}" ]; then
   echo "ORDER=${ORDER}: only ORDER=abba (or unset) is known" >&2; exit 2
 fi
-declare -A pids ports
+declare -A pids ports seen
+for variant in "$@"; do  # every variant checked before any server starts
+  IFS=, read -r label tree _ <<< "$variant"
+  if [ -n "${seen[$label]:-}" ]; then echo "the label $label is given twice" >&2; exit 2; fi
+  if [ ! -d "$tree/omniflow" ]; then echo "$label: $tree holds no omniflow/" >&2; exit 2; fi
+  seen[$label]=1
+done
+running() {  # PID: the process is there and has not exited (an exited child is a zombie)
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ $state != Z* ]]
+}
+
+cleanup() {  # on any exit: the servers this script started and has not stopped yet
+  local label pid sig
+  for label in "${!pids[@]}"; do
+    pid=${pids[$label]}
+    # INT as a server expects; one sent before the server's interpreter started can be lost
+    # (the subshell execs it), so TERM and then KILL follow where it does not end
+    for sig in INT TERM KILL; do
+      running "$pid" || break
+      kill -$sig "$pid" 2>/dev/null || break
+      for _ in $(seq 100); do running "$pid" || break 2; sleep 0.1; done
+    done
+  done
+  wait || true
+}
+trap cleanup EXIT
 
 start() {  # LABEL TREE OVERRIDES PORT: a server in the background, its pid in pids[LABEL]
   local tree
@@ -56,6 +85,8 @@ ready() {  # LABEL: wait until its server is ready (0) or has died (1, noted in 
   done
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "$1 died after $SECONDS s (serve_$1.log)" >> "$out/timing.txt"
+    wait "$pid" || true
+    unset "pids[$1]"
     return 1
   fi
   echo "$1 ready after $SECONDS s" >> "$out/timing.txt"
@@ -86,7 +117,9 @@ measure() {  # LABEL PORT: the rates, then the closed-loop jobs, on that server
 }
 
 stop() {  # LABEL
-  kill -INT "${pids[$1]}"; wait "${pids[$1]}" || true
+  kill -INT "${pids[$1]}" 2>/dev/null || true
+  wait "${pids[$1]}" || true
+  unset "pids[$1]"
   echo "$1 done after $SECONDS s" >> "$out/timing.txt"
 }
 
@@ -97,20 +130,22 @@ if [ "${TOGETHER:-}" = 1 ]; then
     start "$label" "$tree" "${overrides:-}" $port
     port=$((port + 1))
   done
-  up=()
-  for variant in "$@"; do
-    label=${variant%%,*}
-    if ready "$label"; then up+=("$label"); fi
-  done
+  for variant in "$@"; do ready "${variant%%,*}" || true; done
   for variant in "${runs[@]}"; do
     pass=""
     if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
     label=${variant%%,*}
-    [[ " ${up[*]} " == *" $label "* ]] || continue
+    [ -n "${pids[$label]:-}" ] || continue  # it died
+    if ! kill -0 "${pids[$label]}" 2>/dev/null; then  # since it was ready
+      echo "$label died after $SECONDS s (serve_$label.log)" >> "$out/timing.txt"
+      wait "${pids[$label]}" || true
+      unset "pids[$label]"
+      continue
+    fi
     measure "$label$pass" "${ports[$label]}"
     echo "$label$pass measured after $SECONDS s" >> "$out/timing.txt"
   done
-  for label in "${up[@]}"; do stop "$label"; done
+  for label in "${!pids[@]}"; do stop "$label"; done
   exit 0
 elif [ -n "${TOGETHER:-}" ]; then
   echo "TOGETHER=${TOGETHER}: only TOGETHER=1 (or unset) is known" >&2; exit 2

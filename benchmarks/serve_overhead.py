@@ -39,8 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from omniflow.bench.client import FRAME_RATE, summarize
+from omniflow.bench.client import FRAME_RATE
 from omniflow.bench.job import load_in_child
+from omniflow.bench.outcome import summarize
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import UNBOUNDED, PipelineInfo, PipelineStats, RequestLimits, StageStats

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from omniflow.bench.client import Outcome, completed, read_samples
+from omniflow.bench.client import completed
+from omniflow.bench.outcome import Outcome, read_samples
 from omniflow.logs import BAR_DISABLE
 
 

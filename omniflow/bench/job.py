@@ -23,14 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from omniflow.bench.child import RequestBar, load_in_child
-from omniflow.bench.client import (
-    DEFAULT_PROMPTS,
-    Outcome,
-    error_counts,
-    load_prompts,
-    summarize,
-)
+from omniflow.bench.client import DEFAULT_PROMPTS, load_prompts
 from omniflow.bench.mode import check_mode
+from omniflow.bench.outcome import Outcome, error_counts, summarize
 from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync

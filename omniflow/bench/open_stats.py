@@ -11,9 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from omniflow.bench.client import BYTES_PER_FRAME, error_counts
+from omniflow.bench.client import BYTES_PER_FRAME
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_run import Request
+from omniflow.bench.outcome import error_counts
 from omniflow.core.player import BYTES_PER_SECOND
 
 

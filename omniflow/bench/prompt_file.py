@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniflow.config.schema import BenchConfig
+from omniflow.config.commands import BenchConfig
 from omniflow.errors import ConfigError
 
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "librispeech_pc_test_clean.jsonl"

@@ -4,7 +4,8 @@ Every model is frozen and forbids unknown keys, so a typo anywhere fails with it
 path. Stages are a mapping keyed by name (Hydra replaces lists wholesale, so an overlay
 touching one list item would drop the others) and a discriminated union on `kind`.
 Cross-field rules (what depends on the model, the platform or other stages) live in
-`resolve.py`, not here: this file only states the shape and the per-field bounds.
+`resolve.py` and its rule modules (`decode_rules.py`, `stage_rules.py`), not here: this file
+only states the shape and the per-field bounds.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class UpstreamConfig(Frozen):
 
 
 class StageBase(Frozen):
-    """Fields shared by every stage kind; the rules on them are in resolve.py."""
+    """Fields shared by every stage kind; the rules on them are applied by resolve.py."""
 
     arch: str = Field(description="Registry name of the stage's model component.")
     upstream: UpstreamConfig | None = Field(

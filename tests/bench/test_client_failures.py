@@ -12,18 +12,9 @@ import struct
 import httpx
 import pytest
 
-from omniflow.bench.client import (
-    BYTES_PER_FRAME,
-    BYTES_PER_SECOND,
-    BadResponse,
-    Failure,
-    Outcome,
-    Prompt,
-    Sample,
-    run,
-    summarize,
-)
+from omniflow.bench.client import BYTES_PER_FRAME, BYTES_PER_SECOND, BadResponse, Prompt, run
 from omniflow.bench.job import load_in_child
+from omniflow.bench.outcome import Failure, Outcome, Sample, summarize
 
 FRAMES = 3
 WANT = FRAMES * BYTES_PER_FRAME  # bytes a FRAMES-frame request must stream (PCM16, 24 kHz)

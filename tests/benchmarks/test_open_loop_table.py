@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.open_loop_table import closed_rows, table
 
 
@@ -122,16 +124,29 @@ def test_a_dead_server_a_ray_deployment_and_an_older_tree(tmp_path):
     assert "| old | 20 | 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | - | - | - |" in lines
 
 
-def fake_tree(root, name: str):
-    """A tree whose `python -m omniflow serve` only says it is ready and waits for SIGINT."""
+def fake_tree(root, name: str, crash: bool = False):
+    """A tree whose `python -m omniflow serve` writes its pid to `root/NAME.pid`, says it is
+    ready and waits for SIGINT (`crash`: exits instead, as a server dying after its build)."""
     package = root / name / "omniflow"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
+    wait = "" if crash else "try:\n    signal.pause()\nexcept KeyboardInterrupt:\n    pass\n"
     (package / "__main__.py").write_text(
-        "import signal\nprint('omniflow ready', flush=True)\n"
-        "try:\n    signal.pause()\nexcept KeyboardInterrupt:\n    pass\n"
+        f"import os, signal\nopen({str(root / name)!r} + '.pid', 'w').write(str(os.getpid()))\n"
+        "print('omniflow ready', flush=True)\n" + wait
     )
     return root / name
+
+
+def alive(root, name: str) -> bool:
+    import os
+
+    pid = int((root / f"{name}.pid").read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def run_script(tmp_path, order: str, *variants: str, together: str = ""):
@@ -174,6 +189,28 @@ def test_together_starts_each_server_once_then_measures_them_in_order(tmp_path):
     logs = sorted(p.name for p in (tmp_path / "out").glob("serve_*.log"))
     assert logs == ["serve_new.log", "serve_old.log"]  # one start each
     assert run_script(tmp_path, "", f"old,{a}", together="yes").returncode == 2
+    assert not alive(tmp_path, "a") and not alive(tmp_path, "b")
+
+
+def test_together_skips_a_server_that_died_and_stops_the_others(tmp_path):
+    live, crash = fake_tree(tmp_path, "live"), fake_tree(tmp_path, "crash", crash=True)
+    r = run_script(tmp_path, "", f"gone,{crash}", f"up,{live}", together="1")
+    assert r.returncode == 0, r.stderr
+    timing = (tmp_path / "out" / "timing.txt").read_text()
+    assert "gone died after" in timing and "up measured after" in timing
+    assert "gone measured" not in timing and not alive(tmp_path, "live")
+
+
+@pytest.mark.parametrize("together", ["", "1"])
+def test_bad_variants_are_refused_before_any_server_starts(tmp_path, together):
+    live = fake_tree(tmp_path, "live")
+    for bad, words in (
+        ((f"up,{live}", f"up,{live}"), "the label up is given twice"),
+        ((f"up,{live}", f"down,{tmp_path / 'nowhere'}"), "holds no omniflow/"),
+    ):
+        r = run_script(tmp_path, "", *bad, together=together)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+        assert not (tmp_path / "live.pid").exists()  # nothing was started
 
 
 def test_both_orders_side_by_side(tmp_path):

@@ -1,0 +1,115 @@
+"""What a load generator run measured: each completed request's sample, each failed one's
+error, the wall time; the `--out` file that holds them; and their summary (counts, the most
+frequent errors, latency and throughput over the completed requests)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MAX_ERRORS = 5
+"""Distinct error texts a summary lists (the rest are counted together)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    ttfp: float
+    e2el: float
+    audio_s: float
+    underrun_s: float
+    """Worst buffer deficit of a player that starts playing at the first audio bytes."""
+
+    @property
+    def rtf(self) -> float:
+        return self.e2el / self.audio_s
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A measured request that did not deliver its audio."""
+
+    prompt: int
+    """Index of its prompt in the run."""
+    error: str
+    """What went wrong, e.g. `ReadError: ...`, `HTTP 503: ...`, `short audio: got N of M bytes`."""
+    after_s: float
+    """Seconds from sending the request until it failed."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run's measured requests: the completed ones, the failed ones and the wall time."""
+
+    samples: list[Sample]
+    failures: list[Failure]
+    wall_s: float
+
+
+def write_outcome(path: str | Path, outcome: Outcome, summary: dict) -> None:
+    """The `--out` file: the summary, and every sample and failure."""
+    data = {
+        "summary": summary,
+        "wall_s": outcome.wall_s,
+        "samples": [asdict(s) for s in outcome.samples],
+        "failures": [asdict(f) for f in outcome.failures],
+    }
+    Path(path).write_text(json.dumps(data, indent=2))
+
+
+def read_samples(path: str | Path) -> Outcome:
+    """The samples, failures and wall time a `--out` file holds."""
+    data = json.loads(Path(path).read_text())
+    return Outcome(
+        [Sample(**s) for s in data["samples"]],
+        [Failure(**f) for f in data.get("failures", [])],
+        data["wall_s"],
+    )
+
+
+def summarize(outcome: Outcome) -> dict:
+    """Counts, the most frequent errors, and latency and throughput over the completed
+    requests only (None when none completed)."""
+    samples = outcome.samples
+
+    def stats(xs: list[float]) -> dict | None:
+        if not xs:
+            return None
+        return {
+            "median": statistics.median(xs),
+            "mean": statistics.fmean(xs),
+            "min": min(xs),
+            "max": max(xs),
+        }
+
+    total_audio = sum(s.audio_s for s in samples)
+    return {
+        "requests": len(samples) + len(outcome.failures),
+        "completed": len(samples),
+        "failed": len(outcome.failures),
+        "errors": error_counts([f.error for f in outcome.failures]),
+        "ttfp_s": stats([s.ttfp for s in samples]),
+        # Each completed request's first audio in prompt order (the order sent at c1): a
+        # round's trend shows what its medians hide, e.g. a warm-up that did not reach
+        # everything (measured: docs/performance.md, "c1 mean first audio, client", per round).
+        "ttfp_ms_each": [round(1e3 * s.ttfp, 3) for s in samples],
+        "e2el_s": stats([s.e2el for s in samples]),
+        "rtf": stats([s.rtf for s in samples]),
+        "underrun_s": stats([s.underrun_s for s in samples]),
+        "audio_seconds": total_audio,
+        "audio_throughput": total_audio / outcome.wall_s,
+        "wall_s": outcome.wall_s,
+    }
+
+
+def error_counts(errors: list[str]) -> list[dict]:
+    """The MAX_ERRORS most frequent error texts with their counts (ties: first seen first),
+    then the rest together, so the counts add up to the failures."""
+    ranked = Counter(errors).most_common()
+    out = [{"error": e, "count": n} for e, n in ranked[:MAX_ERRORS]]
+    rest = ranked[MAX_ERRORS:]
+    if rest:
+        out.append({"error": f"({len(rest)} other errors)", "count": sum(n for _, n in rest)})
+    return out
