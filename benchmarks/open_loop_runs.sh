@@ -37,6 +37,9 @@ if [ "${ORDER:-}" = abba ]; then  # each variant first once and last once: order
 elif [ -n "${ORDER:-}" ]; then
   echo "ORDER=${ORDER}: only ORDER=abba (or unset) is known" >&2; exit 2
 fi
+if [ -n "${TOGETHER:-}" ] && [ "$TOGETHER" != 1 ]; then
+  echo "TOGETHER=${TOGETHER}: only TOGETHER=1 (or unset) is known" >&2; exit 2
+fi
 declare -A pids ports seen
 for variant in "$@"; do  # every variant checked before any server starts
   IFS=, read -r label tree _ <<< "$variant"
@@ -76,19 +79,20 @@ start() {  # LABEL TREE OVERRIDES PORT: a server in the background, its pid in p
   ports[$1]=$4
 }
 
+died() {  # LABEL: true (noted in timing.txt, reaped, forgotten) when its server has ended
+  running "${pids[$1]}" && return 1
+  echo "$1 died after $SECONDS s (serve_$1.log)" >> "$out/timing.txt"
+  wait "${pids[$1]}" || true
+  unset "pids[$1]"
+}
+
 ready() {  # LABEL: wait until its server is ready (0) or has died (1, noted in timing.txt)
-  local pid=${pids[$1]}
   for _ in $(seq 600); do
     grep -q "omniflow ready" "$out/serve_$1.log" && break
-    kill -0 "$pid" 2>/dev/null || break  # it died (a bad tree or override): its log says why
+    running "${pids[$1]}" || break  # it died (a bad tree or override): its log says why
     sleep 0.5
   done
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "$1 died after $SECONDS s (serve_$1.log)" >> "$out/timing.txt"
-    wait "$pid" || true
-    unset "pids[$1]"
-    return 1
-  fi
+  died "$1" && return 1
   echo "$1 ready after $SECONDS s" >> "$out/timing.txt"
 }
 
@@ -136,19 +140,12 @@ if [ "${TOGETHER:-}" = 1 ]; then
     if [ "${ORDER:-}" = abba ]; then pass=_${variant%%:*}; variant=${variant#*:}; fi
     label=${variant%%,*}
     [ -n "${pids[$label]:-}" ] || continue  # it died
-    if ! kill -0 "${pids[$label]}" 2>/dev/null; then  # since it was ready
-      echo "$label died after $SECONDS s (serve_$label.log)" >> "$out/timing.txt"
-      wait "${pids[$label]}" || true
-      unset "pids[$label]"
-      continue
-    fi
+    died "$label" && continue  # since it was ready
     measure "$label$pass" "${ports[$label]}"
     echo "$label$pass measured after $SECONDS s" >> "$out/timing.txt"
   done
   for label in "${!pids[@]}"; do stop "$label"; done
   exit 0
-elif [ -n "${TOGETHER:-}" ]; then
-  echo "TOGETHER=${TOGETHER}: only TOGETHER=1 (or unset) is known" >&2; exit 2
 fi
 for variant in "${runs[@]}"; do
   pass=""

@@ -198,24 +198,22 @@ def check_arrival_hold(
     if not isinstance(stage, ARStageConfig):
         return
     sched = stage.scheduler
+    least = sched.arrival_hold_min_running
     seats = max(sched.max_num_seqs, sched.max_resident_seqs or 0)
-    if sched.arrival_hold_min_running > 1 and not sched.arrival_hold_ms:
-        errors.append(
-            ConfigError(
-                f"{key}.scheduler.arrival_hold_min_running",
-                "says from how many running streams arrivals are held; with arrival_hold_ms "
-                "0 nothing is held: set arrival_hold_ms or leave this at 1",
-            )
+    why = None
+    if least > 1 and not sched.arrival_hold_ms:
+        why = (
+            "says from how many running streams arrivals are held; with arrival_hold_ms 0 "
+            "nothing is held: set arrival_hold_ms or leave this at 1"
         )
-    elif sched.arrival_hold_min_running > 1 and sched.arrival_hold_min_running >= seats:
-        errors.append(
-            ConfigError(
-                f"{key}.scheduler.arrival_hold_min_running",
-                f"{sched.arrival_hold_min_running} is not below the streams the stage holds "
-                f"({seats}: max_num_seqs, or max_resident_seqs above it): a seat frees only "
-                "when fewer run, so nothing would ever be held",
-            )
+    elif least > 1 and least >= seats:
+        why = (
+            f"{least} is not below the streams the stage holds ({seats}: max_num_seqs, or "
+            "max_resident_seqs above it): a seat frees only when fewer run, so nothing would "
+            "ever be held"
         )
+    if why is not None:
+        errors.append(ConfigError(f"{key}.scheduler.arrival_hold_min_running", why))
     if not sched.arrival_hold_ms:
         return
     hold_ms = sched.arrival_hold_ms
