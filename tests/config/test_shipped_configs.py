@@ -59,8 +59,15 @@ def test_every_pipeline_platform_experiment_builds(pipeline, platform, experimen
     if experiment == "window_k12":
         assert graph.stages["talker"].window_k == 12
     if experiment == "high_concurrency":
-        assert graph.stages["talker"].scheduler.max_num_seqs == 128
-        assert spec.server.max_first_audio_wait_s == 0.2  # the base default is 0.5
+        sched = graph.stages["talker"].scheduler
+        assert sched.max_num_seqs == 128
+        held = (pipeline, platform) == ("qwen3_tts_fused", "cuda")  # where windows run
+        assert (sched.arrival_hold_ms, sched.arrival_hold_min_running) == (
+            (120, 96) if held else (0, 1)
+        )
+        assert spec.server.max_first_audio_wait_s == 0.3  # the base default is 0.5
+    elif experiment is None:
+        assert graph.stages["talker"].scheduler.arrival_hold_ms == 0
 
 
 @pytest.mark.parametrize("model", MODELS)
