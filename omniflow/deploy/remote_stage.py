@@ -33,14 +33,7 @@ from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, PipelineUnavailable, StageStats
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
-from omniflow.deploy.stage_wire import (
-    Batch,
-    Deferred,
-    FrontendFacts,
-    NotStarted,
-    Prepared,
-    StageFacts,
-)
+from omniflow.deploy import stage_wire as wire
 from omniflow.engine.messages import Abort, Add, EngineMessage
 
 log = logging.getLogger(__name__)
@@ -156,7 +149,7 @@ class RayStage:
     def _poll_loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                batch: Batch = ray.get(self.actor.take.remote(POLL_S))
+                batch: wire.Batch = ray.get(self.actor.take.remote(POLL_S))
                 self._check_sends()
             except RayError as exc:
                 if self._stopping.is_set():
@@ -243,22 +236,22 @@ class RemoteFrontend:
     supports_instructions: bool
 
     @classmethod
-    def of(cls, actor: Any, facts: FrontendFacts) -> RemoteFrontend:
+    def of(cls, actor: Any, facts: wire.FrontendFacts) -> RemoteFrontend:
         f = facts
         return cls(actor, f.voices, f.languages, f.max_new_tokens, f.supports_instructions)
 
-    def make_request(self, speech: SpeechRequest) -> Prepared:
+    def make_request(self, speech: SpeechRequest) -> wire.Prepared:
         try:
             ray.get(self.actor.prepare.remote(speech))
         except RayTaskError as exc:  # the actor's ValueError, without Ray's traceback text
             if isinstance(exc.cause, ValueError):
                 raise exc.cause from None
-            if isinstance(exc.cause, NotStarted):  # restarted, its death not yet seen here
+            if isinstance(exc.cause, wire.NotStarted):  # restarted, its death not yet seen here
                 raise PipelineUnavailable(str(exc.cause)) from None
             raise
         except RayActorError as exc:  # it died since the liveness check: a 503, not a 500
             raise PipelineUnavailable(f"the source stage's Ray actor died ({exc})") from None
-        return Prepared(speech.request_id)
+        return wire.Prepared(speech.request_id)
 
 
 @dataclass(frozen=True)
@@ -279,15 +272,15 @@ class RemoteParts:
     """What the orchestrator reads of a built stage (`engine/parts.StageParts`'s fields it
     uses), for a stage in an actor."""
 
-    make_request: Callable[[SpeechRequest], Prepared | Deferred]
+    make_request: Callable[[SpeechRequest], wire.Prepared | wire.Deferred]
     frontend: RemoteFrontend | None
     reference: RemoteReference | None
     max_chunk_frames: int | None
 
     @classmethod
-    def of(cls, actor: Any, facts: StageFacts) -> RemoteParts:
+    def of(cls, actor: Any, facts: wire.StageFacts) -> RemoteParts:
         if facts.frontend is None:
-            return cls(Deferred, None, None, facts.max_chunk_frames)
+            return cls(wire.Deferred, None, None, facts.max_chunk_frames)
         frontend = RemoteFrontend.of(actor, facts.frontend)
         reference = RemoteReference(actor) if facts.clones else None
         return cls(frontend.make_request, frontend, reference, facts.max_chunk_frames)
