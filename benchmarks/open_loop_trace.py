@@ -1,0 +1,197 @@
+"""What the slowest first audios waited for under open-loop arrivals: the pipeline in-process
+(no HTTP), seeded Poisson arrivals of the shipped prompts at their natural length, and every
+stage step's phases on one clock.
+
+    python -m benchmarks.open_loop_trace --model qwen3_tts_1_7b --platform cuda --rps 20 \
+        --seconds 20 --out trace.json
+
+Why: the served open-loop runs give first-audio percentiles and the server's mean parts
+(queued, steps), not what a slow request met on its way. Here each request keeps its
+submission, seat and first-audio times, and every step its phases (`mixed_step` or
+`decode_step`: a whole execute; `audio_wait`: the engine waiting for a step's audio; the
+runner's inner phases), host times without device syncs. Printed: first audio p50 / p95 /
+p99, and for the median half and the slowest `--slowest` fraction the mean queued and steps
+parts and the mean time each phase kind overlapped a request's wait. `--out` keeps it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+from omniflow.bench.arrivals import arrival_times
+from omniflow.bench.prompt_file import DEFAULT_PROMPTS, read_prompt_rows
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.core.events import AudioEvent
+from omniflow.core.speech import SpeechRequest
+
+
+@dataclass(frozen=True)
+class Phase:
+    stage: str
+    name: str
+    start: float
+    end: float
+
+
+class RecordingTimer:
+    """A `PhaseTimer` that keeps every phase's host start and end (no device sync: the
+    steps keep their own overlap)."""
+
+    def __init__(self) -> None:
+        self.phases: list[Phase] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def phase(self, stage: str, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            with self._lock:
+                self.phases.append(Phase(stage, name, start, end))
+
+
+@dataclass
+class Arrival:
+    """One request: when it was submitted, seated and first heard, and how it ended."""
+
+    index: int
+    submitted: float = 0.0
+    seated: float | None = None
+    first: float | None = None
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __call__(self, ev: AudioEvent) -> None:
+        if ev.pcm is not None and ev.pcm.size and self.first is None:
+            self.first, self.seated = ev.made_at, ev.seated_at
+        if ev.finished:
+            self.error = ev.error
+            self.done.set()
+
+
+def overlap(phases: list[Phase], start: float, end: float) -> dict[str, float]:
+    """Seconds of each phase name inside [start, end]."""
+    out: dict[str, float] = {}
+    for p in phases:
+        inside = min(p.end, end) - max(p.start, start)
+        if inside > 0:
+            out[p.name] = out.get(p.name, 0.0) + inside
+    return out
+
+
+def describe(group: list[Arrival], phases: list[Phase]) -> dict[str, float]:
+    """Mean ms of the group's queued and steps parts and of each phase during its wait."""
+    if not group:
+        return {}
+    out = {
+        "requests": len(group),
+        "first_audio_ms": 1000 * statistics.mean(a.first - a.submitted for a in group),
+        "queued_ms": 1000 * statistics.mean((a.seated or a.submitted) - a.submitted for a in group),
+        "steps_ms": 1000 * statistics.mean(a.first - (a.seated or a.submitted) for a in group),
+    }
+    sums: dict[str, float] = {}
+    for a in group:
+        for name, s in overlap(phases, a.submitted, a.first).items():
+            sums[name] = sums.get(name, 0.0) + s
+    out.update({f"{name}_ms": 1000 * s / len(group) for name, s in sorted(sums.items())})
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(args: argparse.Namespace) -> dict:
+    base = [f"pipeline={args.pipeline}", f"platform={args.platform}", f"model={args.model}"]
+    graph = build_graph(compose(base + list(args.override)))
+    texts = [row.text for row in read_prompt_rows(args.prompts, need_seconds=False)]
+    orch = build_pipeline(graph)
+    timer = RecordingTimer()
+    orch.set_phase_timer(timer)
+    orch.start()
+    arrivals: list[Arrival] = []
+    try:
+        warm = Arrival(-1)
+        orch.submit(SpeechRequest.create(texts[0], request_id="warmup", voice=args.voice), warm)
+        warm.done.wait(600)
+        timer.phases.clear()
+        t0 = time.perf_counter()
+        for i, at in enumerate(arrival_times(args.rps, args.seconds, seed=args.seed)):
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)  # the arrival process itself, not a synchronisation
+            a = Arrival(i, submitted=time.perf_counter())
+            cap = {"max_new_tokens": args.max_frames} if args.max_frames else {}
+            speech = SpeechRequest.create(
+                texts[i % len(texts)], request_id=f"r{i}", voice=args.voice, seed=i, **cap
+            )
+            orch.submit(speech, a)
+            arrivals.append(a)
+        for a in arrivals:
+            if not a.done.wait(args.seconds + 120):
+                raise SystemExit(f"request {a.index} did not end")
+    finally:
+        orch.stop()
+    heard = [a for a in arrivals if a.first is not None and a.error is None]
+    heard.sort(key=lambda a: a.first - a.submitted)
+    ms = [1000 * (a.first - a.submitted) for a in heard]
+    slow = heard[int(len(heard) * (1 - args.slowest)) :]
+    return {
+        "command": {k: v for k, v in vars(args).items() if k != "out"},
+        "requests": len(arrivals),
+        "heard": len(heard),
+        "failed": [a.index for a in arrivals if a.error is not None or a.first is None],
+        "first_audio_ms": {
+            q: percentile(ms, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+        },
+        "median_half": describe(heard[: len(heard) // 2], timer.phases),
+        "slowest": describe(slow, timer.phases),
+        "arrivals": [
+            {"index": a.index, "submitted": a.submitted, "seated": a.seated, "first": a.first}
+            for a in arrivals
+        ],
+        "phases": [asdict(p) for p in timer.phases],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="qwen3_tts_tiny")
+    ap.add_argument("--platform", default="auto")
+    ap.add_argument("--pipeline", default="qwen3_tts_fused")
+    ap.add_argument("--override", action="append", default=[], help="a Hydra override")
+    ap.add_argument("--rps", type=float, default=10.0, help="mean arrivals a second")
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long arrivals come")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
+    ap.add_argument("--voice", default="vivian")
+    ap.add_argument("--max-frames", type=int, default=0, help="cap per request (0: none)")
+    ap.add_argument("--slowest", type=float, default=0.05, help="the fraction described")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not 0 < args.slowest < 1:
+        ap.error(f"--slowest must be between 0 and 1, got {args.slowest}")
+    result = run(args)
+    summary = {k: result[k] for k in ("requests", "heard", "failed", "first_audio_ms")}
+    print(json.dumps(summary))
+    print("median half:", json.dumps(result["median_half"]))
+    print("slowest:", json.dumps(result["slowest"]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

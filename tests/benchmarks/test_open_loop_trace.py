@@ -1,0 +1,69 @@
+"""`benchmarks.open_loop_trace`: each request's wait split at its seat, and the phases that
+overlapped it, from a real in-process run and a hand-made timeline."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks.open_loop_trace import Arrival, Phase, RecordingTimer, describe, overlap, run
+from omniflow.bench.prompt_file import DEFAULT_PROMPTS
+
+
+def test_overlap_counts_only_the_part_inside_the_wait():
+    phases = [
+        Phase("talker", "decode_step", 0.0, 0.010),  # 5 ms inside [0.005, 0.030]
+        Phase("talker", "mixed_step", 0.010, 0.025),  # wholly inside
+        Phase("talker", "audio_wait", 0.028, 0.040),  # 2 ms inside
+        Phase("talker", "decode_step", 0.031, 0.050),  # after: nothing
+    ]
+    got = overlap(phases, 0.005, 0.030)
+    assert got == pytest.approx({"decode_step": 0.005, "mixed_step": 0.015, "audio_wait": 0.002})
+
+
+def test_describe_splits_each_wait_at_its_seat():
+    a = Arrival(0, submitted=1.0, seated=1.004, first=1.020)
+    b = Arrival(1, submitted=2.0, seated=2.010, first=2.040)
+    phases = [
+        Phase("talker", "mixed_step", 1.004, 1.016),
+        Phase("talker", "mixed_step", 2.0, 2.030),
+    ]
+    got = describe([a, b], phases)
+    assert got["requests"] == 2
+    assert got["first_audio_ms"] == pytest.approx(30.0)  # (20 + 40) / 2
+    assert got["queued_ms"] == pytest.approx(7.0)  # (4 + 10) / 2
+    assert got["steps_ms"] == pytest.approx(23.0)  # (16 + 30) / 2
+    assert got["mixed_step_ms"] == pytest.approx(21.0)  # (12 + 30) / 2
+
+
+def test_the_recording_timer_keeps_each_phase_on_one_clock():
+    timer = RecordingTimer()
+    with timer.phase("talker", "forward"):
+        pass
+    (p,) = timer.phases
+    assert (p.stage, p.name) == ("talker", "forward") and p.start <= p.end
+
+
+def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
+    args = argparse.Namespace(
+        model="qwen3_tts_tiny",
+        platform="cpu",
+        pipeline="qwen3_tts_fused",
+        override=[],
+        rps=40.0,
+        seconds=0.2,
+        seed=1,
+        prompts=str(DEFAULT_PROMPTS),
+        voice="vivian",
+        max_frames=2,
+        slowest=0.5,
+    )
+    result = run(args)
+    assert result["requests"] >= 2 and result["failed"] == []
+    assert result["heard"] == result["requests"]
+    for a in result["arrivals"]:
+        assert a["submitted"] <= a["seated"] <= a["first"]
+    names = {p["name"] for p in result["phases"]}
+    assert "mixed_step" in names  # every arrival's prefill ran in a timed execute
+    assert result["slowest"]["first_audio_ms"] >= result["median_half"]["first_audio_ms"]
