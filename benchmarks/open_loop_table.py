@@ -67,6 +67,9 @@ def closed_rows(directory: Path) -> list[dict]:
                 "concurrency": conc,
                 "rounds": len(rounds),
                 "throughput": [r["audio_throughput"] for r in done],
+                # past the opening burst and before the drain (omniflow/bench/steady.py);
+                # rounds from clients before it have no such figure
+                "steady": [r["steady"] for r in done if r.get("steady")],
                 "failed": sum(r["failed"] for r in done),
                 "missing": len(rounds) - len(done),
             }
@@ -157,17 +160,28 @@ def _open_line(row: dict) -> str:
     )
 
 
+def _spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def _closed_line(row: dict) -> str:
     t = row["throughput"]
-    if not t:
-        figure = "failed: no summary"
-    elif len(t) == 1:
-        figure = f"{t[0]:.2f}"
-    else:
-        figure = f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})"
+    figure = _spread(t) if t else "failed: no summary"
+    steady = row["steady"]
+    held = (
+        f"{_spread([s['audio_throughput'] for s in steady])}, first audio "
+        f"{statistics.fmean(1e3 * s['ttfp_mean_s'] for s in steady):.0f} ms"
+        if steady
+        else "-"
+    )
     lost = f", {row['missing']} round(s) without a summary" if row["missing"] else ""
     rounds = f"{row['rounds']}{lost}"
-    return f"| {row['label']} | c{row['concurrency']} | {rounds} | {figure} | {row['failed']} |"
+    return (
+        f"| {row['label']} | c{row['concurrency']} | {rounds} | {figure} | {held} | "
+        f"{row['failed']} |"
+    )
 
 
 PASS = re.compile(r"^(?P<variant>.+)_(?P<pass>[12])$")
@@ -217,8 +231,9 @@ def table(directory: Path) -> str:
     if closed:
         parts += [
             "" if parts else None,
-            "| variant | closed loop | rounds | audio-s/s median (min-max) | failed requests |",
-            "| --- | --- | --- | --- | --- |",
+            "| variant | closed loop | rounds | audio-s/s median (min-max) | steady state "
+            "(mean first audio) | failed requests |",
+            "| --- | --- | --- | --- | --- | --- |",
             *map(_closed_line, closed),
         ]
     served = server_rows(directory)

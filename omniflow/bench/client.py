@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import ssl
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -45,7 +45,7 @@ EXIT_SOME_FAILED = 3
 them, reads the results as for 0. 1 stays a crash (a failed warm-up), 2 a usage error."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Prompt:
     text: str
     frames: int
@@ -140,7 +140,9 @@ async def run(
     async def lane(bar: tqdm) -> None:
         async with lane_client(tls) as client:
             for i, p in queue:  # one shared iterator: each prompt goes to exactly one lane
-                results[i] = await measured(client, url, model, voice, i, p, seed=1000 + i)
+                sent = time.perf_counter() - t0
+                result = await measured(client, url, model, voice, i, p, seed=1000 + i)
+                results[i] = dataclasses.replace(result, sent_s=sent)
                 bar.update(1)
 
     t0 = time.perf_counter()
@@ -149,7 +151,7 @@ async def run(
     wall = time.perf_counter() - t0
     samples = [r for r in results if isinstance(r, Sample)]
     failures = [r for r in results if isinstance(r, Failure)]
-    return Outcome(samples, failures, wall)
+    return Outcome(samples, failures, wall, lanes=min(concurrency, len(prompts)))
 
 
 def lane_client(tls: ssl.SSLContext) -> httpx.AsyncClient:

@@ -168,13 +168,18 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
 def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> None:
     """The round's medians (when any request completed) and a warning naming its failures."""
     if summary["completed"]:
+        steady = summary["steady"]
         log.info(
-            "round %d/%d: rtf %.3f (median), ttfp %.3f s, %.2f audio-s/s",
+            "round %d/%d: rtf %.3f (median), ttfp %.3f s, %.2f audio-s/s%s",
             n,
             total,
             summary["rtf"]["median"],
             summary["ttfp_s"]["median"],
             summary["audio_throughput"],
+            ""
+            if steady is None
+            else f"; steady state {steady['audio_throughput']:.2f} audio-s/s over "
+            f"{steady['span_s']:.1f} s, first audio {1e3 * steady['ttfp_mean_s']:.0f} ms mean",
         )
     if outcome.failures:
         first = outcome.failures[0]
@@ -216,6 +221,7 @@ def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str,
     median, with the spread (min, max), over the rounds where any request completed (None
     if none did)."""
     done = [r for r in rounds if r["completed"]]
+    steady = [r for r in done if r["steady"] is not None]  # more prompts than lanes
 
     def agg(values: list[float]) -> dict[str, float] | None:
         if not values:
@@ -231,5 +237,7 @@ def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str,
         "ttfp_s": agg([r["ttfp_s"]["median"] for r in done]),
         "e2el_s": agg([r["e2el_s"]["median"] for r in done]),
         "audio_throughput": agg([r["audio_throughput"] for r in rounds]),  # 0: none completed
+        "steady_audio_throughput": agg([r["steady"]["audio_throughput"] for r in steady]),
+        "steady_ttfp_mean_s": agg([r["steady"]["ttfp_mean_s"] for r in steady]),
         "underrun_s": agg([r["underrun_s"]["max"] for r in done]),
     }

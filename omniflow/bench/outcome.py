@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from omniflow.bench.steady import steady_state
+
 MAX_ERRORS = 5
 """Distinct error texts a summary lists (the rest are counted together)."""
 
@@ -21,6 +23,8 @@ class Sample:
     audio_s: float
     underrun_s: float
     """Worst buffer deficit of a player that starts playing at the first audio bytes."""
+    sent_s: float | None = None
+    """When it was sent, seconds from the round's start (None: a file from before it)."""
 
     @property
     def rtf(self) -> float:
@@ -37,6 +41,8 @@ class Failure:
     """What went wrong, e.g. `ReadError: ...`, `HTTP 503: ...`, `short audio: got N of M bytes`."""
     after_s: float
     """Seconds from sending the request until it failed."""
+    sent_s: float | None = None
+    """When it was sent, seconds from the round's start (None: a file from before it)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class Outcome:
     samples: list[Sample]
     failures: list[Failure]
     wall_s: float
+    lanes: int = 0
+    """Requests kept in flight (the concurrency; 0: unknown, no steady state)."""
 
 
 def write_outcome(path: str | Path, outcome: Outcome, summary: dict) -> None:
@@ -53,6 +61,7 @@ def write_outcome(path: str | Path, outcome: Outcome, summary: dict) -> None:
     data = {
         "summary": summary,
         "wall_s": outcome.wall_s,
+        "lanes": outcome.lanes,
         "samples": [asdict(s) for s in outcome.samples],
         "failures": [asdict(f) for f in outcome.failures],
     }
@@ -66,6 +75,7 @@ def read_samples(path: str | Path) -> Outcome:
         [Sample(**s) for s in data["samples"]],
         [Failure(**f) for f in data.get("failures", [])],
         data["wall_s"],
+        data.get("lanes", 0),
     )
 
 
@@ -101,6 +111,8 @@ def summarize(outcome: Outcome) -> dict:
         "audio_seconds": total_audio,
         "audio_throughput": total_audio / outcome.wall_s,
         "wall_s": outcome.wall_s,
+        # past the opening burst, before the drain (bench/steady.py); None: no such span
+        "steady": steady_state(samples, outcome.failures, outcome.lanes),
     }
 
 

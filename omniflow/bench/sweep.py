@@ -162,6 +162,7 @@ def summarize(directory: Path) -> str:
         "first audio s",
         "e2e s",
         "audio-s/s",
+        "steady audio-s/s",
         "worst underrun s",
         "talker ms/frame",
         "windows (steps)",
@@ -180,6 +181,7 @@ def summarize(directory: Path) -> str:
                 _num(s["ttfp_s"], "median", 3),
                 _num(s["e2el_s"], "median", 2),
                 _num(s["audio_throughput"], "median", 2),
+                _num(s.get("steady_audio_throughput"), "median", 2),  # older results: none
                 _num(s["underrun_s"], "max", 3),
                 f"{r['talker_ms_per_frame']:.1f}" if r.get("talker_ms_per_frame") else "-",
                 windows_cell(w),

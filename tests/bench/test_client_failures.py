@@ -117,6 +117,11 @@ def test_each_lane_keeps_one_connection_and_every_prompt_is_sent_once():
     assert len(outcome.samples) == 12 and outcome.failures == []
     assert sorted(fake.seeds) == [0, *range(1000, 1012)]  # the warm-up, then each prompt once
     assert fake.connections == 1 + 4  # the warm-up's client, then one per lane
+    # each request's send time kept, so the round has a steady state (bench/steady.py)
+    assert outcome.lanes == 4
+    sends = sorted(s.sent_s for s in outcome.samples)
+    assert sends[0] >= 0 and sends[-1] <= outcome.wall_s and sends[:4] != sends[-4:]
+    assert summarize(outcome)["steady"]["span_s"] == pytest.approx(sends[-1] - sends[4])
 
 
 @pytest.mark.parametrize("kind", ["503", "short", "drop"])

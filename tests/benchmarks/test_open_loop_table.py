@@ -21,8 +21,11 @@ def open_summary(p50: float, stalled: int, rejected: int = 0) -> dict:
     }
 
 
-def closed(throughput: float, failed: int = 0) -> dict:
-    return {"summary": {"audio_throughput": throughput, "failed": failed}, "samples": []}
+def closed(throughput: float, failed: int = 0, steady: float | None = None) -> dict:
+    summary = {"audio_throughput": throughput, "failed": failed}
+    if steady is not None:  # a client from before the steady state has no such key
+        summary["steady"] = {"audio_throughput": steady, "ttfp_mean_s": steady / 1e4}
+    return {"summary": summary, "samples": []}
 
 
 def test_open_and_closed_rows(tmp_path):
@@ -31,7 +34,9 @@ def test_open_and_closed_rows(tmp_path):
     (tmp_path / "new_rps20_requests.json").write_text("{}")  # timelines: not a row
     (tmp_path / "hc_ac8_rps40.json").write_text("")  # the client died: no summary
     for r, t in ((1, 500.0), (2, 520.0), (3, 510.0)):
-        (tmp_path / f"new_c128_r{r}.json").write_text(json.dumps(closed(t, failed=r - 1)))
+        (tmp_path / f"new_c128_r{r}.json").write_text(
+            json.dumps(closed(t, failed=r - 1, steady=t + 100))
+        )
     (tmp_path / "old_c1_r1.json").write_text(json.dumps(closed(14.5)))
     (tmp_path / "old_c1_r2.json").write_text("")
     lines = table(tmp_path).splitlines()
@@ -41,8 +46,12 @@ def test_open_and_closed_rows(tmp_path):
         lines[3] == "| new | 5 | 100 | 4 | 10.0 / 20.0 / 30.0 | 1 of 96 | 3e9f80a / a873d4c96261 |"
     )
     assert lines[4].startswith("| new | 20 | 100 | 0 | 30.0 / 60.0 / 90.0 | 0 of 100 |")
-    assert "| new | c128 | 3 | 510.00 (500.00-520.00) | 3 |" in lines
-    assert "| old | c1 | 2, 1 round(s) without a summary | 14.50 | 0 |" in lines
+    # steady state: median (spread) of the rounds' figures, their mean first audio (61 ms)
+    assert (
+        "| new | c128 | 3 | 510.00 (500.00-520.00) | 610.00 (600.00-620.00), first audio 61 ms"
+        " | 3 |" in lines
+    )
+    assert "| old | c1 | 2, 1 round(s) without a summary | 14.50 | - | 0 |" in lines
 
 
 def test_closed_rounds_are_grouped_by_variant_and_concurrency(tmp_path):

@@ -1,0 +1,51 @@
+"""A closed-loop round's steady state: the span in which every lane always had a request in
+flight, past the opening burst.
+
+Why: a round's audio-s/s over its whole wall time counts the opening burst (every lane's
+first prompt prefilled at once) and the drain (lanes running out of prompts one by one), so
+at high concurrency with prompts of natural length it reads below what the server sustains;
+issue 35's target is a steady-state figure. The span runs from the first time a lane sent
+its second prompt (the burst turning over) to the last send (after it, lanes fall idle). A
+request's audio counts in proportion to the part of its delivery (first audio to end) inside
+the span: streamed audio arrives at about an even pace, so this is an estimate, stated as one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # outcome.py's summary calls this module
+    from omniflow.bench.outcome import Failure, Sample
+
+
+def steady_state(
+    samples: Sequence[Sample], failures: Sequence[Failure], lanes: int
+) -> dict[str, float | int] | None:
+    """The span's length, its audio-s/s and the mean first audio of the requests sent in
+    it; None when it is empty (no more requests than lanes) or a send time is unknown."""
+    sends = [s.sent_s for s in samples] + [f.sent_s for f in failures]
+    if lanes < 1 or len(sends) <= lanes or any(t is None for t in sends):
+        return None
+    ordered = sorted(t for t in sends if t is not None)
+    start, end = ordered[lanes], ordered[-1]
+    if end <= start:
+        return None
+    audio = 0.0
+    for s in samples:
+        assert s.sent_s is not None  # checked above
+        first, last = s.sent_s + s.ttfp, s.sent_s + s.e2el
+        if last > first:
+            inside = min(last, end) - max(first, start)
+            audio += s.audio_s * max(0.0, inside) / (last - first)
+        elif start <= first <= end:
+            audio += s.audio_s
+    sent_inside = [s.ttfp for s in samples if s.sent_s is not None and start <= s.sent_s <= end]
+    return {
+        "start_s": start,
+        "span_s": end - start,
+        "audio_throughput": audio / (end - start),
+        "requests": len(sent_inside),
+        "ttfp_mean_s": statistics.fmean(sent_inside) if sent_inside else 0.0,
+    }
