@@ -121,20 +121,26 @@ class StageEngine(StepLoop):
     def _take(self, timeout: float | None) -> list[StageOutput]:
         """Apply queued commands; wait up to `timeout` for the first (None: forever). The
         arrivals flag is cleared first: what it announced is applied here, and an arrival
-        after this sets it again. The stop sentinel ends it (the loop then sees
-        `_stopping`)."""
+        after this sets it again. Raised again for an arrival applied here that a seat could
+        take: under async scheduling a window may be submitted and not yet run, and the
+        step seating the arrival runs after it, so that window must still end at its next
+        step boundary. The stop sentinel ends it (the loop then sees `_stopping`)."""
         self.arrivals.clear()
         outputs: list[StageOutput] = []
         try:
             item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
         except queue.Empty:
             return outputs
+        arrived = False
         while item is not None:
+            arrived = arrived or isinstance(item, Add)
             outputs += self.apply(item)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 break
+        if arrived and self.scheduler.seats_free():
+            self.arrivals.notify()
         return outputs
 
     def _loop(self) -> None:

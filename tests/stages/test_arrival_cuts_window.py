@@ -4,6 +4,8 @@ arrival is prefilled in the next plan instead of after the whole window."""
 
 from __future__ import annotations
 
+import threading
+
 from omniflow.engine.messages import Add
 from tests.factories import talker_engine
 from tests.stages.test_talker_engine import collect, fixed
@@ -140,3 +142,36 @@ def test_a_window_whose_rows_all_stop_where_an_arrival_lands_is_not_counted_as_c
 
     assert run(3) == (3, 0)  # its stop token at step 3: the window ended there regardless
     assert run(2) == (2, 1)  # flagged a step earlier: cut
+
+
+def test_async_an_arrival_taken_while_a_window_waits_to_run_still_ends_it():
+    """Under async scheduling the engine thread reads its inbox while the next window is
+    already submitted: an arrival it takes there is seated in the plan after that window.
+    Reading the inbox clears the arrivals flag, so the flag is raised again for what it took
+    that a seat could take: the window ends at its first step boundary, not after all its
+    steps (before, such an arrival waited the whole window)."""
+    engine, proc = talker_engine(window_k=8, async_scheduling=True)
+    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
+    execute, windows = engine.runner.execute, []
+    go, submitted = threading.Event(), threading.Event()
+
+    def spy(plan):
+        if plan.window and not windows:
+            submitted.set()
+            assert go.wait(30)  # held until the engine thread has read its inbox
+        result = execute(plan)
+        if plan.window:
+            windows.append(result.window_steps)
+        return result
+
+    engine.runner.execute = spy  # type: ignore[method-assign]
+    while not submitted.is_set():
+        engine.step()
+    engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))  # arrives: the flag is raised
+    engine._drain(0)  # the engine thread reads its inbox before its next step  # noqa: SLF001
+    assert engine.arrivals.pending()  # b waits for a seat the next step can give it
+    go.set()
+    outputs = engine.step()  # plans b's step, then waits for the window
+    assert windows[0] == 1  # the window ended at its first step boundary
+    outputs += engine.run_until_idle()
+    assert {o.request_id for o in outputs if o.finished} == {"a", "b"}
