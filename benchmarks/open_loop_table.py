@@ -170,9 +170,12 @@ def _closed_line(row: dict) -> str:
     t = row["throughput"]
     figure = _spread(t) if t else "failed: no summary"
     steady = row["steady"]
+    firsts = [1e3 * s["ttfp_mean_s"] for s in steady if s["ttfp_mean_s"] is not None]
+    failed = sum(s.get("failed", 0) for s in steady)  # clients before it did not count them
     held = (
-        f"{_spread([s['audio_throughput'] for s in steady])}, first audio "
-        f"{statistics.fmean(1e3 * s['ttfp_mean_s'] for s in steady):.0f} ms"
+        f"{_spread([s['audio_throughput'] for s in steady])}"
+        + (f", first audio {statistics.fmean(firsts):.0f} ms" if firsts else "")
+        + (f", {failed} failed in it" if failed else "")
         if steady
         else "-"
     )

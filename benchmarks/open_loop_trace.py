@@ -10,8 +10,9 @@ Why: the served open-loop runs give first-audio percentiles and the server's mea
 submission, seat and first-audio times, and every step its phases (`mixed_step` or
 `decode_step`: a whole execute; `audio_wait`: the engine waiting for a step's audio; the
 runner's inner phases), host times without device syncs. Printed: first audio p50 / p95 /
-p99, and for the median half and the slowest `--slowest` fraction the mean queued and steps
-parts and the mean time each phase kind overlapped a request's wait. `--out` keeps it all.
+p99 (interpolated, as the served runs'), and for the faster half and the slowest
+`--slowest` fraction the mean queued and steps parts and the mean time each stage's phase
+kind overlapped a request's wait. `--out` keeps it all.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from omniflow.bench.arrivals import arrival_times
+from omniflow.bench.open_stats import percentiles
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS, read_prompt_rows
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
@@ -49,6 +51,10 @@ class RecordingTimer:
     def __init__(self) -> None:
         self.phases: list[Phase] = []
         self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.phases.clear()
 
     @contextmanager
     def phase(self, stage: str, name: str) -> Iterator[None]:
@@ -81,12 +87,13 @@ class Arrival:
 
 
 def overlap(phases: list[Phase], start: float, end: float) -> dict[str, float]:
-    """Seconds of each phase name inside [start, end]."""
+    """Seconds of each stage's phase (`stage.name`) inside [start, end]."""
     out: dict[str, float] = {}
     for p in phases:
         inside = min(p.end, end) - max(p.start, start)
         if inside > 0:
-            out[p.name] = out.get(p.name, 0.0) + inside
+            key = f"{p.stage}.{p.name}"
+            out[key] = out.get(key, 0.0) + inside
     return out
 
 
@@ -108,11 +115,6 @@ def describe(group: list[Arrival], phases: list[Phase]) -> dict[str, float]:
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run(args: argparse.Namespace) -> dict:
     base = [f"pipeline={args.pipeline}", f"platform={args.platform}", f"model={args.model}"]
     graph = build_graph(compose(base + list(args.override)))
@@ -125,8 +127,9 @@ def run(args: argparse.Namespace) -> dict:
     try:
         warm = Arrival(-1)
         orch.submit(SpeechRequest.create(texts[0], request_id="warmup", voice=args.voice), warm)
-        warm.done.wait(600)
-        timer.phases.clear()
+        if not warm.done.wait(600) or warm.error is not None or warm.first is None:
+            raise SystemExit(f"the warm-up request failed: {warm.error or 'no audio in 600 s'}")
+        timer.clear()
         t0 = time.perf_counter()
         for i, at in enumerate(arrival_times(args.rps, args.seconds, seed=args.seed)):
             delay = t0 + at - time.perf_counter()
@@ -153,10 +156,8 @@ def run(args: argparse.Namespace) -> dict:
         "requests": len(arrivals),
         "heard": len(heard),
         "failed": [a.index for a in arrivals if a.error is not None or a.first is None],
-        "first_audio_ms": {
-            q: percentile(ms, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-        },
-        "median_half": describe(heard[: len(heard) // 2], timer.phases),
+        "first_audio_ms": percentiles(ms),  # as the served runs' (None: none heard)
+        "faster_half": describe(heard[: len(heard) // 2], timer.phases),
         "slowest": describe(slow, timer.phases),
         "arrivals": [
             {"index": a.index, "submitted": a.submitted, "seated": a.seated, "first": a.first}
@@ -186,7 +187,7 @@ def main() -> None:
     result = run(args)
     summary = {k: result[k] for k in ("requests", "heard", "failed", "first_audio_ms")}
     print(json.dumps(summary))
-    print("median half:", json.dumps(result["median_half"]))
+    print("faster half:", json.dumps(result["faster_half"]))
     print("slowest:", json.dumps(result["slowest"]))
     if args.out:
         with open(args.out, "w") as f:

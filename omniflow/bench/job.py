@@ -176,10 +176,7 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
             summary["rtf"]["median"],
             summary["ttfp_s"]["median"],
             summary["audio_throughput"],
-            ""
-            if steady is None
-            else f"; steady state {steady['audio_throughput']:.2f} audio-s/s over "
-            f"{steady['span_s']:.1f} s, first audio {1e3 * steady['ttfp_mean_s']:.0f} ms mean",
+            "" if steady is None else f"; steady state {steady_text(steady)}",
         )
     if outcome.failures:
         first = outcome.failures[0]
@@ -193,6 +190,17 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
             first.after_s,
             first.error,
         )
+
+
+def steady_text(steady: dict[str, Any]) -> str:
+    """A round's steady state in a log line (bench/steady.py)."""
+    first = steady["ttfp_mean_s"]
+    heard = "no request completed" if first is None else f"first audio {1e3 * first:.0f} ms mean"
+    failed = f", {steady['failed']} failed" if steady["failed"] else ""
+    return (
+        f"{steady['audio_throughput']:.2f} audio-s/s over {steady['span_s']:.1f} s, {heard}"
+        + failed
+    )
 
 
 def graph_config(graph: StageGraph) -> dict[str, Any]:
@@ -238,6 +246,8 @@ def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str,
         "e2el_s": agg([r["e2el_s"]["median"] for r in done]),
         "audio_throughput": agg([r["audio_throughput"] for r in rounds]),  # 0: none completed
         "steady_audio_throughput": agg([r["steady"]["audio_throughput"] for r in steady]),
-        "steady_ttfp_mean_s": agg([r["steady"]["ttfp_mean_s"] for r in steady]),
+        "steady_ttfp_mean_s": agg(
+            [r["steady"]["ttfp_mean_s"] for r in steady if r["steady"]["ttfp_mean_s"] is not None]
+        ),
         "underrun_s": agg([r["underrun_s"]["max"] for r in done]),
     }

@@ -23,8 +23,11 @@ if TYPE_CHECKING:  # outcome.py's summary calls this module
 def steady_state(
     samples: Sequence[Sample], failures: Sequence[Failure], lanes: int
 ) -> dict[str, float | int] | None:
-    """The span's length, its audio-s/s and the mean first audio of the requests sent in
-    it; None when it is empty (no more requests than lanes) or a send time is unknown."""
+    """The span's length, its audio-s/s, the mean first audio of the completed requests
+    sent in it (None: none completed) and how many sent in it failed (a lane whose request
+    failed at once sends its next early, so failures can also start the span inside the
+    opening burst: a figure with failures is not a clean steady state); None when the span
+    is empty (no more requests than lanes) or a send time is unknown."""
     sends = [s.sent_s for s in samples] + [f.sent_s for f in failures]
     if lanes < 1 or len(sends) <= lanes or any(t is None for t in sends):
         return None
@@ -41,11 +44,16 @@ def steady_state(
             audio += s.audio_s * max(0.0, inside) / (last - first)
         elif start <= first <= end:
             audio += s.audio_s
-    sent_inside = [s.ttfp for s in samples if s.sent_s is not None and start <= s.sent_s <= end]
+
+    def inside(sent: float | None) -> bool:
+        return sent is not None and start <= sent <= end
+
+    heard = [s.ttfp for s in samples if inside(s.sent_s)]
     return {
         "start_s": start,
         "span_s": end - start,
         "audio_throughput": audio / (end - start),
-        "requests": len(sent_inside),
-        "ttfp_mean_s": statistics.fmean(sent_inside) if sent_inside else 0.0,
+        "requests": len(heard),
+        "ttfp_mean_s": statistics.fmean(heard) if heard else None,
+        "failed": sum(inside(f.sent_s) for f in failures),
     }

@@ -34,6 +34,7 @@ def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = N
     """Compose the raw Hydra config (for the CLI's multirun path and for tests)."""
     dirs = search_dirs(config_dir)
     refuse_printed_only(overrides)
+    refuse_unset_groups(overrides, dirs)
     overrides = plus_sets(overrides)
     try:
         return _hydra_compose(list(overrides), dirs)
@@ -106,6 +107,23 @@ def refuse_printed_only(overrides: Sequence[str]) -> None:
                 f"omniflow config prints {parts[0]} at its top, but it is set under pipeline: "
                 f"pipeline.{key}",
             )
+
+
+def refuse_unset_groups(overrides: Sequence[str], dirs: Sequence[Path]) -> None:
+    """`experiment=null` or `~experiment`: a config group named without an option, which
+    Hydra answers with a traceback (null) or a failed interpolation (a pipeline's defaults
+    name the experiment); refused naming the options, none being the default's absence."""
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        name = key.lstrip("+~")
+        options = sorted({p.stem for d in dirs for p in (d / name).glob("*.yaml")})
+        if not options or not (key.startswith("~") or (eq and value in ("null", "None", ""))):
+            continue
+        raise ConfigError(
+            name,
+            f"{item}: a config group takes one of its options ({', '.join(options)}); "
+            "to use none of an optional one (experiment), leave it out",
+        )
 
 
 def search_dirs(config_dir: str | Path | None) -> list[Path]:

@@ -200,6 +200,11 @@ def check_arrival_hold(
     sched = stage.scheduler
     least = sched.arrival_hold_min_running
     seats = max(sched.max_num_seqs, sched.max_resident_seqs or 0)
+    off = (  # a user may meet these without having set a hold: say where one comes from
+        "; experiment=high_concurrency holds arrivals with the fused pipeline on platform=cuda "
+        f"(conf/hold/high_concurrency_cuda.yaml); no hold: {key}.scheduler.arrival_hold_ms=0 "
+        f"{key}.scheduler.arrival_hold_min_running=1"
+    )
     why = None
     if least > 1 and not sched.arrival_hold_ms:
         why = (
@@ -210,7 +215,7 @@ def check_arrival_hold(
         why = (
             f"{least} is not below the streams the stage holds ({seats}: max_num_seqs, or "
             "max_resident_seqs above it): a seat frees only when fewer run, so nothing would "
-            "ever be held"
+            "ever be held" + off
         )
     if why is not None:
         errors.append(ConfigError(f"{key}.scheduler.arrival_hold_min_running", why))
@@ -223,7 +228,7 @@ def check_arrival_hold(
                 f"{key}.scheduler.arrival_hold_ms",
                 f"{hold_ms:g} ms is not below server.max_first_audio_wait_s ({wait_limit_s:g} s): "
                 "admission control counts the hold, so every request arriving while streams "
-                "run would be refused; lower the hold or raise that limit",
+                "run would be refused; lower the hold or raise that limit" + off,
             )
         )
     if k < 2 or resolved_playback_margin(stage, k) is None:
@@ -232,6 +237,6 @@ def check_arrival_hold(
                 f"{key}.scheduler.arrival_hold_ms",
                 "holds arrivals while the running streams run windows sized by the playback "
                 f"clock: it needs window_k >= 2 (resolved: {k}) and playback_margin_ms (not "
-                "null); set it to 0 otherwise",
+                "null)" + off,
             )
         )

@@ -38,6 +38,16 @@ def test_a_failed_request_still_ends_the_span_at_its_send():
     assert got["audio_throughput"] == pytest.approx((2.0 + 2.0 + 2.0 * 0.9 / 0.9) / 2.0)
 
 
+def test_failures_sent_in_the_span_are_counted_and_no_first_audio_is_made_up():
+    """Both requests sent in the span failed: no first audio to average (None, not 0), and
+    the span says two of its requests failed."""
+    failed = [Failure(2, "HTTP 503: busy", 0.01, sent_s=1.1), Failure(3, "x", 0.01, sent_s=2.1)]
+    got = steady_state(ROUND[:2], failed, lanes=2)
+    assert got is not None
+    assert got["requests"] == 0 and got["ttfp_mean_s"] is None and got["failed"] == 2
+    assert steady_state(ROUND, [], lanes=2)["failed"] == 0
+
+
 @pytest.mark.parametrize(
     ("samples", "lanes"),
     [

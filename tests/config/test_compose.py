@@ -85,3 +85,16 @@ def test_spec_is_frozen():
     with pytest.raises(Exception) as exc:  # noqa: B017 - pydantic raises ValidationError
         spec.pipeline.stages["talker"].window_k = 3  # type: ignore[misc]
     assert "frozen" in str(exc.value)
+
+
+@pytest.mark.parametrize("item", ["experiment=null", "~experiment", "platform=null"])
+def test_a_config_group_without_an_option_is_refused_naming_its_options(item):
+    """Hydra answers `experiment=null` with a traceback and `~experiment` with a failed
+    interpolation (the pipelines' defaults name the experiment)."""
+    with pytest.raises(ConfigError) as exc:
+        compose([item])
+    group = item.lstrip("~").partition("=")[0]
+    assert exc.value.key == group
+    assert "takes one of its options" in str(exc.value) and "leave it out" in str(exc.value)
+    if group == "experiment":
+        assert "high_concurrency, window_k12" in str(exc.value)

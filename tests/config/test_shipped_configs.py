@@ -123,3 +123,19 @@ def test_the_fused_pipeline_schedules_asynchronously_by_default():
     assert fused.stages["talker"].scheduler.async_scheduling
     two = build_graph(compose(["pipeline=qwen3_tts", "platform=cpu"]))
     assert not two.stages["talker"].scheduler.async_scheduling
+
+
+def test_the_high_concurrency_hold_says_where_it_comes_from_and_how_to_turn_it_off():
+    """A user who never set a hold meets it under experiment=high_concurrency on
+    platform=cuda (conf/hold/): an override it cannot act with is refused naming the group
+    and the keys that turn it off, and those keys build."""
+    base = ["pipeline=qwen3_tts_fused", "platform=cuda", "experiment=high_concurrency"]
+    sched = "pipeline.stages.talker.scheduler"
+    for extra in (["pipeline.stages.talker.window_k=0"], [f"{sched}.max_num_seqs=64"]):
+        with pytest.raises(ConfigError) as exc:
+            build_graph(compose(base + extra))
+        assert "conf/hold/high_concurrency_cuda.yaml" in str(exc.value)
+        off = [f"{sched}.arrival_hold_ms=0", f"{sched}.arrival_hold_min_running=1"]
+        assert " ".join(off) in str(exc.value)
+        graph = build_graph(compose(base + extra + off))
+        assert graph.stages["talker"].scheduler.arrival_hold_ms == 0

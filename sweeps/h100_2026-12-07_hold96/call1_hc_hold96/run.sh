@@ -6,7 +6,8 @@ nvidia-smi -L | tee $OUT/smi.txt
 R=$OUT/r; mkdir -p $R
 t0=$(date +%s); el() { echo "$1 rc=$2 after $(( $(date +%s)-t0 )) s" | tee -a $OUT/timing.txt; }
 H="pipeline.stages.talker.scheduler.arrival_hold_ms=120 pipeline.stages.talker.scheduler.arrival_hold_min_running=96 server.max_first_audio_wait_s=0.3"
-A="hc,.,server.max_first_audio_wait_s=0.3"; B="hold96,.,$H"
+# the no-hold side names the hold off: since 5b0e0b5 experiment=high_concurrency holds on platform=cuda
+A="hc,.,server.max_first_audio_wait_s=0.3 pipeline.stages.talker.scheduler.arrival_hold_ms=0 pipeline.stages.talker.scheduler.arrival_hold_min_running=1"; B="hold96,.,$H"
 TOGETHER=1 ORDER=abba RATES="40" DURATION_S=20 WARMUP_S=5 CLOSED="128:512" ROUNDS=2 MAX_FRAMES=0 \
   SERVE_ARGS="model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused experiment=high_concurrency" \
   timeout 560 bash benchmarks/open_loop_runs.sh $R "$A" "$B"; el ab $?
