@@ -57,6 +57,11 @@ class Scheduler(Protocol):
         thread: a hint for cutting a running window short, never a promise)."""
         ...
 
+    def seatable(self) -> bool:
+        """Whether a request already waiting could be seated at the next step (on the engine
+        thread, after its inbox is applied: whether a window in flight should end early)."""
+        ...
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()` and the periodic log line."""
         ...

@@ -121,10 +121,12 @@ class StageEngine(StepLoop):
     def _take(self, timeout: float | None) -> list[StageOutput]:
         """Apply queued commands; wait up to `timeout` for the first (None: forever). The
         arrivals flag is cleared first: what it announced is applied here, and an arrival
-        after this sets it again. Raised again for an arrival applied here that a seat could
-        take: under async scheduling a window may be submitted and not yet run, and the
-        step seating the arrival runs after it, so that window must still end at its next
-        step boundary. The stop sentinel ends it (the loop then sees `_stopping`)."""
+        after this sets it again. Raised again when an arrival was applied, a window is in
+        flight (under async scheduling, submitted and perhaps not yet run) and a waiting
+        request could be seated: the step seating it runs after that window, which must
+        still end at its next step boundary; not for an arrival refused, aborted or paused
+        at once, nor without a window in flight (sync scheduling: the next plan seats it).
+        The stop sentinel ends it (the loop then sees `_stopping`)."""
         self.arrivals.clear()
         outputs: list[StageOutput] = []
         try:
@@ -139,7 +141,7 @@ class StageEngine(StepLoop):
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 break
-        if arrived and self.scheduler.seats_free():
+        if arrived and self.window_in_flight and self.scheduler.seatable():
             self.arrivals.notify()
         return outputs
 

@@ -144,6 +144,11 @@ class StepLoop:
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished or self._inflight is not None
 
+    @property
+    def window_in_flight(self) -> bool:
+        """A window is submitted (running, or queued behind a step) and its result not taken."""
+        return self._inflight is not None and bool(self._inflight[0].window)
+
     def set_timer(self, timer: PhaseTimer) -> None:
         """Time this stage's step phases (benchmarks): the runner's and the audio wait."""
         self.timer = timer

@@ -166,6 +166,10 @@ class ARScheduler:
         held = holds(list(self.waiting), self.running, self._paused, self.config, self.playback)
         return not held and free_seats(self.config, self.playback, self.running) > 0
 
+    def seatable(self) -> bool:
+        """A seat is free and an admissible request waits for it (not paused or text-starved)."""
+        return self.seats_free() and admissible_waiting(self.waiting, self._paused) > 0
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
         clocked = self.window_k or self.playback is not None  # arrival steps need no window

@@ -160,6 +160,10 @@ class GenerationScheduler:
         """Never asks a window to end early: a code2wav stage runs none."""
         return False
 
+    def seatable(self) -> bool:
+        """As `seats_free`: no window to end early."""
+        return False
+
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
         started = sum(1 for r in self.requests.values() if r.started)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from omniflow.engine.messages import Add
 from tests.factories import talker_engine
 from tests.stages.test_talker_engine import collect, fixed
@@ -71,7 +73,7 @@ def test_an_arrival_on_the_engine_thread_ends_the_running_window_and_is_seated_n
         engine.step()
     first_window = seen[-1]
     assert first_window[1].window_steps == 1
-    engine._drain(0)  # what the engine thread does before its next step  # noqa: SLF001
+    engine.take_arrivals()  # what the engine thread does before its next step
     engine.step()
     plan = seen[-1][0]
     assert "b" in {r.request_id for r in plan.new_requests}
@@ -144,34 +146,80 @@ def test_a_window_whose_rows_all_stop_where_an_arrival_lands_is_not_counted_as_c
     assert run(2) == (2, 1)  # flagged a step earlier: cut
 
 
+def held_window(async_scheduling: bool = True):
+    """An engine with "a" running whose first window, once submitted, waits at a gate on
+    the runner's thread: the engine thread can read its inbox meanwhile, as it does while a
+    window is submitted and not yet run. Returns (engine, processor, gate, steps per window)."""
+    engine, proc = talker_engine(window_k=8, async_scheduling=async_scheduling)
+    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
+    execute, schedule = engine.runner.execute, engine.scheduler.schedule
+    planned, windows = [], []
+    gate, started = threading.Event(), threading.Event()
+
+    def plan():
+        out = schedule()
+        planned.append(out)
+        return out
+
+    def spy(p):
+        if p.window and not windows and not started.is_set():
+            started.set()
+            assert gate.wait(30)
+        result = execute(p)
+        if p.window:
+            windows.append(result.window_steps)
+        return result
+
+    engine.scheduler.schedule = plan  # type: ignore[method-assign]
+    engine.runner.execute = spy  # type: ignore[method-assign]
+    if async_scheduling:
+        while not any(p.window for p in planned):
+            engine.step()
+        assert started.wait(30) and engine.window_in_flight
+    return engine, proc, gate, windows
+
+
 def test_async_an_arrival_taken_while_a_window_waits_to_run_still_ends_it():
     """Under async scheduling the engine thread reads its inbox while the next window is
     already submitted: an arrival it takes there is seated in the plan after that window.
     Reading the inbox clears the arrivals flag, so the flag is raised again for what it took
     that a seat could take: the window ends at its first step boundary, not after all its
     steps (before, such an arrival waited the whole window)."""
-    engine, proc = talker_engine(window_k=8, async_scheduling=True)
-    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
-    execute, windows = engine.runner.execute, []
-    go, submitted = threading.Event(), threading.Event()
-
-    def spy(plan):
-        if plan.window and not windows:
-            submitted.set()
-            assert go.wait(30)  # held until the engine thread has read its inbox
-        result = execute(plan)
-        if plan.window:
-            windows.append(result.window_steps)
-        return result
-
-    engine.runner.execute = spy  # type: ignore[method-assign]
-    while not submitted.is_set():
-        engine.step()
+    engine, proc, gate, windows = held_window()
     engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))  # arrives: the flag is raised
-    engine._drain(0)  # the engine thread reads its inbox before its next step  # noqa: SLF001
+    engine.take_arrivals()  # the engine thread reads its inbox before its next step
     assert engine.arrivals.pending()  # b waits for a seat the next step can give it
-    go.set()
+    gate.set()
     outputs = engine.step()  # plans b's step, then waits for the window
     assert windows[0] == 1  # the window ended at its first step boundary
     outputs += engine.run_until_idle()
     assert {o.request_id for o in outputs if o.finished} == {"a", "b"}
+
+
+@pytest.mark.parametrize("aborted", [False, True])
+def test_an_arrival_no_seat_will_take_leaves_the_window_whole(aborted):
+    """Refused at once (a duplicate id) or aborted in the same inbox read: nobody waits, so
+    the flag stays down and the window in flight runs all its steps."""
+    engine, proc, gate, windows = held_window()
+    rid = "b" if aborted else "a"  # "a" again: refused as a duplicate
+    engine.send(Add(proc.make_request(fixed(rid, 5, seed=7))))
+    if aborted:
+        engine.abort("b")
+    engine.take_arrivals()
+    assert not engine.arrivals.pending()
+    gate.set()
+    engine.run_until_idle()
+    assert windows[0] == 8
+
+
+def test_sync_reading_the_inbox_raises_no_flag():
+    """Without async scheduling nothing is in flight while the inbox is read: the next plan
+    seats the arrival itself, so the flag stays down and cuts nothing later."""
+    engine, proc = talker_engine(window_k=8)
+    assert engine.add_request(proc.make_request(fixed("a", 30, seed=4))) == []
+    engine.step()  # a's prefill
+    engine.send(Add(proc.make_request(fixed("b", 5, seed=7))))
+    engine.take_arrivals()
+    assert not engine.arrivals.pending()
+    engine.step()
+    assert engine.scheduler.requests["b"].seated_at is not None  # seated by that plan
