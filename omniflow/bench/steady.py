@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # outcome.py's summary calls this module
 
 def steady_state(
     samples: Sequence[Sample], failures: Sequence[Failure], lanes: int
-) -> dict[str, float | int] | None:
+) -> dict[str, float | int | None] | None:
     """The span's length, its audio-s/s, the mean first audio of the completed requests
     sent in it (None: none completed) and how many sent in it failed (a lane whose request
     failed at once sends its next early, so failures can also start the span inside the
@@ -40,8 +40,8 @@ def steady_state(
         assert s.sent_s is not None  # checked above
         first, last = s.sent_s + s.ttfp, s.sent_s + s.e2el
         if last > first:
-            inside = min(last, end) - max(first, start)
-            audio += s.audio_s * max(0.0, inside) / (last - first)
+            part = min(last, end) - max(first, start)
+            audio += s.audio_s * max(0.0, part) / (last - first)
         elif start <= first <= end:
             audio += s.audio_s
 
