@@ -22,6 +22,7 @@ from omniflow.config.graph import StageGraph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.serve.run import ServerThread
+from omniflow.serve.warmup import warmup_frames
 
 SETTLE_TIMEOUT_S = 30.0
 """How long a lagging target's counts may take to settle before the job gives up on them."""
@@ -107,7 +108,8 @@ def in_process(spec: OmniflowSpec, graph: StageGraph) -> Iterator[Served]:
     try:
         # log lines (rounds, engine stats) print above the request bar, not through it: the
         # bar is this process's (RequestBar), and the log handler writes above it (logs.py)
-        with ServerThread(pipeline, spec.server, owns_pipeline=not reuse) as srv:
+        warmup = 0 if reused else warmup_frames(spec.server, graph)  # a kept one is warm
+        with ServerThread(pipeline, spec.server, owns_pipeline=not reuse, warmup=warmup) as srv:
             registry = srv.app.state.service.metrics.registry
             yield Served(
                 url=srv.url,

@@ -50,6 +50,14 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
                 "replicas of it), or a two-stage pipeline (pipeline=qwen3_tts)",
             )
         )
+    if spec.server.warmup_frames and spec.model.task_type == "Base":
+        errors.append(
+            ConfigError(
+                "server.warmup_frames",
+                f"model {spec.model.name!r} is a Base model: every request needs a reference "
+                "(ref_audio), so the server has no warm-up request to make; leave it null or 0",
+            )
+        )
     resolved: dict[str, ResolvedStage] = {}
     for name in order:
         stage = stages[name]

@@ -118,6 +118,14 @@ class ServerConfig(Frozen):
         "the same time is a 429 with Retry-After. A body large enough to carry one takes "
         "its place before it is read.",
     )
+    warmup_frames: int | None = Field(
+        None,
+        ge=0,
+        description="Frames of one request the server runs through the pipeline before it "
+        "accepts connections, so that what is set up at first use is paid before `ready`, "
+        "not by the first client. null: 16 on platform=cuda, 0 elsewhere and on Base models "
+        "(whose requests need a reference); 0: none.",
+    )
     ws_idle_timeout_s: float = Field(
         60.0,
         gt=0,

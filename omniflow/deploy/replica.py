@@ -23,6 +23,7 @@ from omniflow.deploy.overview import Overview
 from omniflow.deploy.voices import SharedVoices
 from omniflow.logs import setup_logging
 from omniflow.serve.run import make_app
+from omniflow.serve.warmup import warmup_frames
 
 log = logging.getLogger("omniflow.deploy")
 
@@ -41,7 +42,7 @@ class OmniflowReplica:
         self.name = serve.get_replica_context().replica_tag
         graph = build_graph(spec)
         self.pipeline = build_pipeline(graph)
-        self.served = make_app(self.pipeline, spec.server)
+        self.served = make_app(self.pipeline, spec.server, warmup=warmup_frames(spec.server, graph))
         service = self.served.state.service
         service.voices.registry = SharedVoices(voices, spec.server.max_voices)
         self.served.add_middleware(

@@ -44,16 +44,19 @@ from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
+from omniflow.serve.warmup import run_warmup, warmup_frames
 
 log = logging.getLogger("omniflow.serve")
 GRACE_S = 10
 
 
-def make_app(pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = True) -> FastAPI:
+def make_app(
+    pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = True, warmup: int = 0
+) -> FastAPI:
     """The app serving `pipeline`, which starts with the server and stops with it (unless
     the caller keeps it running across servers: `owns_pipeline=False`, the bench's reused
-    pipeline), and returns the allocator's free memory whenever it goes idle
-    (`memory.IdleTrim`)."""
+    pipeline), runs a `warmup`-frame request through it first (`serve.warmup`; 0: none),
+    and returns the allocator's free memory whenever it goes idle (`memory.IdleTrim`)."""
     app = build_app(pipeline, server)
     app.state.idle_trim = IdleTrim(malloc_trim(), IDLE_TRIM_S)
     app.state.service.metrics.watchers.append(app.state.idle_trim)
@@ -62,8 +65,10 @@ def make_app(pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = Tru
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owns_pipeline:
             pipeline.start()
-        freeze_heap()
         try:
+            if warmup:  # a failure stops the start, and the engines with it (below)
+                await asyncio.to_thread(run_warmup, pipeline, warmup)
+            freeze_heap()
             yield
         finally:
             gc.unfreeze()
@@ -164,9 +169,13 @@ class ServerThread:
     serve a pipeline it controls; with `owns_pipeline=False` a started one, left running."""
 
     def __init__(
-        self, pipeline: Pipeline, server: ServerConfig, owns_pipeline: bool = True
+        self,
+        pipeline: Pipeline,
+        server: ServerConfig,
+        owns_pipeline: bool = True,
+        warmup: int = 0,
     ) -> None:
-        self.app = make_app(pipeline, server, owns_pipeline)
+        self.app = make_app(pipeline, server, owns_pipeline, warmup)
         self.sock = listening_socket(socket.AF_INET)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -196,7 +205,7 @@ def run_serve(overrides: list[str], config_dir: str | None) -> int:
     graph = build_graph(spec)
     server = spec.server
     # The dummy-weights warning comes once, from the model factory that loads them.
-    app = make_app(build_pipeline(graph), server)
+    app = make_app(build_pipeline(graph), server, warmup=warmup_frames(server, graph))
     sock = listening_socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((server.host, server.port))

@@ -9,6 +9,7 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.pipeline import PipelineStats
 from omniflow.serve.run import ServerThread
+from omniflow.serve.warmup import warmup_frames
 from tests.factories import wait_idle
 
 
@@ -17,7 +18,7 @@ class LiveServer(ServerThread):
         spec = compose(["platform=cpu", *overrides])
         self.graph = build_graph(spec)
         self.pipeline = build_pipeline(self.graph)
-        super().__init__(self.pipeline, spec.server)
+        super().__init__(self.pipeline, spec.server, warmup=warmup_frames(spec.server, self.graph))
 
     def wait_idle(self, timeout: float = 20.0) -> None:
         wait_idle(self.pipeline, timeout)

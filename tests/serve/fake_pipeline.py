@@ -160,6 +160,11 @@ class FakePipeline:
         self._stopping.set()
         self._thread.join(timeout=10)
 
+    @property
+    def stopped(self) -> bool:
+        """`stop` was called (a server that failed to start must have called it)."""
+        return self._stopping.is_set()
+
     # ------------------------------------------------------------------ test controls
 
     def kill(self, stage: str) -> None:
