@@ -97,7 +97,7 @@ def run_warmup(pipeline: Pipeline, frames: int, timeout_s: float = TIMEOUT_S) ->
     done = Warmup(made, first, time.perf_counter() - start)
     log.info(
         "warm-up request: %d frames, first audio %s, done in %.2f s",
-        frames,
+        done.frames,
         "none" if first is None else f"{first * 1000:.1f} ms",
         done.total_s,
     )
