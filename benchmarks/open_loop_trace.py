@@ -12,7 +12,10 @@ submission, seat and first-audio times, and every step its phases (`mixed_step` 
 runner's inner phases), host times without device syncs. Printed: first audio p50 / p95 /
 p99 (interpolated, as the served runs'), and for the faster half and the slowest
 `--slowest` fraction the mean queued and steps parts and the mean time each stage's phase
-kind overlapped a request's wait. `--out` keeps it all.
+kind overlapped a request's wait; each step kind's count, share of the wall time and length
+percentiles; and the longest stalls of a zero-buffer player fed each request's audio as the
+pipeline made it (`core/player.py`), each with the phases that overlapped it. `--out` keeps
+it all.
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
+from omniflow.core.player import stalls
 from omniflow.core.speech import SpeechRequest
+
+STEP_KINDS = ("mixed_step", "decode_step")
+"""The phases that time a whole step (one `execute`)."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +83,15 @@ class Arrival:
     seated: float | None = None
     first: float | None = None
     error: str | None = None
+    chunks: list[tuple[float, int]] = field(default_factory=list, repr=False)
+    """(made at, samples) of every audio event, in order."""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def __call__(self, ev: AudioEvent) -> None:
-        if ev.pcm is not None and ev.pcm.size and self.first is None:
-            self.first, self.seated = ev.made_at, ev.seated_at
+        if ev.pcm is not None and ev.pcm.size:
+            if self.first is None:
+                self.first, self.seated = ev.made_at, ev.seated_at
+            self.chunks.append((ev.made_at, int(ev.pcm.size)))
         if ev.finished:
             self.error = ev.error
             self.done.set()
@@ -115,6 +126,50 @@ def describe(group: list[Arrival], phases: list[Phase]) -> dict[str, float]:
     return out
 
 
+def step_kinds(phases: list[Phase], wall_s: float) -> dict[str, dict[str, float]]:
+    """Per `stage.kind` of whole steps (`mixed_step`, `decode_step`): how many, their share
+    of `wall_s`, and their length's p50 / p95 / max in ms."""
+    lengths: dict[str, list[float]] = {}
+    for p in phases:
+        if p.name in STEP_KINDS:
+            lengths.setdefault(f"{p.stage}.{p.name}", []).append(1000 * (p.end - p.start))
+    out = {}
+    for key, ms in sorted(lengths.items()):
+        ms.sort()
+        out[key] = {
+            "count": len(ms),
+            "share": sum(ms) / 1000 / wall_s if wall_s > 0 else 0.0,
+            "p50_ms": ms[len(ms) // 2],
+            "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
+            "max_ms": ms[-1],
+        }
+    return out
+
+
+def stalled(
+    arrivals: list[Arrival], phases: list[Phase], sample_rate: int, t0: float, longest: int
+) -> list[dict]:
+    """The `longest` stalls of a zero-buffer player fed each request's audio as it was made:
+    when (s after the first arrival), how long, and the phases that overlapped the gap."""
+    found = []
+    for a in arrivals:
+        if not a.chunks:
+            continue
+        times, sizes = zip(*a.chunks, strict=True)
+        for s in stalls(times, sizes, bytes_per_second=sample_rate):
+            found.append((s.length_s, a.index, s.at_s))
+    found.sort(reverse=True)
+    return [
+        {
+            "index": index,
+            "at_s": at - t0,
+            "length_ms": 1000 * length,
+            "phases_ms": {k: 1000 * v for k, v in overlap(phases, at, at + length).items()},
+        }
+        for length, index, at in found[:longest]
+    ]
+
+
 def run(args: argparse.Namespace) -> dict:
     base = [f"pipeline={args.pipeline}", f"platform={args.platform}", f"model={args.model}"]
     graph = build_graph(compose(base + list(args.override)))
@@ -145,9 +200,11 @@ def run(args: argparse.Namespace) -> dict:
         for a in arrivals:
             if not a.done.wait(args.seconds + 120):
                 raise SystemExit(f"request {a.index} did not end")
+        wall = time.perf_counter() - t0
     finally:
         orch.stop()
     heard = [a for a in arrivals if a.first is not None and a.error is None]
+    rate = orch.info().sample_rate
     heard.sort(key=lambda a: a.first - a.submitted)
     ms = [1000 * (a.first - a.submitted) for a in heard]
     slow = heard[int(len(heard) * (1 - args.slowest)) :]
@@ -159,6 +216,11 @@ def run(args: argparse.Namespace) -> dict:
         "first_audio_ms": percentiles(ms),  # as the served runs' (None: none heard)
         "faster_half": describe(heard[: len(heard) // 2], timer.phases),
         "slowest": describe(slow, timer.phases),
+        "steps": step_kinds(timer.phases, wall),
+        "stalled_requests": sum(
+            1 for a in heard if stalls(*zip(*a.chunks, strict=True), bytes_per_second=rate)
+        ),
+        "stalls": stalled(heard, timer.phases, rate, t0, args.stalls),
         "arrivals": [
             {"index": a.index, "submitted": a.submitted, "seated": a.seated, "first": a.first}
             for a in arrivals
@@ -180,15 +242,20 @@ def main() -> None:
     ap.add_argument("--voice", default="vivian")
     ap.add_argument("--max-frames", type=int, default=0, help="cap per request (0: none)")
     ap.add_argument("--slowest", type=float, default=0.05, help="the fraction described")
+    ap.add_argument("--stalls", type=int, default=10, help="how many stalls to describe")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not 0 < args.slowest < 1:
         ap.error(f"--slowest must be between 0 and 1, got {args.slowest}")
     result = run(args)
-    summary = {k: result[k] for k in ("requests", "heard", "failed", "first_audio_ms")}
-    print(json.dumps(summary))
+    keys = ("requests", "heard", "failed", "first_audio_ms", "stalled_requests")
+    print(json.dumps({k: result[k] for k in keys}))
     print("faster half:", json.dumps(result["faster_half"]))
     print("slowest:", json.dumps(result["slowest"]))
+    for key, kind in result["steps"].items():
+        print(f"{key}:", json.dumps(kind))
+    for stall in result["stalls"]:
+        print("stall:", json.dumps(stall))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f)

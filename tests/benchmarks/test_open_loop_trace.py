@@ -7,7 +7,16 @@ import argparse
 
 import pytest
 
-from benchmarks.open_loop_trace import Arrival, Phase, RecordingTimer, describe, overlap, run
+from benchmarks.open_loop_trace import (
+    Arrival,
+    Phase,
+    RecordingTimer,
+    describe,
+    overlap,
+    run,
+    stalled,
+    step_kinds,
+)
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS
 
 
@@ -47,6 +56,32 @@ def test_describe_splits_each_wait_at_its_seat():
     assert got["talker.mixed_step_ms"] == pytest.approx(21.0)  # (12 + 30) / 2
 
 
+def test_step_kinds_count_whole_steps_and_their_share_of_the_wall():
+    phases = [
+        Phase("talker", "decode_step", 0.0, 0.010),
+        Phase("talker", "forward", 0.0, 0.004),  # inside a step: not a step of its own
+        Phase("talker", "decode_step", 0.010, 0.030),
+        Phase("talker", "mixed_step", 0.030, 0.070),
+    ]
+    got = step_kinds(phases, wall_s=0.1)
+    assert set(got) == {"talker.decode_step", "talker.mixed_step"}
+    decode = got["talker.decode_step"]
+    assert decode["count"] == 2 and decode["share"] == pytest.approx(0.3)
+    assert decode["max_ms"] == pytest.approx(20.0) and decode["p50_ms"] == pytest.approx(20.0)
+    assert got["talker.mixed_step"]["share"] == pytest.approx(0.4)
+
+
+def test_stalls_are_found_from_the_audio_as_made_and_the_steps_in_the_gap_named():
+    rate = 100  # samples a second: 10 samples are 0.1 s of audio
+    on_time = Arrival(0, first=1.0, chunks=[(1.0, 10), (1.05, 10), (1.15, 10)])
+    late = Arrival(1, first=1.0, chunks=[(1.0, 10), (1.13, 10), (1.20, 20)])  # dry 1.1-1.13
+    phases = [Phase("talker", "mixed_step", 1.09, 1.12), Phase("talker", "forward", 2.0, 2.1)]
+    (stall,) = stalled([on_time, late], phases, rate, t0=0.5, longest=5)
+    assert stall["index"] == 1
+    assert stall["at_s"] == pytest.approx(0.6) and stall["length_ms"] == pytest.approx(30.0)
+    assert stall["phases_ms"] == pytest.approx({"talker.mixed_step": 20.0})
+
+
 def test_the_recording_timer_keeps_each_phase_on_one_clock():
     timer = RecordingTimer()
     with timer.phase("talker", "forward"):
@@ -68,6 +103,7 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         voice="vivian",
         max_frames=2,
         slowest=0.5,
+        stalls=3,
     )
     result = run(args)
     assert result["requests"] >= 2 and result["failed"] == []
@@ -77,3 +113,6 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
     names = {p["name"] for p in result["phases"]}
     assert "mixed_step" in names  # every arrival's prefill ran in a timed execute
     assert result["slowest"]["first_audio_ms"] >= result["faster_half"]["first_audio_ms"]
+    assert result["steps"]["talker.mixed_step"]["count"] >= 1
+    assert 0 <= result["stalled_requests"] <= result["heard"]
+    assert len(result["stalls"]) <= 3
