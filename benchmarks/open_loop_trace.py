@@ -2,7 +2,7 @@
 (no HTTP), seeded Poisson arrivals of the shipped prompts at their natural length, and every
 stage step's phases on one clock.
 
-    python -m benchmarks.open_loop_trace --model qwen3_tts_1_7b --platform cuda --rps 20 \
+    python -m benchmarks.open_loop_trace --model qwen3_tts_1_7b --platform cuda --rps 20 60 \
         --seconds 20 --out trace.json
 
 Why: the served open-loop runs give first-audio percentiles and the server's mean parts
@@ -171,6 +171,7 @@ def stalled(
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Each of `args.rps` in turn on one pipeline (built once, warmed by one request)."""
     base = [f"pipeline={args.pipeline}", f"platform={args.platform}", f"model={args.model}"]
     graph = build_graph(compose(base + list(args.override)))
     texts = [row.text for row in read_prompt_rows(args.prompts, need_seconds=False)]
@@ -178,38 +179,44 @@ def run(args: argparse.Namespace) -> dict:
     timer = RecordingTimer()
     orch.set_phase_timer(timer)
     orch.start()
-    arrivals: list[Arrival] = []
     try:
         warm = Arrival(-1)
         orch.submit(SpeechRequest.create(texts[0], request_id="warmup", voice=args.voice), warm)
         if not warm.done.wait(600) or warm.error is not None or warm.first is None:
             raise SystemExit(f"the warm-up request failed: {warm.error or 'no audio in 600 s'}")
-        timer.clear()
-        t0 = time.perf_counter()
-        for i, at in enumerate(arrival_times(args.rps, args.seconds, seed=args.seed)):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)  # the arrival process itself, not a synchronisation
-            a = Arrival(i, submitted=time.perf_counter())
-            cap = {"max_new_tokens": args.max_frames} if args.max_frames else {}
-            speech = SpeechRequest.create(
-                texts[i % len(texts)], request_id=f"r{i}", voice=args.voice, seed=i, **cap
-            )
-            orch.submit(speech, a)
-            arrivals.append(a)
-        for a in arrivals:
-            if not a.done.wait(args.seconds + 120):
-                raise SystemExit(f"request {a.index} did not end")
-        wall = time.perf_counter() - t0
+        rate = orch.info().sample_rate
+        runs = [one_rate(orch, timer, texts, rps, rate, args) for rps in args.rps]
     finally:
         orch.stop()
+    return {"command": {k: v for k, v in vars(args).items() if k != "out"}, "rates": runs}
+
+
+def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: int, args) -> dict:
+    """Seeded Poisson arrivals at `rps` for `args.seconds`, waited out, then described."""
+    timer.clear()
+    arrivals: list[Arrival] = []
+    t0 = time.perf_counter()
+    for i, at in enumerate(arrival_times(rps, args.seconds, seed=args.seed)):
+        delay = t0 + at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)  # the arrival process itself, not a synchronisation
+        a = Arrival(i, submitted=time.perf_counter())
+        cap = {"max_new_tokens": args.max_frames} if args.max_frames else {}
+        speech = SpeechRequest.create(
+            texts[i % len(texts)], request_id=f"r{rps}_{i}", voice=args.voice, seed=i, **cap
+        )
+        orch.submit(speech, a)
+        arrivals.append(a)
+    for a in arrivals:
+        if not a.done.wait(args.seconds + 120):
+            raise SystemExit(f"request {a.index} at {rps} req/s did not end")
+    wall = time.perf_counter() - t0
     heard = [a for a in arrivals if a.first is not None and a.error is None]
-    rate = orch.info().sample_rate
     heard.sort(key=lambda a: a.first - a.submitted)
     ms = [1000 * (a.first - a.submitted) for a in heard]
     slow = heard[int(len(heard) * (1 - args.slowest)) :]
     return {
-        "command": {k: v for k, v in vars(args).items() if k != "out"},
+        "rps": rps,
         "requests": len(arrivals),
         "heard": len(heard),
         "failed": [a.index for a in arrivals if a.error is not None or a.first is None],
@@ -235,7 +242,9 @@ def main() -> None:
     ap.add_argument("--platform", default="auto")
     ap.add_argument("--pipeline", default="qwen3_tts_fused")
     ap.add_argument("--override", action="append", default=[], help="a Hydra override")
-    ap.add_argument("--rps", type=float, default=10.0, help="mean arrivals a second")
+    ap.add_argument(
+        "--rps", type=float, nargs="+", default=[10.0], help="mean arrivals a second, each in turn"
+    )
     ap.add_argument("--seconds", type=float, default=20.0, help="how long arrivals come")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
@@ -248,14 +257,15 @@ def main() -> None:
     if not 0 < args.slowest < 1:
         ap.error(f"--slowest must be between 0 and 1, got {args.slowest}")
     result = run(args)
-    keys = ("requests", "heard", "failed", "first_audio_ms", "stalled_requests")
-    print(json.dumps({k: result[k] for k in keys}))
-    print("faster half:", json.dumps(result["faster_half"]))
-    print("slowest:", json.dumps(result["slowest"]))
-    for key, kind in result["steps"].items():
-        print(f"{key}:", json.dumps(kind))
-    for stall in result["stalls"]:
-        print("stall:", json.dumps(stall))
+    keys = ("rps", "requests", "heard", "failed", "first_audio_ms", "stalled_requests")
+    for one in result["rates"]:
+        print(json.dumps({k: one[k] for k in keys}))
+        print("faster half:", json.dumps(one["faster_half"]))
+        print("slowest:", json.dumps(one["slowest"]))
+        for key, kind in one["steps"].items():
+            print(f"{key}:", json.dumps(kind))
+        for stall in one["stalls"]:
+            print("stall:", json.dumps(stall))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f)

@@ -96,7 +96,7 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         platform="cpu",
         pipeline="qwen3_tts_fused",
         override=[],
-        rps=40.0,
+        rps=[40.0, 20.0],
         seconds=0.2,
         seed=1,
         prompts=str(DEFAULT_PROMPTS),
@@ -105,7 +105,10 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         slowest=0.5,
         stalls=3,
     )
-    result = run(args)
+    fast, slow = run(args)["rates"]  # both rates on one pipeline
+    assert (fast["rps"], slow["rps"]) == (40.0, 20.0)
+    assert all(p["end"] >= slow["arrivals"][0]["submitted"] for p in slow["phases"])
+    result = fast
     assert result["requests"] >= 2 and result["failed"] == []
     assert result["heard"] == result["requests"]
     for a in result["arrivals"]:
