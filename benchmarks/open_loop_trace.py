@@ -9,13 +9,13 @@ Why: the served open-loop runs give first-audio percentiles and the server's mea
 (queued, steps), not what a slow request met on its way. Here each request keeps its
 submission, seat and first-audio times, and every step its phases (`mixed_step` or
 `decode_step`: a whole execute; `audio_wait`: the engine waiting for a step's audio; the
-runner's inner phases), host times without device syncs. Printed: first audio p50 / p95 /
-p99 (interpolated, as the served runs'), and for the faster half and the slowest
-`--slowest` fraction the mean queued and steps parts and the mean time each stage's phase
-kind overlapped a request's wait; each step kind's count, share of the wall time and length
-percentiles; and the longest stalls of a zero-buffer player fed each request's audio as the
-pipeline made it (`core/player.py`), each with the phases that overlapped it. `--out` keeps
-it all.
+runner's inner phases), host times without device syncs. Printed: first audio p50 / p95 / p99
+(interpolated, as the served runs'), and for the faster half and the slowest `--slowest`
+fraction the mean queued and steps parts and the mean time each stage's phase kind overlapped a
+request's wait; each phase kind's count, share of the wall time and length percentiles (with
+`--sync-phases`, each phase's own device work); and the longest stalls of a zero-buffer player
+fed each request's audio as the pipeline made it (`core/player.py`), each with the phases that
+overlapped it. `--out` keeps it all.
 """
 
 from __future__ import annotations
@@ -25,22 +25,20 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from omniflow.bench.arrivals import arrival_times
 from omniflow.bench.open_stats import percentiles
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS, read_prompt_rows
+from omniflow.bench.step_kinds import device_sync
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
 from omniflow.core.player import stalls
 from omniflow.core.speech import SpeechRequest
-
-STEP_KINDS = ("mixed_step", "decode_step")
-"""The phases that time a whole step (one `execute`)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,14 @@ class Phase:
 
 
 class RecordingTimer:
-    """A `PhaseTimer` that keeps every phase's host start and end (no device sync: the
-    steps keep their own overlap)."""
+    """A `PhaseTimer` that keeps every phase's host start and end: without `sync` no device
+    synchronisation (the steps keep their own overlap); with it (`--sync-phases`) the device
+    is waited for around every phase, so each phase holds its own device work (slower steps:
+    for where a step's time goes, not for latencies)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
         self.phases: list[Phase] = []
+        self.sync = sync
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -65,10 +66,14 @@ class RecordingTimer:
 
     @contextmanager
     def phase(self, stage: str, name: str) -> Iterator[None]:
+        if self.sync is not None:
+            self.sync()
         start = time.perf_counter()
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             end = time.perf_counter()
             with self._lock:
                 self.phases.append(Phase(stage, name, start, end))
@@ -126,13 +131,12 @@ def describe(group: list[Arrival], phases: list[Phase]) -> dict[str, float]:
     return out
 
 
-def step_kinds(phases: list[Phase], wall_s: float) -> dict[str, dict[str, float]]:
-    """Per `stage.kind` of whole steps (`mixed_step`, `decode_step`): how many, their share
-    of `wall_s`, and their length's p50 / p95 / max in ms."""
+def phase_kinds(phases: list[Phase], wall_s: float) -> dict[str, dict[str, float]]:
+    """Per `stage.name` (whole steps, `mixed_step` and `decode_step`, and the phases inside
+    them): how many, their share of `wall_s`, and their length's p50 / p95 / max in ms."""
     lengths: dict[str, list[float]] = {}
     for p in phases:
-        if p.name in STEP_KINDS:
-            lengths.setdefault(f"{p.stage}.{p.name}", []).append(1000 * (p.end - p.start))
+        lengths.setdefault(f"{p.stage}.{p.name}", []).append(1000 * (p.end - p.start))
     out = {}
     for key, ms in sorted(lengths.items()):
         ms.sort()
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace) -> dict:
     graph = build_graph(compose(base + list(args.override)))
     texts = [row.text for row in read_prompt_rows(args.prompts, need_seconds=False)]
     orch = build_pipeline(graph)
-    timer = RecordingTimer()
+    timer = RecordingTimer(device_sync(graph.platform.device) if args.sync_phases else None)
     orch.set_phase_timer(timer)
     orch.start()
     try:
@@ -223,7 +227,7 @@ def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: in
         "first_audio_ms": percentiles(ms),  # as the served runs' (None: none heard)
         "faster_half": describe(heard[: len(heard) // 2], timer.phases),
         "slowest": describe(slow, timer.phases),
-        "steps": step_kinds(timer.phases, wall),
+        "steps": phase_kinds(timer.phases, wall),
         "stalled_requests": sum(
             1 for a in heard if stalls(*zip(*a.chunks, strict=True), bytes_per_second=rate)
         ),
@@ -252,6 +256,11 @@ def main() -> None:
     ap.add_argument("--max-frames", type=int, default=0, help="cap per request (0: none)")
     ap.add_argument("--slowest", type=float, default=0.05, help="the fraction described")
     ap.add_argument("--stalls", type=int, default=10, help="how many stalls to describe")
+    ap.add_argument(
+        "--sync-phases",
+        action="store_true",
+        help="wait for the device around every phase: where a step's time goes, slower steps",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not 0 < args.slowest < 1:

@@ -7,9 +7,9 @@ decodes, a window counted once; `mixed_step`: anything with a prefill; `audio_wa
 for a step's audio, which the runner leaves decoding when it returns) on the host clock,
 without synchronising the device: each step ends with its codes read back to the host anyway,
 so the wall time of a step is its real duration (its audio wait apart), and timing it
-perturbs nothing. The other phases (forward, prefill_layout, prefill_embed, prefill,
-sample, readback, audio) are timed only with `bench.phase_timing=device`, which
-synchronises the device around every phase (as
+perturbs nothing. The other phases (plan_state, decode_layout, forward, prefill_layout,
+prefill_embed, prefill, sample, readback, record, audio) are timed only with
+`bench.phase_timing=device`, which synchronises the device around every phase (as
 `benchmarks.talker_baseline` does): exact phases, slower steps.
 """
 

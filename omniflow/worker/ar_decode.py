@@ -39,7 +39,8 @@ def decode_steps(
     `arrived()` true at a step boundary ends the window there (no step queued ahead): a
     request waiting to be seated is prefilled at the next step, not after the whole window.
     The scheduler rolls the rows' unused steps back as after a stop token."""
-    ops.decode_batch.load(reqs, max(ks.values()))
+    with ops.phase("decode_layout"):
+        ops.decode_batch.load(reqs, max(ks.values()))
     parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
     sampled: list[SampledStep] = []
     chunks: list[PendingAudio] = []  # audio queued before the window's end

@@ -149,7 +149,8 @@ class ARModelRunner:
 
     @torch.no_grad()
     def execute(self, plan: StepPlan) -> StepResult:
-        self._apply_plan_state(plan)
+        with self.ops.phase("plan_state"):  # admits, finishes, block tables: host
+            self._apply_plan_state(plan)
         if plan.is_empty:
             return StepResult(plan.step_id, {})
         order = list(plan.num_scheduled_tokens.items())
@@ -233,7 +234,8 @@ class ARModelRunner:
         prefill = [(r, n) for r, n in reqs if not (n == 1 and r.in_decode)]
         hidden: list[torch.Tensor] = []
         if decoding:
-            self.decode_batch.load(decoding, 1)
+            with self.ops.phase("decode_layout"):
+                self.decode_batch.load(decoding, 1)
             hidden.append(self.ops.forward())
             for r in decoding:
                 r.num_computed += 1

@@ -69,10 +69,11 @@ class StepOps:
         """Append each row's token and input frame to its request; one output per row, in
         row order, without audio (`StepAudio` brings it)."""
         outputs: dict[str, RequestStepOutput] = {}
-        for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
-            r.tokens.append(token)
-            r.frames.append(self.model.input_frame(token, output))
-            outputs[r.request_id] = RequestStepOutput(tokens=(token,), frames=(output,))
+        with self.phase("record"):
+            for r, token, output in zip(reqs, sample.tokens, sample.outputs, strict=True):
+                r.tokens.append(token)
+                r.frames.append(self.model.input_frame(token, output))
+                outputs[r.request_id] = RequestStepOutput(tokens=(token,), frames=(output,))
         return outputs
 
     def audio(

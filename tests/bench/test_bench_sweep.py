@@ -206,6 +206,7 @@ def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path, caps
     assert res["config"]["phase_timing"] == "device"
     kinds = res["steps"]["talker"]
     phases = {"forward", "prefill", "prefill_embed", "prefill_layout", "sample", "audio"}
+    phases |= {"plan_state", "decode_layout", "record"}
     assert phases | {"decode_step", "mixed_step"} <= set(kinds)
     # every step samples and decodes audio once; a mixed step runs one prefill forward (and
     # its decode rows' forward when it has any), a decode step one forward
@@ -215,6 +216,11 @@ def test_device_phase_timing_adds_every_phase_of_the_served_steps(tmp_path, caps
     assert kinds["prefill_embed"]["count"] == kinds["prefill"]["count"]
     assert kinds["prefill"]["count"] == kinds["mixed_step"]["count"]
     assert kinds["forward"]["count"] >= kinds["decode_step"]["count"]
+    # every plan's state is applied before its step; every decode step lays its rows out;
+    # every sampled frame is recorded
+    assert kinds["plan_state"]["count"] >= steps
+    assert kinds["decode_layout"]["count"] >= kinds["decode_step"]["count"]
+    assert kinds["record"]["count"] == kinds["sample"]["count"]
     capsys.readouterr()
     assert cli.main(["bench", *SMALL, "bench.phase_timing=gpu"]) == 2
     assert "bench.phase_timing" in capsys.readouterr().err

@@ -4,6 +4,7 @@ overlapped it, from a real in-process run and a hand-made timeline."""
 from __future__ import annotations
 
 import argparse
+import time
 
 import pytest
 
@@ -13,9 +14,9 @@ from benchmarks.open_loop_trace import (
     RecordingTimer,
     describe,
     overlap,
+    phase_kinds,
     run,
     stalled,
-    step_kinds,
 )
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS
 
@@ -56,15 +57,16 @@ def test_describe_splits_each_wait_at_its_seat():
     assert got["talker.mixed_step_ms"] == pytest.approx(21.0)  # (12 + 30) / 2
 
 
-def test_step_kinds_count_whole_steps_and_their_share_of_the_wall():
+def test_phase_kinds_count_each_phase_and_its_share_of_the_wall():
     phases = [
         Phase("talker", "decode_step", 0.0, 0.010),
-        Phase("talker", "forward", 0.0, 0.004),  # inside a step: not a step of its own
+        Phase("talker", "forward", 0.0, 0.004),  # inside a step, counted on its own
         Phase("talker", "decode_step", 0.010, 0.030),
         Phase("talker", "mixed_step", 0.030, 0.070),
     ]
-    got = step_kinds(phases, wall_s=0.1)
-    assert set(got) == {"talker.decode_step", "talker.mixed_step"}
+    got = phase_kinds(phases, wall_s=0.1)
+    assert set(got) == {"talker.decode_step", "talker.mixed_step", "talker.forward"}
+    assert got["talker.forward"]["count"] == 1
     decode = got["talker.decode_step"]
     assert decode["count"] == 2 and decode["share"] == pytest.approx(0.3)
     assert decode["max_ms"] == pytest.approx(20.0) and decode["p50_ms"] == pytest.approx(20.0)
@@ -90,6 +92,16 @@ def test_the_recording_timer_keeps_each_phase_on_one_clock():
     assert (p.stage, p.name) == ("talker", "forward") and p.start <= p.end
 
 
+def test_a_synchronising_timer_waits_for_the_device_inside_the_phase():
+    calls: list[float] = []
+    timer = RecordingTimer(sync=lambda: calls.append(time.perf_counter()))
+    with timer.phase("talker", "forward"):
+        pass
+    (p,) = timer.phases
+    assert len(calls) == 2  # before and after
+    assert calls[0] <= p.start and p.end >= calls[1]
+
+
 def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
     args = argparse.Namespace(
         model="qwen3_tts_tiny",
@@ -104,6 +116,7 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         max_frames=2,
         slowest=0.5,
         stalls=3,
+        sync_phases=True,
     )
     fast, slow = run(args)["rates"]  # both rates on one pipeline
     assert (fast["rps"], slow["rps"]) == (40.0, 20.0)
@@ -117,5 +130,9 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
     assert "mixed_step" in names  # every arrival's prefill ran in a timed execute
     assert result["slowest"]["first_audio_ms"] >= result["faster_half"]["first_audio_ms"]
     assert result["steps"]["talker.mixed_step"]["count"] >= 1
+    assert (
+        result["steps"]["talker.plan_state"]["count"]
+        >= result["steps"]["talker.mixed_step"]["count"]
+    )
     assert 0 <= result["stalled_requests"] <= result["heard"]
     assert len(result["stalls"]) <= 3
