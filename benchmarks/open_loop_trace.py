@@ -13,7 +13,8 @@ runner's inner phases), host times without device syncs. Printed: first audio p5
 (interpolated, as the served runs'), and for the faster half and the slowest `--slowest`
 fraction the mean queued and steps parts and the mean time each stage's phase kind overlapped a
 request's wait; each phase kind's count, share of the wall time and length percentiles (with
-`--sync-phases`, each phase's own device work); and the longest stalls of a zero-buffer player
+`--sync-phases`, each phase's own device work); the windows each stage planned, by length,
+and ran; and the longest stalls of a zero-buffer player
 fed each request's audio as the pipeline made it (`core/player.py`), each with the phases that
 overlapped it. `--out` keeps it all.
 """
@@ -37,6 +38,7 @@ from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import WindowCounters
 from omniflow.core.player import stalls
 from omniflow.core.speech import SpeechRequest
 
@@ -195,9 +197,33 @@ def run(args: argparse.Namespace) -> dict:
     return {"command": {k: v for k, v in vars(args).items() if k != "out"}, "rates": runs}
 
 
+def windows(orch) -> dict[str, WindowCounters]:
+    """Each windowed stage's cumulative window counters now."""
+    return {st.name: st.windows for st in orch.stats().stages if st.windows is not None}
+
+
+def window_delta(before: WindowCounters, after: WindowCounters) -> dict:
+    """What one rate's run added to a stage's window counters: windows planned by length,
+    executed, the steps they ran, refusals by reason, cut by an arrival, arrival steps."""
+
+    def minus(a: dict, b: dict) -> dict:
+        return {k: a[k] - b.get(k, 0) for k in sorted(a) if a[k] != b.get(k, 0)}
+
+    return {
+        "planned": after.planned - before.planned,
+        "executed": after.executed - before.executed,
+        "steps": after.steps - before.steps,
+        "sizes": minus(after.sizes, before.sizes),
+        "refusals": minus(after.refusals, before.refusals),
+        "cut": after.cut - before.cut,
+        "arrival_steps": after.arrival_steps - before.arrival_steps,
+    }
+
+
 def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: int, args) -> dict:
     """Seeded Poisson arrivals at `rps` for `args.seconds`, waited out, then described."""
     timer.clear()
+    before = windows(orch)
     arrivals: list[Arrival] = []
     t0 = time.perf_counter()
     for i, at in enumerate(arrival_times(rps, args.seconds, seed=args.seed)):
@@ -215,6 +241,9 @@ def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: in
         if not a.done.wait(args.seconds + 120):
             raise SystemExit(f"request {a.index} at {rps} req/s did not end")
     wall = time.perf_counter() - t0
+    after = windows(orch)
+    # a step of the rate before can end after this one began: only this rate's own
+    phases = [p for p in timer.phases if p.start >= t0]
     heard = [a for a in arrivals if a.first is not None and a.error is None]
     heard.sort(key=lambda a: a.first - a.submitted)
     ms = [1000 * (a.first - a.submitted) for a in heard]
@@ -225,18 +254,20 @@ def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: in
         "heard": len(heard),
         "failed": [a.index for a in arrivals if a.error is not None or a.first is None],
         "first_audio_ms": percentiles(ms),  # as the served runs' (None: none heard)
-        "faster_half": describe(heard[: len(heard) // 2], timer.phases),
-        "slowest": describe(slow, timer.phases),
-        "steps": phase_kinds(timer.phases, wall),
+        "faster_half": describe(heard[: len(heard) // 2], phases),
+        "slowest": describe(slow, phases),
+        "steps": phase_kinds(phases, wall),
         "stalled_requests": sum(
             1 for a in heard if stalls(*zip(*a.chunks, strict=True), bytes_per_second=rate)
         ),
-        "stalls": stalled(heard, timer.phases, rate, t0, args.stalls),
+        "stalls": stalled(heard, phases, rate, t0, args.stalls),
+        "windows": {name: window_delta(before[name], after[name]) for name in after},
         "arrivals": [
             {"index": a.index, "submitted": a.submitted, "seated": a.seated, "first": a.first}
             for a in arrivals
         ],
-        "phases": [asdict(p) for p in timer.phases],
+        "start": t0,
+        "phases": [asdict(p) for p in phases],
     }
 
 
@@ -273,6 +304,8 @@ def main() -> None:
         print("slowest:", json.dumps(one["slowest"]))
         for key, kind in one["steps"].items():
             print(f"{key}:", json.dumps(kind))
+        for name, counts in one["windows"].items():
+            print(f"{name} windows:", json.dumps(counts))
         for stall in one["stalls"]:
             print("stall:", json.dumps(stall))
     if args.out:
