@@ -17,8 +17,10 @@ from benchmarks.open_loop_trace import (
     phase_kinds,
     run,
     stalled,
+    window_delta,
 )
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS
+from omniflow.core.pipeline import WindowCounters
 
 
 def test_overlap_counts_only_the_part_inside_the_wait():
@@ -84,6 +86,21 @@ def test_stalls_are_found_from_the_audio_as_made_and_the_steps_in_the_gap_named(
     assert stall["phases_ms"] == pytest.approx({"talker.mixed_step": 20.0})
 
 
+def test_a_window_delta_is_what_one_run_added():
+    before = WindowCounters(3, 2, 10, {"waiting": 4}, {8: 2, 4: 1}, 1, 0)
+    after = WindowCounters(5, 4, 20, {"waiting": 6, "slack": 1}, {8: 3, 4: 1, 2: 1}, 1, 2)
+    got = window_delta(before, after)
+    assert got == {
+        "planned": 2,
+        "executed": 2,
+        "steps": 10,
+        "sizes": {2: 1, 8: 1},
+        "refusals": {"slack": 1, "waiting": 2},
+        "cut": 0,
+        "arrival_steps": 2,
+    }
+
+
 def test_the_recording_timer_keeps_each_phase_on_one_clock():
     timer = RecordingTimer()
     with timer.phase("talker", "forward"):
@@ -107,13 +124,17 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         model="qwen3_tts_tiny",
         platform="cpu",
         pipeline="qwen3_tts_fused",
-        override=[],
+        # windows, as on a GPU (no playback clock: the slow CPU's slack would refuse them)
+        override=[
+            "pipeline.stages.talker.window_k=4",
+            "pipeline.stages.talker.playback_margin_ms=null",
+        ],
         rps=[40.0, 20.0],
         seconds=0.2,
         seed=1,
         prompts=str(DEFAULT_PROMPTS),
         voice="vivian",
-        max_frames=2,
+        max_frames=12,
         slowest=0.5,
         stalls=3,
         sync_phases=True,
@@ -137,3 +158,6 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
     )
     assert 0 <= result["stalled_requests"] <= result["heard"]
     assert len(result["stalls"]) <= 3
+    talker = result["windows"]["talker"]
+    assert talker["executed"] >= 1 and talker["steps"] >= 2 * talker["executed"]
+    assert sum(talker["sizes"].values()) == talker["planned"]
