@@ -38,7 +38,7 @@ from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import WindowCounters
+from omniflow.core.pipeline import Pipeline, WindowCounters
 from omniflow.core.player import stalls
 from omniflow.core.speech import SpeechRequest
 
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> dict:
     return {"command": {k: v for k, v in vars(args).items() if k != "out"}, "rates": runs}
 
 
-def windows(orch) -> dict[str, WindowCounters]:
+def windows(orch: Pipeline) -> dict[str, WindowCounters]:
     """Each windowed stage's cumulative window counters now."""
     return {st.name: st.windows for st in orch.stats().stages if st.windows is not None}
 
@@ -220,7 +220,14 @@ def window_delta(before: WindowCounters, after: WindowCounters) -> dict:
     }
 
 
-def one_rate(orch, timer: RecordingTimer, texts: list[str], rps: float, rate: int, args) -> dict:
+def one_rate(
+    orch: Pipeline,
+    timer: RecordingTimer,
+    texts: list[str],
+    rps: float,
+    rate: int,
+    args: argparse.Namespace,
+) -> dict:
     """Seeded Poisson arrivals at `rps` for `args.seconds`, waited out, then described."""
     timer.clear()
     before = windows(orch)
