@@ -144,9 +144,8 @@ def playback_clock(stage: ResolvedStage, ctx: BuildContext) -> PlaybackClock | N
     if stage.playback_margin_ms is None:
         return None
     codec = ctx.graph.model.codec
-    chunk = stage.audio_chunk_frames if stage.audio_chunk_frames < stage.window_k else 0
     return PlaybackClock(
-        samples_per_frame(codec) / codec.sample_rate, stage.playback_margin_ms / 1e3, chunk
+        samples_per_frame(codec) / codec.sample_rate, stage.playback_margin_ms / 1e3
     )
 
 
