@@ -169,9 +169,10 @@ class PipelineStats:
 
 class PhaseTimer(Protocol):
     """Times named phases of a stage's step (benchmarks): `with timer.phase(stage, name):`.
-    Phases: `plan_state` (a plan's admits, finishes and block tables, host, before the step),
-    `decode_step` / `mixed_step` (a whole execute; decode: every request computes its next
-    token), `decode_layout` (the decode rows' inputs, host), `forward` (decode rows),
+    Phases: `plan_state` (a plan's admits, finishes and block tables, host, before and
+    outside the step's own phase), `decode_step` / `mixed_step` (the rest of an execute;
+    decode: every request computes its next token), `decode_layout` (the decode rows'
+    inputs, host), `forward` (decode rows),
     `prefill_layout` (a mixed step's prefill inputs, host), `prefill_embed` and `prefill`
     (its prefill forward), `sample` (the frame, code predictor included), `readback`,
     `record` (the sampled tokens appended, host), `audio`."""

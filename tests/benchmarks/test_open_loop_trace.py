@@ -156,7 +156,8 @@ def test_a_run_on_the_tiny_model_hears_every_request_and_times_its_steps():
         result["steps"]["talker.plan_state"]["count"]
         >= result["steps"]["talker.mixed_step"]["count"]
     )
-    assert 0 <= result["stalled_requests"] <= result["heard"]
+    # the count and the described stalls come from the same player
+    assert (result["stalled_requests"] > 0) == bool(result["stalls"])
     assert len(result["stalls"]) <= 3
     talker = result["windows"]["talker"]
     assert talker["executed"] >= 1 and talker["steps"] >= 2 * talker["executed"]
