@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from benchmarks.open_loop_trace import (
+from benchmarks.open_loop_trace import RecordingTimer, run
+from benchmarks.trace_parts import (
     Arrival,
     Phase,
-    RecordingTimer,
     describe,
     overlap,
     phase_kinds,
-    run,
     stalled,
     window_delta,
 )
