@@ -73,6 +73,7 @@ def talker_engine(
     decode_graphs: bool = False,
     stream_decode: bool = False,
     prompt_graph_tokens: int = 0,
+    audio_chunk_frames: int = 0,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
     bundle: TalkerBundle | None = None,
@@ -103,8 +104,9 @@ def talker_engine(
         decode_graphs=decode_graphs,
         window_k=window_k,
         prompt_graph_tokens=prompt_graph_tokens,
+        audio_chunk_frames=audio_chunk_frames,
     )
-    runner = ARModelRunner(model, cfg, device, dtype)
+    runner = ARModelRunner(model, cfg, device, dtype, audio_chunk_frames=audio_chunk_frames)
     engine = StageEngine(
         "talker",
         ARScheduler(cfg, window_k=window_k),

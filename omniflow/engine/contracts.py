@@ -4,6 +4,7 @@ an engine: the protocols every stage kind meets (`StepPlan`/`StepResult` pass be
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from omniflow.core.arrivals import Arrivals
@@ -80,6 +81,11 @@ class Runner(Protocol):
 
     def watch_arrivals(self, arrivals: Arrivals) -> None:
         """End a running window at its next step boundary whenever `arrivals` is set."""
+        ...
+
+    def send_chunks(self, sink: Callable[[PendingAudio], None]) -> None:
+        """Hand each chunk of a window's audio to `sink` as soon as it is queued, instead of
+        keeping it for `take_audio` (an engine that sends audio while a step runs)."""
         ...
 
     def decoder_slots(self) -> tuple[int, int] | None:

@@ -102,6 +102,14 @@ class StageEngine(StepLoop):
             self._thread.join(timeout=30)
         self.close()
 
+    def send_early(self, outputs: list[StageOutput]) -> None:
+        """A window's chunk audio, sent as soon as it is made; with no consumer yet (a loop
+        stepped by its caller) kept for the step's outputs."""
+        if self.on_output is None:
+            super().send_early(outputs)
+        else:
+            self._emit(outputs)
+
     def _emit(self, outputs: list[StageOutput]) -> None:
         for out in outputs:
             if out.finished and self.intake is not None:

@@ -10,7 +10,8 @@ Async scheduling: step n+1 is planned while step n executes on the runner's work
 for a seeded request (the runner feeds the token it sampled itself). A step's audio is the
 runner's second output (`Runner.take_audio`): the loop applies the tokens first, then, under
 async scheduling, submits the next step (planning it again when a window's fence held it
-back) before it waits for that audio.
+back) before it waits for that audio. Under async scheduling a window's chunks
+(`audio_chunk_frames` below `window_k`) leave while it runs (`engine/chunk_inbox.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from omniflow.core.output import StageOutput
 from omniflow.core.pipeline import NoTimer, PhaseTimer, StageStats
 from omniflow.core.request import FinishReason
 from omniflow.core.step import StepPlan, StepResult
+from omniflow.engine.chunk_inbox import ChunkInbox
 from omniflow.engine.connector import ChunkIntake
 from omniflow.engine.contracts import Runner, Scheduler
 from omniflow.engine.messages import (
@@ -70,6 +72,12 @@ class StepLoop:
         """Set when a request arrives that the next step could seat; the runner ends a
         running window at its next step boundary (`core/arrivals.py`)."""
         runner.watch_arrivals(self.arrivals)
+        self._chunks = ChunkInbox() if async_scheduling else None
+        """A window's chunks as they are queued (async: the loop waits on the runner's thread)."""
+        if self._chunks is not None:
+            runner.send_chunks(self._chunks.chunk)
+        self._early: list[StageOutput] = []
+        """Chunks' audio sent while a step ran, for a loop stepped by its caller."""
         self.timer: PhaseTimer = NoTimer()
         """Times the wait for a step's audio (`audio_wait`); `set_timer` also gives it to the
         runner for the step's own phases."""
@@ -173,12 +181,13 @@ class StepLoop:
             return outputs
         submitted: Future[StepResult] | None = None
         if runs:
-            submitted = self._executor.submit(self.runner.execute, plan)
+            submitted = self._submit(plan)
         # Terminal outputs produced while planning (a refused chunk, a receive deadline) come
         # with the in-flight step's results, never instead of them.
         outputs: list[StageOutput] = early
         if self._inflight is not None:
             prev_plan, prev = self._inflight
+            failed = self._send_chunks(prev_plan)
             result = prev.result()
             audio = self.runner.take_audio(prev_plan.step_id)
             # The tokens first: the update lifts a window's fence. When the fence held this
@@ -195,11 +204,51 @@ class StepLoop:
                 # they may go before the update's outputs
                 outputs = outputs + self.scheduler.drain_outputs()
                 if not plan.is_empty or plan.finished_ids:
-                    submitted = self._executor.submit(self.runner.execute, plan)
-            outputs = outputs + self._with_audio(done, audio) + taken
+                    submitted = self._submit(plan)
+            finished = self._with_audio(done, audio)
+            outputs = outputs + [self._chunk_failed(o, failed) for o in finished] + taken
             self._unsent = []
         self._inflight = (plan, submitted) if submitted is not None else None
-        return outputs
+        early, self._early = self._early, []
+        return early + outputs
+
+    def _submit(self, plan: StepPlan) -> Future[StepResult]:
+        submitted = self._executor.submit(self.runner.execute, plan)
+        if self._chunks is not None:
+            self._chunks.watch(submitted)
+        return submitted
+
+    def _send_chunks(self, plan: StepPlan) -> dict[str, str]:
+        """Send each chunk of the running step's audio as it is made, until the step ends;
+        returns the requests whose chunk failed (they end with the step's outputs)."""
+        failed: dict[str, str] = {}
+        if self._chunks is None:
+            return failed
+        for chunk in self._chunks.drain():
+            bad: dict[str, str] = {}
+            try:
+                pcm = chunk.result()
+            except AudioFailed as exc:  # those requests only
+                pcm, bad = exc.pcm, exc.errors
+            except (RuntimeError, ValueError) as exc:  # the chunk as a whole: all its rows
+                log.exception("stage %s: a window's audio chunk failed", self.name)
+                pcm, bad = {}, dict.fromkeys(plan.num_scheduled_tokens, str(exc))
+            failed.update(bad)
+            sent = [StageOutput(rid, audio=a) for rid, a in pcm.items() if rid not in failed]
+            self.send_early(sent)
+        return failed
+
+    def send_early(self, outputs: list[StageOutput]) -> None:
+        """Outputs made while a step runs: here, kept for the step's own outputs (a loop
+        stepped by its caller); `StageEngine` sends them at once."""
+        self._early.extend(outputs)
+
+    def _chunk_failed(self, output: StageOutput, failed: dict[str, str]) -> StageOutput:
+        """A request one of whose chunks failed ends with that error (part of its audio is
+        missing), as when the step's own audio fails."""
+        if output.request_id not in failed or output.error is not None:
+            return output
+        return self._audio_failed(output, failed[output.request_id])
 
     def take_arrivals(self) -> list[StageOutput]:
         """Apply the messages queued while a step ran, before the next plan; returns their

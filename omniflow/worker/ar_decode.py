@@ -21,6 +21,7 @@ def decode_steps(
     step_id: int,
     audio_chunk_frames: int,
     arrived: Callable[[], bool] = lambda: False,
+    early: Callable[[PendingAudio], None] | None = None,
 ) -> tuple[dict[str, RequestStepOutput], StepAudio | None, int, bool]:
     """Request r computes up to ks[r] tokens and leaves at its k or at a stop token; the layout
     is built once and only shrinks. Returns the outputs (steps concatenated), their audio
@@ -34,7 +35,9 @@ def decode_steps(
     codes are bit for bit those without the overlap.
 
     With `audio_chunk_frames` C, the audio of every C steps is queued as soon as they are read
-    back, so a model that decodes on a stream of its own does so beside the later steps.
+    back, so a model that decodes on a stream of its own does so beside the later steps; with
+    `early` each such chunk goes there at once (the engine sends it while the window runs,
+    `engine/chunk_inbox.py`) and the step's own audio holds only the rest.
 
     `arrived()` true at a step boundary ends the window there (no step queued ahead): a
     request waiting to be seated is prefilled at the next step, not after the whole window.
@@ -81,7 +84,11 @@ def decode_steps(
         current = ahead
         if current is not None and len(sampled) == audio_chunk_frames:
             with ops.phase("audio"):
-                chunks.append(ops.model.queue_audio(sampled))
+                chunk = ops.model.queue_audio(sampled)
+            if early is None:
+                chunks.append(chunk)
+            else:
+                early(chunk)
             sampled = []
     outputs = {rid: concat(outs) for rid, outs in parts.items()}
     return outputs, ops.audio(sampled, chunks, step_id), steps, cut

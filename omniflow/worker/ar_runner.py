@@ -13,6 +13,7 @@ banned ids, frame completion, audio) is the model's (`models/interface.py`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -83,9 +84,16 @@ class ARModelRunner:
         self.arrivals = Arrivals()
         """Set by the engine when a request arrives that the next step could seat: a
         window ends at its next step boundary (`watch_arrivals`)."""
+        self._chunk_sink: Callable[[PendingAudio], None] | None = None
+        """Where a window's chunks go as soon as they are queued (`send_chunks`)."""
         self._refusals_logged: set[str] = set()
         self._prefill_steps = 0
         self._prefill_tokens = 0
+
+    def send_chunks(self, sink: Callable[[PendingAudio], None]) -> None:
+        """Hand each chunk of a window's audio to `sink` as soon as it is queued, not with
+        the step's audio (`take_audio`): the engine sends it while the window runs."""
+        self._chunk_sink = sink
 
     def watch_arrivals(self, arrivals: Arrivals) -> None:
         """End windows early when `arrivals` is set (the engine's flag)."""
@@ -268,5 +276,11 @@ class ARModelRunner:
         """The decode path (`worker/ar_decode.py`) over the rows of `ks`."""
         reqs = [self.requests[rid] for rid in ks]
         return decode_steps(
-            self.ops, reqs, ks, step_id, self.audio_chunk_frames, self.arrivals.pending
+            self.ops,
+            reqs,
+            ks,
+            step_id,
+            self.audio_chunk_frames,
+            self.arrivals.pending,
+            self._chunk_sink,
         )

@@ -6,10 +6,12 @@ talker's is."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
 from omniflow.core.arrivals import Arrivals
+from omniflow.core.audio import PendingAudio
 from omniflow.core.pipeline import NoTimer, PhaseTimer
 from omniflow.core.step import RequestStepOutput, StepPlan, StepResult
 from omniflow.models.qwen3_tts.codec_stream import StreamingDecoder, nonfinite, overflow_error
@@ -39,6 +41,9 @@ class Code2WavRunner:
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) decoder slots."""
         return (self.decoder.num_in_use, self.decoder.num_slots)
+
+    def send_chunks(self, sink: Callable[[PendingAudio], None]) -> None:
+        """Nothing to send early: this stage makes no windows."""
 
     def take_audio(self, step_id: int) -> None:
         """Nothing pending: this stage's audio is its output (`RequestStepOutput.audio`)."""
