@@ -144,8 +144,12 @@ def playback_clock(stage: ResolvedStage, ctx: BuildContext) -> PlaybackClock | N
     if stage.playback_margin_ms is None:
         return None
     codec = ctx.graph.model.codec
+    # chunks leave while a window runs only under async scheduling (engine/chunk_inbox.py)
+    sched = stage.scheduler
+    early = isinstance(sched, SchedulerConfig) and sched.async_scheduling
+    chunk = stage.audio_chunk_frames if early and stage.audio_chunk_frames < stage.window_k else 0
     return PlaybackClock(
-        samples_per_frame(codec) / codec.sample_rate, stage.playback_margin_ms / 1e3
+        samples_per_frame(codec) / codec.sample_rate, stage.playback_margin_ms / 1e3, chunk
     )
 
 

@@ -135,8 +135,9 @@ class ARStageConfig(StageBase):
         description="With window_k and stream_decode: decode a window's audio in passes of this "
         "many frames (a divisor of window_k, from 2 to window_k) as their steps are read back, "
         "on a second CUDA stream beside the window's remaining steps (window_k itself: one pass "
-        "at the window's end, on that stream, beside the next step); 0: one pass at the "
-        "window's end on the main stream; null: window_k on CUDA with graphs, else 0.",
+        "at the window's end, on that stream, beside the next step); under async scheduling "
+        "each pass's audio is sent as soon as it is decoded; 0: one pass at the window's end "
+        "on the main stream; null: window_k on CUDA with graphs, else 0.",
     )
     playback_margin_ms: int | None = Field(
         40,

@@ -32,6 +32,9 @@ class PlaybackClock:
     """Seconds of audio in one frame."""
     margin_s: float
     """Slack kept in reserve (delivery, the client's own jitter)."""
+    chunk_steps: int = 0
+    """Inside a window, audio leaves every this many steps (`audio_chunk_frames` below
+    `window_k`, sent while the window runs under async scheduling); 0: at its end."""
     now: Callable[[], float] = time.monotonic
     started: dict[str, float] = field(default_factory=dict)
     """Request -> when its first frame was made."""
@@ -129,8 +132,10 @@ class PlaybackClock:
 
     def window_steps(self, cap: int, streams: Iterable[tuple[str, int]], at: float) -> int:
         """The most steps (<= cap) a window may run: its audio arrives at its end, so every
-        scheduled stream's slack (`window_slack`) must cover them. `streams`: (request,
-        frames made)."""
+        scheduled stream's slack (`window_slack`) must cover them; with audio every
+        `chunk_steps` and a step shorter than a frame, only the first chunk's steps (each
+        chunk then brings more audio than its steps take, so the later ones come in time),
+        and then the whole cap. `streams`: (request, frames made)."""
         streams = list(streams)
         step = self.step_s_at(len(streams))
         if not streams:
@@ -138,7 +143,10 @@ class PlaybackClock:
         if step is None:  # nothing measured yet: a fresh stream gets steps that measure
             return 1 if any(rid not in self.started for rid, _ in streams) else cap
         least = min(self.window_slack(rid, n, at) for rid, n in streams)
-        return max(1, min(cap, math.floor(least / step)))
+        fit = math.floor(least / step)
+        if 0 < self.chunk_steps < cap and fit >= self.chunk_steps and step <= self.frame_s:
+            return cap
+        return max(1, min(cap, fit))
 
     def window_slack(self, request_id: str, frames: int, at: float) -> float:
         """`slack` for sizing a window. A stream without a clock yet has its first frame in

@@ -55,6 +55,31 @@ def test_window_length_follows_the_tightest_slack():
     assert fast.window_steps(8, [("new", 0)], at=99.0) == 8  # no clock: `at` does not age it
 
 
+def test_with_audio_in_chunks_the_first_chunk_sizes_the_window():
+    c = clock(chunk_steps=2)
+    c.observe_step(0.09, steps=3)  # 30 ms a step
+    c.frames_made("a", 0, at=10.0)
+    c.frames_made("b", 0, at=10.0)
+    # a: 10.0 + 2 * 0.08 - 0.04 - 10.02 = 0.1 s -> 3 steps: the first chunk's 2 fit, and
+    # each chunk brings 160 ms of audio for 60 ms of steps: the whole window
+    assert c.window_steps(8, [("a", 2), ("b", 20)], at=10.02) == 8
+    # b alone: 1.36 s at 10.2 -> the cap either way
+    assert c.window_steps(8, [("b", 20)], at=10.2) == 8
+    # a: 10.0 + 0.08 - 0.04 - 10.0 = 40 ms -> 1 step: not the first chunk, a window of 1
+    assert c.window_steps(8, [("a", 1)], at=10.0) == 1
+    # a chunk as long as the window is its end: sized by slack as without chunks
+    whole = clock(chunk_steps=8)
+    whole.observe_step(0.09, steps=3)
+    whole.frames_made("a", 0, at=10.0)
+    assert whole.window_steps(8, [("a", 2), ("b", 20)], at=10.02) == 3
+    # a step longer than a frame: a chunk brings less audio than its steps take
+    slow = clock(chunk_steps=2)
+    slow.observe_step(0.1, steps=1)
+    slow.frames_made("a", 0, at=0.0)
+    # a: 0.0 + 4 * 0.08 - 0.04 - 0.0 = 0.28 s -> 2 steps: the first chunk fits, not the rest
+    assert slow.window_steps(8, [("a", 4)], at=0.0) == 2
+
+
 def test_step_time_is_a_running_estimate():
     c = clock()
     c.observe_step(0.08, steps=8)
