@@ -229,13 +229,22 @@ class StepLoop:
             try:
                 pcm = chunk.result()
             except AudioFailed as exc:  # those requests only
+                log.error("stage %s: audio of %s failed: %s", self.name, sorted(exc.errors), exc)
                 pcm, bad = exc.pcm, exc.errors
-            except (RuntimeError, ValueError) as exc:  # the chunk as a whole: all its rows
+            except (RuntimeError, ValueError) as exc:  # the chunk as a whole: the step's rows
                 log.exception("stage %s: a window's audio chunk failed", self.name)
                 pcm, bad = {}, dict.fromkeys(plan.num_scheduled_tokens, str(exc))
             failed.update(bad)
-            sent = [StageOutput(rid, audio=a) for rid, a in pcm.items() if rid not in failed]
-            self.send_early(sent)
+            # a request ended since the step was planned (aborted, or a chunk of the step
+            # before failed) has had its terminal output: nothing of it may follow
+            going = set(self.scheduler.unfinished_ids())
+            self.send_early(
+                [
+                    StageOutput(rid, audio=a)
+                    for rid, a in pcm.items()
+                    if rid in going and rid not in failed
+                ]
+            )
         return failed
 
     def send_early(self, outputs: list[StageOutput]) -> None:

@@ -120,6 +120,31 @@ def test_a_chunk_failing_for_one_row_ends_that_request_once_and_the_other_plays_
     assert loop.scheduler.kv.num_used_blocks == 0
 
 
+def after_the_end(outputs) -> list[str]:
+    """Requests with an output after their terminal one."""
+    ended: set[str] = set()
+    late = []
+    for o in outputs:
+        if o.request_id in ended:
+            late.append(o.request_id)
+        if o.finished:
+            ended.add(o.request_id)
+    return late
+
+
+def test_nothing_of_a_request_follows_its_end():
+    _, outputs = run_broken({"r0"})  # r0 ends at its failed chunk; its window ran on
+    assert after_the_end(outputs) == []
+    loop, proc = engine(async_scheduling=True)
+    for r in requests():
+        assert loop.add_request(proc.make_request(r)) == []
+    outputs = loop.step() + loop.step() + loop.step()  # a window of r0 in flight
+    outputs += loop.abort_request("r0")
+    outputs += loop.run_until_idle()
+    assert [o.finish_reason for o in outputs if o.finished and o.request_id == "r0"] == ["abort"]
+    assert after_the_end(outputs) == []
+
+
 def test_a_chunk_failing_as_a_whole_ends_each_of_its_requests_once():
     loop, outputs = run_broken(None)
     ends = [o for o in outputs if o.finished]
