@@ -209,8 +209,8 @@ class StepLoop:
             outputs = outputs + [self._chunk_failed(o, failed) for o in finished] + taken
             self._unsent = []
         self._inflight = (plan, submitted) if submitted is not None else None
-        early, self._early = self._early, []
-        return early + outputs
+        sent, self._early = self._early, []  # chunks' audio, before the step's own
+        return sent + outputs
 
     def _submit(self, plan: StepPlan) -> Future[StepResult]:
         submitted = self._executor.submit(self.runner.execute, plan)
