@@ -118,16 +118,6 @@ class ServerConfig(Frozen):
         "the same time is a 429 with Retry-After. A body large enough to carry one takes "
         "its place before it is read.",
     )
-    gil_switch_interval_ms: float | None = Field(
-        None,
-        gt=0,
-        le=100,
-        allow_inf_nan=False,
-        description="The serving process's thread switch interval (Python's "
-        "sys.setswitchinterval, milliseconds) while the server runs: how long the HTTP "
-        "loop may keep the GIL from an engine thread that returns from the device. null: "
-        "Python's own (5 ms).",
-    )
     warmup_frames: int | None = Field(
         None,
         ge=0,

@@ -65,14 +65,12 @@ def make_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owns_pipeline:
             pipeline.start()
-        switch = SwitchInterval(server.gil_switch_interval_ms)
         try:
             if warmup:  # a failure stops the start, and the engines with it (below)
                 await asyncio.to_thread(run_warmup, pipeline, warmup)
             freeze_heap()
             yield
         finally:
-            switch.restore()
             gc.unfreeze()
             app.state.service.references.close()
             if owns_pipeline:
@@ -81,21 +79,6 @@ def make_app(
 
     app.router.lifespan_context = lifespan
     return app
-
-
-class SwitchInterval:
-    """The process's GIL switch interval set to `ms` (None: left as it is) until `restore`.
-    An engine thread that returns from the device waits for the GIL until the HTTP loop's
-    thread gives it up, at the latest after this interval; the loop, sending many streams'
-    audio, rarely gives it up sooner."""
-
-    def __init__(self, ms: float | None) -> None:
-        self.previous = sys.getswitchinterval()
-        if ms is not None:
-            sys.setswitchinterval(ms / 1000)
-
-    def restore(self) -> None:
-        sys.setswitchinterval(self.previous)
 
 
 def freeze_heap() -> None:

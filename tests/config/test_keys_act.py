@@ -149,7 +149,6 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_concurrent_references": ("serve/routes.py", "max_concurrent_references"),
     "server.ws_idle_timeout_s": ("serve/ws.py", "ws_idle_timeout_s"),
     "server.warmup_frames": ("serve/warmup.py", "warmup_frames"),
-    "server.gil_switch_interval_ms": ("serve/run.py", "gil_switch_interval_ms"),
 }
 
 # `bench.*` keys (`omniflow bench`) -> (file, field it reads); a key outside its loop or
