@@ -26,7 +26,7 @@
 # exit the servers still running are stopped (INT, then TERM and KILL if one does not end).
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
-rates=${RATES:-10 20}
+rates=${RATES-10 20}  # RATES="" (set, empty): closed-loop rounds only
 client=$(cd "$(dirname "$0")/.." && pwd)
 serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused}
 runs=("$@")
