@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import numpy as np
 
@@ -79,15 +80,5 @@ def merge_waiting(ev: AudioEvent, events: asyncio.Queue[AudioEvent]) -> AudioEve
     if last is ev:
         return ev
     pcm = None if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return AudioEvent(
-        ev.request_id,
-        pcm=pcm,
-        frames=max(last.frames, frames),
-        finished=last.finished,
-        finish_reason=last.finish_reason,
-        error=last.error,
-        made_at=ev.made_at,
-        seated_at=ev.seated_at,
-        text_done_at=last.text_done_at,
-        text_done_frames=last.text_done_frames,
-    )
+    # the last event's ending, the first one's timings (when the audio began to be made)
+    return replace(last, pcm=pcm, frames=frames, made_at=ev.made_at, seated_at=ev.seated_at)
