@@ -1,0 +1,166 @@
+"""The served closed-loop round without HTTP: what the engine alone sustains.
+
+    python -m benchmarks.in_process_lanes --model qwen3_tts_1_7b --platform cuda \
+        --override experiment=high_concurrency --concurrency 128 --prompts 512 --rounds 2
+
+Why: issue 35 asks whether serving (the HTTP loop sharing the engine's process and GIL)
+costs the engine more than 5 % at c128, the bar for moving the engine into a process of its
+own. A round here sends the load generator's requests (`omniflow/bench/client.py`: the same
+prompts at natural length unless `--max-frames`, lanes, seeds 1000 + i, `ignore_eos`) to the
+pipeline in-process and is summarised the same way (`bench/outcome.summarize`: the whole
+round and its steady state). Beside served rounds of the same build in one call
+(`benchmarks/open_loop_runs.sh` with `CLOSED=128:512 MAX_FRAMES=0`), the difference is what
+serving costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import time
+from dataclasses import dataclass
+
+from omniflow.bench.client import BYTES_PER_FRAME, Prompt, load_prompts
+from omniflow.bench.outcome import Failure, Outcome, Sample, summarize
+from omniflow.bench.prompt_file import DEFAULT_PROMPTS
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import Pipeline
+from omniflow.core.speech import SpeechRequest
+
+SAMPLES_PER_FRAME = BYTES_PER_FRAME // 2
+
+
+@dataclass
+class Lane:
+    """One request in flight on a lane: its audio as it arrives, read as the load
+    generator's zero-buffer player reads the HTTP body (`client.one`)."""
+
+    index: int
+    prompt: Prompt
+    sent: float
+    """`time.perf_counter` when submitted."""
+    done: queue.SimpleQueue[Lane]
+    samples: int = 0
+    first: float | None = None
+    underrun: float = 0.0
+    end: float = 0.0
+    error: str | None = None
+    sample_rate: int = 24000
+
+    def __call__(self, ev: AudioEvent) -> None:
+        self.take(ev, time.perf_counter() - self.sent)
+
+    def take(self, ev: AudioEvent, now: float) -> None:
+        """`ev` arrived `now` seconds after the request was sent."""
+        if ev.pcm is not None and ev.pcm.size:
+            if self.first is None:
+                self.first = now
+            self.underrun = max(self.underrun, (now - self.first) - self.samples / self.sample_rate)
+            self.samples += ev.pcm.size
+        if ev.finished:
+            self.end = now
+            self.error = ev.error
+            self.done.put(self)
+
+    def result(self, t0: float) -> Sample | Failure:
+        want = self.prompt.frames * SAMPLES_PER_FRAME
+        sent_s = self.sent - t0
+        if self.error is None and self.samples != want:
+            kind = "short" if self.samples < want else "long"
+            self.error = f"{kind} audio: got {self.samples} of {want} samples"
+        if self.error is not None:
+            return Failure(self.index, self.error[:300], self.end, sent_s=sent_s)
+        audio_s = self.samples / self.sample_rate
+        return Sample(self.first or self.end, self.end, audio_s, self.underrun, sent_s=sent_s)
+
+
+def submit(
+    orch: Pipeline, i: int, p: Prompt, seed: int, voice: str, done: queue.SimpleQueue[Lane]
+) -> Lane:
+    lane = Lane(i, p, time.perf_counter(), done, sample_rate=orch.info().sample_rate)
+    speech = SpeechRequest.create(
+        p.text,
+        request_id=f"lane-{i}-{seed}",
+        voice=voice,
+        seed=seed,
+        max_new_tokens=p.frames,
+        ignore_eos=True,
+    )
+    orch.submit(speech, lane)
+    return lane
+
+
+def one_round(orch: Pipeline, prompts: list[Prompt], concurrency: int, voice: str) -> Outcome:
+    """Every prompt through `concurrency` lanes, each submitting its next prompt as soon as
+    its previous one ended (the lanes share one list, so each prompt goes to one lane)."""
+    done: queue.SimpleQueue[Lane] = queue.SimpleQueue()
+    lanes = min(concurrency, len(prompts))
+    results: list[Sample | Failure | None] = [None] * len(prompts)
+    t0 = time.perf_counter()
+    for i in range(lanes):
+        submit(orch, i, prompts[i], 1000 + i, voice, done)
+    following = iter(range(lanes, len(prompts)))
+    for _ in range(len(prompts)):
+        ended = done.get(timeout=1800)
+        results[ended.index] = ended.result(t0)
+        nxt = next(following, None)
+        if nxt is not None:
+            submit(orch, nxt, prompts[nxt], 1000 + nxt, voice, done)
+    wall = time.perf_counter() - t0
+    samples = [r for r in results if isinstance(r, Sample)]
+    failures = [r for r in results if isinstance(r, Failure)]
+    return Outcome(samples, failures, wall, lanes=lanes)
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    base = [f"model={args.model}", f"platform={args.platform}", f"pipeline={args.pipeline}"]
+    orch = build_pipeline(build_graph(compose(base + list(args.override))))
+    prompts = load_prompts(args.prompts_file, args.prompts, args.max_frames)
+    orch.start()
+    try:
+        warm: queue.SimpleQueue[Lane] = queue.SimpleQueue()
+        submit(orch, 0, prompts[0], 0, args.voice, warm)
+        warm.get(timeout=1800)
+        rounds = []
+        for r in range(args.rounds):
+            summary = summarize(one_round(orch, prompts, args.concurrency, args.voice))
+            steady = summary["steady"] or {}
+            print(
+                f"round {r + 1}: {summary['completed']} of {summary['requests']} completed, "
+                f"{summary['audio_throughput']:.2f} audio-s/s, steady state "
+                f"{steady.get('audio_throughput', float('nan')):.2f} "
+                f"(mean first audio {1e3 * (steady.get('ttfp_mean_s') or float('nan')):.0f} ms)",
+                flush=True,
+            )
+            rounds.append(summary)
+    finally:
+        orch.stop()
+    return rounds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="qwen3_tts_tiny")
+    ap.add_argument("--platform", default="auto")
+    ap.add_argument("--pipeline", default="qwen3_tts_fused")
+    ap.add_argument("--override", action="append", default=[], help="a Hydra override")
+    ap.add_argument("--concurrency", type=int, default=128, help="lanes")
+    ap.add_argument("--prompts", type=int, default=512, help="prompts a round")
+    ap.add_argument("--prompts-file", default=str(DEFAULT_PROMPTS))
+    ap.add_argument("--max-frames", type=int, default=0, help="cap per prompt (0: natural)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--voice", default="vivian")
+    ap.add_argument("--out", default=None, help="the rounds' summaries as JSON")
+    args = ap.parse_args()
+    rounds = run(args)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "rounds": rounds}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
