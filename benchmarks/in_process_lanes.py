@@ -7,29 +7,33 @@ Why: issue 35 asks whether serving (the HTTP loop sharing the engine's process a
 costs the engine more than 5 % at c128, the bar for moving the engine into a process of its
 own. A round here sends the load generator's requests (`omniflow/bench/client.py`: the same
 prompts at natural length unless `--max-frames`, lanes, seeds 1000 + i, `ignore_eos`) to the
-pipeline in-process and is summarised the same way (`bench/outcome.summarize`: the whole
-round and its steady state). Beside served rounds of the same build in one call
-(`benchmarks/open_loop_runs.sh` with `CLOSED=128:512 MAX_FRAMES=0`), the difference is what
-serving costs.
+pipeline in-process, under the server's limits (admission by deadline, flow control with
+every PCM event taken at once, the heap frozen after the warm-up as `omniflow serve` does),
+and is summarised the same way (`bench/outcome.summarize`: the whole round and its steady
+state). Beside served rounds of the same build in one call (`RATES="" CLOSED=128:512
+MAX_FRAMES=0 benchmarks/open_loop_runs.sh`), the difference is what HTTP costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from omniflow.bench.client import BYTES_PER_FRAME, Prompt, load_prompts
 from omniflow.bench.outcome import Failure, Outcome, Sample, summarize
-from omniflow.bench.prompt_file import DEFAULT_PROMPTS
+from omniflow.bench.prompt_file import DEFAULT_PROMPTS, PromptFileError
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import Pipeline
+from omniflow.core.pipeline import Pipeline, PipelineUnavailable, RequestLimits
 from omniflow.core.speech import SpeechRequest
+from omniflow.serve.run import freeze_heap
 
 SAMPLES_PER_FRAME = BYTES_PER_FRAME // 2
 
@@ -44,12 +48,14 @@ class Lane:
     sent: float
     """`time.perf_counter` when submitted."""
     done: queue.SimpleQueue[Lane]
+    sample_rate: int = 24000
+    took: Callable[[int], None] | None = None
+    """Told every PCM event's samples, as the server tells the pipeline what it sent."""
     samples: int = 0
     first: float | None = None
     underrun: float = 0.0
     end: float = 0.0
     error: str | None = None
-    sample_rate: int = 24000
 
     def __call__(self, ev: AudioEvent) -> None:
         self.take(ev, time.perf_counter() - self.sent)
@@ -61,12 +67,16 @@ class Lane:
                 self.first = now
             self.underrun = max(self.underrun, (now - self.first) - self.samples / self.sample_rate)
             self.samples += ev.pcm.size
+            if self.took is not None:
+                self.took(ev.pcm.size)
         if ev.finished:
             self.end = now
             self.error = ev.error
             self.done.put(self)
 
     def result(self, t0: float) -> Sample | Failure:
+        """A sample when it ended with all its audio (exactly its frames, as the served
+        client asks), else a failure; `t0`: the round's start."""
         want = self.prompt.frames * SAMPLES_PER_FRAME
         sent_s = self.sent - t0
         if self.error is None and self.samples != want:
@@ -78,38 +88,58 @@ class Lane:
         return Sample(self.first or self.end, self.end, audio_s, self.underrun, sent_s=sent_s)
 
 
+@dataclass(frozen=True)
+class Target:
+    """The pipeline a round submits to, and what the server would submit with."""
+
+    orch: Pipeline
+    limits: RequestLimits
+    voice: str
+    sample_rate: int
+
+
 def submit(
-    orch: Pipeline, i: int, p: Prompt, seed: int, voice: str, done: queue.SimpleQueue[Lane]
+    target: Target, rid: str, i: int, p: Prompt, seed: int, done: queue.SimpleQueue[Lane]
 ) -> Lane:
-    lane = Lane(i, p, time.perf_counter(), done, sample_rate=orch.info().sample_rate)
+    """Submit prompt `i` as the load generator would; a refusal (the server's 503 or 4xx)
+    ends the lane's request at once, as a failure."""
+    lane = Lane(i, p, time.perf_counter(), done, target.sample_rate)
+    lane.took = lambda n: target.orch.consumed(rid, n)
     speech = SpeechRequest.create(
         p.text,
-        request_id=f"lane-{i}-{seed}",
-        voice=voice,
+        request_id=rid,
+        voice=target.voice,
         seed=seed,
         max_new_tokens=p.frames,
         ignore_eos=True,
     )
-    orch.submit(speech, lane)
+    try:
+        target.orch.submit(speech, lane, target.limits)
+    except (PipelineUnavailable, ValueError) as err:  # Overloaded is a PipelineUnavailable
+        lane.take(AudioEvent(rid, finished=True, finish_reason="error", error=str(err)), 0.0)
     return lane
 
 
-def one_round(orch: Pipeline, prompts: list[Prompt], concurrency: int, voice: str) -> Outcome:
+def one_round(target: Target, prompts: list[Prompt], concurrency: int, label: str) -> Outcome:
     """Every prompt through `concurrency` lanes, each submitting its next prompt as soon as
     its previous one ended (the lanes share one list, so each prompt goes to one lane)."""
     done: queue.SimpleQueue[Lane] = queue.SimpleQueue()
     lanes = min(concurrency, len(prompts))
     results: list[Sample | Failure | None] = [None] * len(prompts)
+
+    def send(i: int) -> None:
+        submit(target, f"{label}-{i}", i, prompts[i], 1000 + i, done)
+
     t0 = time.perf_counter()
     for i in range(lanes):
-        submit(orch, i, prompts[i], 1000 + i, voice, done)
+        send(i)
     following = iter(range(lanes, len(prompts)))
     for _ in range(len(prompts)):
         ended = done.get(timeout=1800)
         results[ended.index] = ended.result(t0)
         nxt = next(following, None)
         if nxt is not None:
-            submit(orch, nxt, prompts[nxt], 1000 + nxt, voice, done)
+            send(nxt)
     wall = time.perf_counter() - t0
     samples = [r for r in results if isinstance(r, Sample)]
     failures = [r for r in results if isinstance(r, Failure)]
@@ -117,17 +147,24 @@ def one_round(orch: Pipeline, prompts: list[Prompt], concurrency: int, voice: st
 
 
 def run(args: argparse.Namespace) -> list[dict]:
+    """Build, warm up with prompt 0 (a failure stops the run), then the rounds' summaries."""
     base = [f"model={args.model}", f"platform={args.platform}", f"pipeline={args.pipeline}"]
-    orch = build_pipeline(build_graph(compose(base + list(args.override))))
-    prompts = load_prompts(args.prompts_file, args.prompts, args.max_frames)
+    prompts = load_prompts(args.prompts_file, args.prompts, args.max_frames)  # before the build
+    spec = compose(base + list(args.override))
+    orch = build_pipeline(build_graph(spec))
+    limits = RequestLimits(spec.server.max_buffered_audio_s, spec.server.max_first_audio_wait_s)
+    target = Target(orch, limits, args.voice, orch.info().sample_rate)
     orch.start()
     try:
         warm: queue.SimpleQueue[Lane] = queue.SimpleQueue()
-        submit(orch, 0, prompts[0], 0, args.voice, warm)
-        warm.get(timeout=1800)
+        submit(target, "warmup", 0, prompts[0], 0, warm)
+        failed = warm.get(timeout=1800).result(0.0)
+        if isinstance(failed, Failure):
+            raise SystemExit(f"the warm-up request failed: {failed.error}")
+        freeze_heap()
         rounds = []
         for r in range(args.rounds):
-            summary = summarize(one_round(orch, prompts, args.concurrency, args.voice))
+            summary = summarize(one_round(target, prompts, args.concurrency, f"r{r + 1}"))
             steady = summary["steady"] or {}
             print(
                 f"round {r + 1}: {summary['completed']} of {summary['requests']} completed, "
@@ -138,6 +175,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             )
             rounds.append(summary)
     finally:
+        gc.unfreeze()
         orch.stop()
     return rounds
 
@@ -156,7 +194,14 @@ def main() -> None:
     ap.add_argument("--voice", default="vivian")
     ap.add_argument("--out", default=None, help="the rounds' summaries as JSON")
     args = ap.parse_args()
-    rounds = run(args)
+    if min(args.concurrency, args.prompts, args.rounds) < 1:
+        ap.error("--concurrency, --prompts and --rounds must each be at least 1")
+    if args.max_frames < 0:
+        ap.error("--max-frames must be 0 (natural length) or more")
+    try:
+        rounds = run(args)
+    except PromptFileError as err:
+        ap.error(str(err))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "rounds": rounds}, f, indent=2)

@@ -7,7 +7,8 @@
 # overrides on top of SERVE_ARGS (the served model's name in MODEL; a server that dies is
 # noted in timing.txt and skipped).
 #   RATES="10 20" benchmarks/open_loop_runs.sh OUT_DIR old,snap_old new,snap k0,snap,pipeline.stages.talker.window_k=0
-# Per variant and rate: LABEL_rpsR.json (the summary, with the server's build from /health:
+# RATES: the open-loop rates, one after the other (default "10 20"; set and empty: none, for
+# closed-loop rounds only). Per variant and rate: LABEL_rpsR.json (the summary, with the server's build from /health:
 # `server.tree` must differ between two trees), LABEL_rpsR_requests.json (every request with
 # its chunk timeline), LABEL_rpsR.metrics (the server's /metrics after it; .before.metrics:
 # before it, so the table can say where that rate's first audio went on the server).

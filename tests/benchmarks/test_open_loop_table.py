@@ -164,7 +164,7 @@ def run_script(tmp_path, order: str, *variants: str, together: str = ""):
     from pathlib import Path
 
     script = Path(__file__).parents[2] / "benchmarks" / "open_loop_runs.sh"
-    env = {**os.environ, "RATES": " ", "ORDER": order}  # no rates: servers start and stop
+    env = {**os.environ, "RATES": "", "ORDER": order}  # no rates: servers start and stop
     env["TOGETHER"] = together
     return subprocess.run(
         ["bash", str(script), str(tmp_path / "out"), *variants],
@@ -182,6 +182,7 @@ def test_abba_runs_each_variant_first_once_and_last_once(tmp_path):
     timing = (tmp_path / "out" / "timing.txt").read_text().splitlines()
     ready = [line.split()[0] for line in timing if " ready after " in line]
     assert ready == ["old_1", "new_1", "new_2", "old_2"]
+    assert not list((tmp_path / "out").glob("*_rps*"))  # RATES="" runs no rate
     assert run_script(tmp_path, "abab", f"old,{a}").returncode == 2
 
 

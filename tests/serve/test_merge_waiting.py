@@ -39,16 +39,17 @@ def test_nothing_waiting_returns_the_event_itself():
 
 
 def test_waiting_audio_and_the_end_become_one_event():
-    first = AudioEvent("r", pcm=pcm(0), frames=1)
+    first = AudioEvent("r", pcm=pcm(0), frames=1, seated_at=1.0)
     q = queue_of(
         AudioEvent("r", pcm=pcm(4), frames=2),
         AudioEvent("r", pcm=pcm(8), frames=3),
-        AudioEvent("r", finished=True, finish_reason="length", frames=3),
+        AudioEvent("r", finished=True, finish_reason="length", frames=3, seated_at=2.0),
     )
     got = merge_waiting(first, q)
     assert np.array_equal(got.pcm, np.arange(12, dtype=np.float32))
     assert (got.frames, got.finished, got.finish_reason, got.error) == (3, True, "length", None)
     assert got.made_at == first.made_at  # made when its first part was (first-audio split)
+    assert (got.request_id, got.seated_at) == ("r", 1.0)  # seated when its first part says
     assert q.empty()
 
 
