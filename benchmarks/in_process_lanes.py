@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from benchmarks.pipeline_args import pipeline_parser, spec_of
 from omniflow.bench.client import BYTES_PER_FRAME, Prompt, load_prompts
 from omniflow.bench.outcome import Failure, Outcome, Sample, summarize
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS, PromptFileError
 from omniflow.build.pipeline import build_pipeline
-from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import Pipeline, PipelineUnavailable, RequestLimits
@@ -148,9 +148,8 @@ def one_round(target: Target, prompts: list[Prompt], concurrency: int, label: st
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Build, warm up with prompt 0 (a failure stops the run), then the rounds' summaries."""
-    base = [f"model={args.model}", f"platform={args.platform}", f"pipeline={args.pipeline}"]
     prompts = load_prompts(args.prompts_file, args.prompts, args.max_frames)  # before the build
-    spec = compose(base + list(args.override))
+    spec = spec_of(args)
     orch = build_pipeline(build_graph(spec))
     limits = RequestLimits(spec.server.max_buffered_audio_s, spec.server.max_first_audio_wait_s)
     target = Target(orch, limits, args.voice, orch.info().sample_rate)
@@ -181,11 +180,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="qwen3_tts_tiny")
-    ap.add_argument("--platform", default="auto")
-    ap.add_argument("--pipeline", default="qwen3_tts_fused")
-    ap.add_argument("--override", action="append", default=[], help="a Hydra override")
+    ap = pipeline_parser(__doc__)
     ap.add_argument("--concurrency", type=int, default=128, help="lanes")
     ap.add_argument("--prompts", type=int, default=512, help="prompts a round")
     ap.add_argument("--prompts-file", default=str(DEFAULT_PROMPTS))

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 
+from benchmarks.pipeline_args import pipeline_parser, spec_of
 from benchmarks.trace_parts import (
     Arrival,
     Phase,
@@ -42,7 +43,6 @@ from omniflow.bench.open_stats import percentiles
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS, read_prompt_rows
 from omniflow.bench.step_kinds import device_sync
 from omniflow.build.pipeline import build_pipeline
-from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.pipeline import Pipeline, WindowCounters
 from omniflow.core.player import stalls
@@ -81,8 +81,7 @@ class RecordingTimer:
 
 def run(args: argparse.Namespace) -> dict:
     """Each of `args.rps` in turn on one pipeline (built once, warmed by one request)."""
-    base = [f"pipeline={args.pipeline}", f"platform={args.platform}", f"model={args.model}"]
-    graph = build_graph(compose(base + list(args.override)))
+    graph = build_graph(spec_of(args))
     texts = [row.text for row in read_prompt_rows(args.prompts, need_seconds=False)]
     orch = build_pipeline(graph)
     timer = RecordingTimer(device_sync(graph.platform.device) if args.sync_phases else None)
@@ -164,11 +163,7 @@ def one_rate(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="qwen3_tts_tiny")
-    ap.add_argument("--platform", default="auto")
-    ap.add_argument("--pipeline", default="qwen3_tts_fused")
-    ap.add_argument("--override", action="append", default=[], help="a Hydra override")
+    ap = pipeline_parser(__doc__)
     ap.add_argument(
         "--rps", type=float, nargs="+", default=[10.0], help="mean arrivals a second, each in turn"
     )
