@@ -74,6 +74,7 @@ def talker_engine(
     stream_decode: bool = False,
     prompt_graph_tokens: int = 0,
     audio_chunk_frames: int = 0,
+    audio_pass_steps: int = 0,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
     bundle: TalkerBundle | None = None,
@@ -105,11 +106,19 @@ def talker_engine(
         window_k=window_k,
         prompt_graph_tokens=prompt_graph_tokens,
         audio_chunk_frames=audio_chunk_frames,
+        audio_pass_steps=audio_pass_steps,
     )
-    runner = ARModelRunner(model, cfg, device, dtype, audio_chunk_frames=audio_chunk_frames)
+    runner = ARModelRunner(
+        model,
+        cfg,
+        device,
+        dtype,
+        audio_chunk_frames=audio_chunk_frames,
+        audio_pass_steps=audio_pass_steps,
+    )
     engine = StageEngine(
         "talker",
-        ARScheduler(cfg, window_k=window_k),
+        ARScheduler(cfg, window_k=window_k, audio_pass_steps=audio_pass_steps),
         runner,
         async_scheduling=async_scheduling,
     )

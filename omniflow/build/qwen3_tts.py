@@ -174,6 +174,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         window_k=stage.window_k,
         prompt_graph_tokens=stage.prompt_graph_tokens,
         audio_chunk_frames=stage.audio_chunk_frames,
+        audio_pass_steps=stage.audio_pass_steps,
     )
     platform = ctx.graph.platform
     cfg = sized_scheduler(
@@ -186,6 +187,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
         ctx.dtype,
         batched_decode=PLATFORMS[ctx.graph.platform.name].batched_decode_attention,
         audio_chunk_frames=stage.audio_chunk_frames,
+        audio_pass_steps=stage.audio_pass_steps,
     )
     processor = TalkerProcessor(
         bundle.tokenizer,
@@ -205,6 +207,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
             cfg,
             window_k=stage.window_k,
             playback=playback_clock(stage, ctx),
+            audio_pass_steps=stage.audio_pass_steps,
         ),
         runner=runner,
         make_request=make_request,

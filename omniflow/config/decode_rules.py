@@ -95,6 +95,24 @@ def check_audio_chunks(key: str, stage: StageConfig, k: int, errors: list[Config
         )
 
 
+def check_audio_passes(key: str, stage: StageConfig, errors: list[ConfigError]) -> None:
+    """Held frames are a stage's own audio (`sched/audio_cycle.py`); a pass of one step's
+    frames is what 0 already does."""
+    if not isinstance(stage, ARStageConfig) or not stage.audio_pass_steps:
+        return
+    pkey = f"{key}.audio_pass_steps"
+    if stage.audio_pass_steps == 1:
+        errors.append(ConfigError(pkey, "must be 0 (off) or 2 to 16: one step a pass is 0"))
+    elif not stage.stream_decode:
+        errors.append(
+            ConfigError(pkey, "requires stream_decode: true (the stage decodes no audio itself)")
+        )
+
+
+def resolved_audio_pass_steps(stage: StageConfig) -> int:
+    return stage.audio_pass_steps if isinstance(stage, ARStageConfig) else 0
+
+
 def resolved_audio_chunk_frames(
     stage: StageConfig, k: int, platform: ResolvedPlatform | None
 ) -> int:

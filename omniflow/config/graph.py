@@ -47,6 +47,9 @@ class ResolvedStage(Frozen):
     audio_chunk_frames: int = Field(
         description="Frames per decoder pass inside a window (0: one pass at the window's end)."
     )
+    audio_pass_steps: int = Field(
+        0, description="Single steps whose frames a stream may hold for one pass (0: none)."
+    )
     playback_margin_ms: int | None = Field(
         None,
         description="The playback clock's margin: it sizes windows, seats arrivals alone and "

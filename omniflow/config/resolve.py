@@ -10,10 +10,12 @@ from __future__ import annotations
 from omniflow.config.decode_rules import (
     check_arrival_hold,
     check_audio_chunks,
+    check_audio_passes,
     check_prompt_graphs,
     check_resident_seqs,
     check_window,
     resolved_audio_chunk_frames,
+    resolved_audio_pass_steps,
     resolved_playback_margin,
     resolved_prompt_graph_tokens,
     resolved_window_k,
@@ -85,6 +87,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             check_kv_capacity(key, stage, errors)
             check_prompt_graphs(key, stage, errors)
             check_audio_chunks(key, stage, k, errors)
+            check_audio_passes(key, stage, errors)
             check_resident_seqs(key, stage, k, errors)
             check_arrival_hold(key, stage, k, spec.server.max_first_audio_wait_s, errors)
         if stage.upstream is not None:
@@ -97,6 +100,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
             prompt_graph_tokens=resolved_prompt_graph_tokens(stage, platform),
             audio_chunk_frames=resolved_audio_chunk_frames(stage, k, platform),
             playback_margin_ms=resolved_playback_margin(stage, k),
+            audio_pass_steps=resolved_audio_pass_steps(stage),
             stream_decode=stage.stream_decode,
             ref_context_frames=ref,
             receives_chunks=receives_chunks(stage),

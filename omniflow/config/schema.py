@@ -139,6 +139,16 @@ class ARStageConfig(StageBase):
         "each pass's audio is sent as soon as it is decoded; 0: one pass at the window's end "
         "on the main stream; null: window_k on CUDA with graphs, else 0.",
     )
+    audio_pass_steps: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="With stream_decode: outside windows, streams that were playing when a "
+        "run of single steps began hold their frames for up to this many steps (as their "
+        "playback slack allows) and decode them in one decoder pass, which costs nearly as "
+        "much for one frame as for several; new streams still hear their first frames at "
+        "once. No window opens while frames are held. 0: every step's frames decoded at once.",
+    )
     playback_margin_ms: int | None = Field(
         40,
         ge=0,

@@ -68,6 +68,9 @@ class StepPlan:
     open. Every window row decodes, so its scheduled tokens are k."""
     chunks: Mapping[str, Any] = field(default_factory=dict)
     """Chunk-receiving stages: the received chunk each scheduled request consumes."""
+    audio_later: frozenset[str] = frozenset()
+    """Requests whose frame of this (single) step may wait to be decoded with those of the
+    next steps (`audio_pass_steps`); every other request's held frames are decoded now."""
 
     @property
     def is_empty(self) -> bool:

@@ -283,13 +283,33 @@ class StepLoop:
             except (RuntimeError, ValueError) as exc:
                 log.exception("stage %s: a step's audio failed", self.name)
                 return [self._audio_failed(o, str(exc)) for o in outputs]
-        return [
+        with_audio = [
             self._audio_failed(o, failed[o.request_id])
             if o.request_id in failed
             else dataclasses.replace(o, audio=pcm[o.request_id])
             if o.request_id in pcm
             else o
             for o in outputs
+        ]
+        return with_audio + self._audio_alone(outputs, pcm, failed)
+
+    def _audio_alone(
+        self, outputs: list[StageOutput], pcm: dict[str, Any], failed: dict[str, str]
+    ) -> list[StageOutput]:
+        """Held frames of requests the step ran without (`worker/held_audio.py`: sat out or
+        preempted), as audio-only outputs; none for a request that has ended (aborted, or
+        its audio failed before): nothing of it may follow its terminal output."""
+        listed = {o.request_id for o in outputs}
+        extra = [rid for rid in (*pcm, *failed) if rid not in listed]
+        if not extra:
+            return []
+        going = set(self.scheduler.unfinished_ids())
+        return [
+            self._audio_failed(StageOutput(rid), failed[rid])
+            if rid in failed
+            else StageOutput(rid, audio=pcm[rid])
+            for rid in dict.fromkeys(extra)
+            if rid in going
         ]
 
     def _audio_failed(self, output: StageOutput, error: str) -> StageOutput:

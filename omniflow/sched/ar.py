@@ -39,6 +39,7 @@ from omniflow.sched.ar_admission import (
 )
 from omniflow.sched.ar_plan import StepDraft, assemble_plan
 from omniflow.sched.ar_tokens import take_tokens, tokens_to_schedule
+from omniflow.sched.audio_cycle import AudioCycle
 from omniflow.sched.kv_cache import KVCacheManager
 from omniflow.sched.live_input import extend_live, playing
 from omniflow.sched.playback import PlaybackClock
@@ -62,8 +63,11 @@ class ARScheduler:
         window_k: int = 0,
         playback: PlaybackClock | None = None,
         clock: Callable[[], float] = time.monotonic,
+        audio_pass_steps: int = 0,
     ) -> None:
         self.config = config
+        self.audio_cycle = AudioCycle(audio_pass_steps, playback)
+        """Single steps whose audio rows may hold and decode in one pass (`audio_cycle.py`)."""
         self.seats = SeatGaps(clock)
         """How often a seat frees (admission control, `first_audio_wait_s`)."""
         self.playback = playback
@@ -239,26 +243,32 @@ class ARScheduler:
         self.window_stats.arrival_steps += alone
         scheduled, new_blocks = draft.scheduled, draft.new_blocks
         before = draft.computed_before
-        window, extra = plan_window(
-            self.window_k,
-            [
-                Candidate(self.requests[rid], n, before[rid], not self._roster.knows(rid))
-                for rid, n in scheduled.items()
-            ],
-            waiting=0 if hold is not None else admissible_waiting(self.waiting, self._paused),
-            budget=self.config.max_num_batched_tokens,
-            max_model_len=self.config.max_model_len,
-            kv=self.kv,
-            stats=self.window_stats,
-            slack_k=self._slack_k(scheduled, hold),
+        candidates = [
+            Candidate(self.requests[rid], n, before[rid], not self._roster.knows(rid))
+            for rid, n in scheduled.items()
+        ]
+        window, extra = (
+            ({}, {})
+            if self.audio_cycle.running
+            else plan_window(
+                self.window_k,
+                candidates,
+                waiting=0 if hold is not None else admissible_waiting(self.waiting, self._paused),
+                budget=self.config.max_num_batched_tokens,
+                max_model_len=self.config.max_model_len,
+                kv=self.kv,
+                stats=self.window_stats,
+                slack_k=self._slack_k(scheduled, hold),
+            )
         )
+        later = self.audio_cycle.plan(candidates, bool(window))
         for rid, k in window.items():
             scheduled[rid] += k - 1  # its single step's tokens, then k - 1 decode steps
             new_blocks[rid] = new_blocks[rid] + extra[rid]
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
         plan, expected = assemble_plan(
-            step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster
+            step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster, later
         )
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected

@@ -130,7 +130,7 @@ def plan_window(
     return sizes, extra
 
 
-def _prefills(c: Candidate) -> bool:
+def prefills(c: Candidate) -> bool:
     """Its step computes context rather than one decode token: a request new to the runner,
     or one still in its prompt (judged on the computed count *before* this step, so its last
     prefill token counts), or more than one token."""
@@ -143,7 +143,7 @@ def _refusal(candidates: list[Candidate], waiting: int) -> str | None:
     if waiting:
         return "waiting"
     for c in candidates:
-        if _prefills(c):
+        if prefills(c):
             return "new_request" if c.is_new else "prefill"
         if c.computed_before + 1 != c.request.num_tokens:
             return "not_at_end"

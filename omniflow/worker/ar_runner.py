@@ -26,6 +26,7 @@ from omniflow.device.upload import upload_ints
 from omniflow.models.interface import ARModel, FrameSample, KVLayout
 from omniflow.sampling.sampler import SamplingStaging
 from omniflow.worker.ar_decode import decode_steps
+from omniflow.worker.held_audio import HeldFrames
 from omniflow.worker.inputs import DecodeBatch, RunnerRequest, build_prefill
 from omniflow.worker.step_audio import StepAudio
 from omniflow.worker.step_ops import StepOps, sampled_step
@@ -45,6 +46,7 @@ class ARModelRunner:
         dtype: torch.dtype,
         batched_decode: bool = False,
         audio_chunk_frames: int = 0,
+        audio_pass_steps: int = 0,
     ) -> None:
         self.model = model
         self.audio_chunk_frames = audio_chunk_frames
@@ -54,6 +56,7 @@ class ARModelRunner:
         self.dtype = dtype
         self.batched_decode = batched_decode
         self.block_size = scheduler.block_size
+        self.max_model_len = scheduler.max_model_len
         spec = model.kv_spec
         slots = scheduler.num_kv_blocks * scheduler.block_size
         # One slot past the pool: padded rows of a captured decode bucket write their K/V
@@ -81,6 +84,8 @@ class ARModelRunner:
             max_requests=scheduler.max_resident_seqs or 0,
         )
         self.ops = StepOps(model, self.decode_batch, self.sampling)
+        if audio_pass_steps > 1 and model.decoder_slots() is not None:
+            self.ops.held = HeldFrames(model.queue_audio, self._ends)
         self.arrivals = Arrivals()
         """Set by the engine when a request arrives that the next step could seat: a
         window ends at its next step boundary (`watch_arrivals`)."""
@@ -119,6 +124,13 @@ class ARModelRunner:
 
     # ------------------------------------------------------------------ state
 
+    def _ends(self, request_id: str) -> bool:
+        """Whether the request made its last token in the step just recorded (its length
+        cap; a stop frame shows in the frame itself)."""
+        r = self.requests[request_id]
+        made = len(r.tokens)
+        return made >= r.sampling.max_new_tokens or r.prompt_len + made >= self.max_model_len
+
     def _admit(self, data: NewRequestData) -> None:
         self.model.admit(data.request_id)
         frames = [
@@ -138,6 +150,10 @@ class ARModelRunner:
         )
 
     def _apply_plan_state(self, plan: StepPlan) -> None:
+        held = self.ops.held
+        if held is not None and plan.finished_ids:
+            held.release(plan.preempted_ids)  # decoded before the decoder state is parked
+            held.drop(plan.finished_ids)
         for rid in plan.finished_ids:
             self.requests.pop(rid, None)
             self.sampling.release(rid)
@@ -159,6 +175,7 @@ class ARModelRunner:
     def execute(self, plan: StepPlan) -> StepResult:
         with self.ops.phase("plan_state"):  # admits, finishes, block tables: host
             self._apply_plan_state(plan)
+        self.ops.audio_later = plan.audio_later
         if plan.is_empty:
             return StepResult(plan.step_id, {})
         order = list(plan.num_scheduled_tokens.items())
@@ -207,6 +224,9 @@ class ARModelRunner:
                 single[rid] = RequestStepOutput(error=message)
             self._keep_audio(plan.step_id, audio)
             return StepResult(plan.step_id, single, window_steps=1, window_refusal=reason)
+        if self.ops.held is not None and self._chunk_sink is not None:
+            for part in self.ops.held.release_all():  # before the window's chunks go
+                self._chunk_sink(part)
         outputs, audio, steps, cut = self._decode(dict(plan.window), plan.step_id)
         self._keep_audio(plan.step_id, audio)
         return StepResult(plan.step_id, outputs, window_steps=steps, window_cut=cut)

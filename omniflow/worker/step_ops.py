@@ -14,6 +14,7 @@ from omniflow.core.step import RequestStepOutput
 from omniflow.models.interface import ARModel, FrameSample, QueuedFrames, SampledStep
 from omniflow.sampling.draw import SamplingBatch
 from omniflow.sampling.sampler import BatchSampler, SamplingStaging
+from omniflow.worker.held_audio import HeldFrames
 from omniflow.worker.inputs import DecodeBatch, RunnerRequest
 from omniflow.worker.step_audio import StepAudio
 
@@ -32,6 +33,10 @@ class StepOps:
         self.timer: PhaseTimer = NoTimer()
         """Benchmarks time the step's phases through this hook (no cost by default)."""
         self.stage_name = model.name
+        self.held: HeldFrames | None = None
+        """Single steps' frames held for a later pass (`audio_pass_steps`); None: never."""
+        self.audio_later: frozenset[str] = frozenset()
+        """The running plan's rows whose frame may be held (`StepPlan.audio_later`)."""
 
     def phase(self, name: str) -> AbstractContextManager[object]:
         return self.timer.phase(self.stage_name, name)
@@ -81,11 +86,17 @@ class StepOps:
     ) -> StepAudio | None:
         """The PCM of the frames sampled, still being decoded: the audio `queued` earlier (a
         window's first chunks, in order), then that of `steps`, queued now in one pass for
-        the step or the rest of the window. None without any."""
+        the step or the rest of the window; held frames (`held`) first. A single step's rows
+        in `audio_later` hold its frame instead. None without any."""
         if self.model.decoder_slots() is None:  # no stream decode: this stage makes no audio
             return None
         with self.phase("audio"):
-            pending = [*queued, self.model.queue_audio(steps)] if steps else queued
+            if self.held is not None and len(steps) == 1 and not queued:
+                pending = self.held.step(steps[0], self.audio_later)
+            else:
+                before = self.held.release_all() if self.held is not None else []
+                now = [self.model.queue_audio(steps)] if steps else []
+                pending = [*before, *queued, *now]
         return StepAudio(pending, self.model.name, step_id) if pending else None
 
 

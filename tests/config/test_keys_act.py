@@ -33,6 +33,7 @@ READ: dict[str, tuple[str, str]] = {
     f"{S}.prompt_graph_tokens": ("build/qwen3_tts.py", "prompt_graph_tokens"),
     f"{S}.audio_chunk_frames": ("build/qwen3_tts.py", "audio_chunk_frames"),
     f"{S}.playback_margin_ms": ("build/qwen3_tts.py", "playback_margin_ms"),
+    f"{S}.audio_pass_steps": ("build/qwen3_tts.py", "audio_pass_steps"),
     f"{S}.stream_decode": ("build/qwen3_tts.py", "stream_decode"),
     f"{S}.receives_chunks": ("build/qwen3_tts.py", "receives_chunks"),
     f"{S}.atomic_chunks": ("build/qwen3_tts.py", "atomic_chunks"),

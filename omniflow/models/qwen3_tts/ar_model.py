@@ -225,6 +225,7 @@ def build_ar_model(
     window_k: int = 0,
     prompt_graph_tokens: int = 0,
     audio_chunk_frames: int = 0,
+    audio_pass_steps: int = 0,
 ) -> TalkerARModel:
     """The runner's model for a built talker; with `stream_decoder` it also emits PCM. With
     `frame_sample` (the runner's fixed-policy draw) the code predictor runs as CUDA graphs
@@ -250,6 +251,7 @@ def build_ar_model(
         side = torch.cuda.Stream(stream_decoder.device, priority=-1)
     if decode_graphs and stream_decoder is not None:
         frames = (audio_chunk_frames or window_k) if window_k > 1 else 1
+        frames = max(frames, audio_pass_steps)  # held frames decode in one pass too
         passes = decoder_pass_graphs(stream_decoder, max_batch, frames, side)
     if frame_sample is not None:
         talker = bundle.talker
