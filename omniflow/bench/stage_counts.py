@@ -46,6 +46,7 @@ def stage_windows(stats: PipelineStats, stage: str) -> dict[str, int] | None:
         "executed_steps": w.steps,
         "cut_windows": w.cut,
         "arrival_steps": w.arrival_steps,
+        "audio_cycles": w.audio_cycles,
     }
     flat.update({f"refused_{k}": v for k, v in sorted(w.refusals.items())})
     return flat
@@ -78,7 +79,7 @@ def windows_of(samples: Samples, stage: str) -> dict[str, int] | None:
 
 WINDOW_FIELDS = {"planned_windows": "planned", "executed_windows": "executed"}
 WINDOW_FIELDS |= {"executed_steps": "steps", "cut_windows": "cut"}
-WINDOW_FIELDS |= {"arrival_steps": "arrival_steps"}
+WINDOW_FIELDS |= {"arrival_steps": "arrival_steps", "audio_cycles": "audio_cycles"}
 
 
 def prefills_of(samples: Samples, stage: str) -> PrefillCounters | None:

@@ -135,6 +135,8 @@ def windows_cell(w: dict[str, int]) -> str:
         cell += f", {w['cut_windows']} cut"
     if w.get("arrival_steps"):
         cell += f", {w['arrival_steps']} arrival steps"
+    if w.get("audio_cycles"):
+        cell += f", {w['audio_cycles']} held-audio cycles"
     return cell
 
 

@@ -86,6 +86,9 @@ class WindowCounters:
     """Windows an arrival ended before their planned length (`core/arrivals.py`)."""
     arrival_steps: int = 0
     """Steps the running streams sat out so that arrivals were prefilled alone."""
+    audio_cycles: int = 0
+    """Runs of single steps whose frames playing streams held for one decoder pass
+    (`audio_pass_steps`, `sched/audio_cycle.py`)."""
 
 
 @dataclass(frozen=True)

@@ -176,8 +176,9 @@ class ARScheduler:
 
     def gauges(self) -> SchedulerGauges:
         """Typed gauges for `Orchestrator.stats()`."""
-        clocked = self.window_k or self.playback is not None  # arrival steps need no window
-        windows = self.window_stats.counters() if clocked else None
+        # arrival steps and held-audio cycles need no window
+        clocked = self.window_k or self.playback is not None or self.audio_cycle.steps > 1
+        windows = self.window_stats.counters(self.audio_cycle.cycles) if clocked else None
         clock = self.playback
         return SchedulerGauges(
             running=len(self.running),

@@ -45,12 +45,13 @@ class WindowStats:
             self.refusals[result.window_refusal] += 1
         self.cut_windows += result.window_cut
 
-    def counters(self) -> WindowCounters:
-        """The typed snapshot for the stage's gauges (`/metrics`, the INFO line)."""
+    def counters(self, audio_cycles: int = 0) -> WindowCounters:
+        """The typed snapshot for the stage's gauges (`/metrics`, the INFO line), with the
+        scheduler's held-frame cycles (`sched/audio_cycle.py`)."""
         done = (self.planned_windows, self.executed_windows, self.executed_steps)
         sizes = dict(self.sizes)
         return WindowCounters(
-            *done, dict(self.refusals), sizes, self.cut_windows, self.arrival_steps
+            *done, dict(self.refusals), sizes, self.cut_windows, self.arrival_steps, audio_cycles
         )
 
 

@@ -262,6 +262,11 @@ WINDOW_COUNTERS: tuple[tuple[str, str, Callable[[WindowCounters], int]], ...] = 
         "Steps the running streams sat out so that arrivals were prefilled alone",
         lambda w: w.arrival_steps,
     ),
+    (
+        "omniflow_window_audio_cycles",
+        "Runs of single steps whose frames playing streams held for one decoder pass",
+        lambda w: w.audio_cycles,
+    ),
 )
 
 

@@ -133,6 +133,24 @@ def test_window_counters_on_metrics_only_with_windows_or_a_playback_clock(live):
         assert 'omniflow_window_arrival_steps_total{stage="talker"} 0.0' in text
 
 
+def test_held_audio_is_served_whole_and_its_cycles_counted():
+    from tests.serve.conftest import LiveServer
+
+    with LiveServer(
+        "pipeline.stages.talker.audio_pass_steps=4",
+        "pipeline.stages.talker.playback_margin_ms=null",
+    ) as server:
+        r = speak(server.url, 30, "held")
+        assert r.status_code == 200 and len(r.content) == 30 * 1920 * 2
+        text = httpx.get(server.url + "/metrics").text
+        cycles = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith('omniflow_window_audio_cycles_total{stage="talker"}')
+        ]
+        assert cycles and float(cycles[0].split()[-1]) >= 7  # 29 single steps after the prefill
+
+
 def test_instructions_change_the_prompt_and_are_refused_where_unsupported(live):
     body = {
         "model": MODEL,

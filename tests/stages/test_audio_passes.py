@@ -72,7 +72,7 @@ def test_held_frames_give_each_steps_pcm_in_fewer_passes(async_scheduling):
     plain, plain_calls, _ = run(reqs, async_scheduling=async_scheduling)
     held, held_calls, engine = run(reqs, async_scheduling=async_scheduling, audio_pass_steps=4)
     assert_same_audio(plain, held)
-    assert engine.scheduler.audio_cycle.cycles >= 4
+    assert engine.scheduler.gauges().windows.audio_cycles >= 4
     assert max(held_calls) > 1  # passes over several steps' frames
     assert len(held_calls) < 0.6 * len(plain_calls)
 
