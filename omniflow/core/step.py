@@ -71,6 +71,9 @@ class StepPlan:
     audio_later: frozenset[str] = frozenset()
     """Requests whose frame of this (single) step may wait to be decoded with those of the
     next steps (`audio_pass_steps`); every other request's held frames are decoded now."""
+    audio_cycle: int = 0
+    """The held-audio cycle this step belongs to (0: none): a step of another cycle first
+    decodes whatever the runner still holds, so no hold outlasts the cycle that sized it."""
 
     @property
     def is_empty(self) -> bool:

@@ -269,8 +269,9 @@ class ARScheduler:
             self._outstanding[rid] = k
         step_id = next(self._step_ids)
         plan, expected = assemble_plan(
-            step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster, later
+            step_id, scheduled, new_blocks, window, self.requests, self.kv, self._roster
         )
+        plan = self.audio_cycle.stamp(plan, later)
         if expected:  # a plan never submitted (the engine plans again) leaves nothing behind
             self._expected[step_id] = expected
         if self.playback is not None and not plan.is_empty and not alone:

@@ -38,7 +38,6 @@ def assemble_plan(
     requests: Mapping[str, Request],
     kv: KVCacheManager,
     roster: RunnerRoster,
-    audio_later: frozenset[str] = frozenset(),
 ) -> tuple[StepPlan, dict[str, int]]:
     """The plan, and the tokens each request will sample in it. A request new to the runner
     goes with its whole state, a known one with its new blocks; each one's computed count
@@ -77,7 +76,6 @@ def assemble_plan(
         preempted_ids=preempted,
         total_num_tokens=sum(scheduled.values()),
         window=window,
-        audio_later=audio_later,
     )
     return plan, expected
 

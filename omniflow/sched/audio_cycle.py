@@ -13,8 +13,10 @@ would come after the window's steps.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
+from omniflow.core.step import StepPlan
 from omniflow.sched.playback import PlaybackClock
 from omniflow.sched.window import Candidate, prefills
 
@@ -31,6 +33,8 @@ class AudioCycle:
         self.rows: frozenset[str] = frozenset()
         self.cycles = 0
         """Cycles begun (the stage's INFO line and tests)."""
+        self.current = 0
+        """The cycle of the step planned last (`StepPlan.audio_cycle`; 0: none)."""
 
     @property
     def running(self) -> bool:
@@ -40,13 +44,14 @@ class AudioCycle:
         """The rows of this step whose frame may wait (`StepPlan.audio_later`): none in a
         window, at a cycle's last step, or where slack covers fewer than 2 steps."""
         candidates = list(candidates)
+        self.current = 0
         if self.steps < 2 or windowed:
             self.left, self.rows = 0, frozenset()
             return frozenset()
         eligible = frozenset(
             c.request.request_id
             for c in candidates
-            if not prefills(c) and c.request.input_room is None  # live text: not held
+            if not prefills(c) and c.request.live is None  # live text: its cap moves
         )
         if not self.running:
             length = self._length(candidates)
@@ -55,14 +60,22 @@ class AudioCycle:
             self.left, self.rows = length, eligible
             self.cycles += 1
         self.left -= 1
+        self.current = self.cycles
         self.rows = self.rows & eligible  # a row that leaves does not come back this cycle
         if not self.rows:
             self.left = 0  # no one holds: windows may open again
         return frozenset() if self.left == 0 else self.rows
+
+    def stamp(self, plan: StepPlan, later: frozenset[str]) -> StepPlan:
+        """`plan` with the rows that may hold and the cycle it belongs to."""
+        if not later and not self.current:
+            return plan
+        return dataclasses.replace(plan, audio_later=later, audio_cycle=self.current)
 
     def _length(self, candidates: list[Candidate]) -> int:
         """The steps the scheduled streams' slack covers, at most `steps`."""
         if self.playback is None:
             return self.steps
         streams = [(c.request.request_id, len(c.request.output_tokens)) for c in candidates]
-        return self.playback.window_steps(self.steps, streams, self.playback.now())
+        # held frames leave only at the cycle's end, whatever a window's chunks do
+        return self.playback.window_steps(self.steps, streams, self.playback.now(), chunked=False)

@@ -92,6 +92,8 @@ class ARModelRunner:
         self._chunk_sink: Callable[[PendingAudio], None] | None = None
         """Where a window's chunks go as soon as they are queued (`send_chunks`)."""
         self._refusals_logged: set[str] = set()
+        self._audio_cycle = 0
+        """The held-audio cycle of the last plan (`StepPlan.audio_cycle`)."""
         self._prefill_steps = 0
         self._prefill_tokens = 0
 
@@ -151,9 +153,13 @@ class ARModelRunner:
 
     def _apply_plan_state(self, plan: StepPlan) -> None:
         held = self.ops.held
-        if held is not None and plan.finished_ids:
+        if held is not None:
             held.release(plan.preempted_ids)  # decoded before the decoder state is parked
             held.drop(plan.finished_ids)
+            # another cycle (or none) lets everything go; a row the step leaves out, itself
+            new = plan.audio_cycle != self._audio_cycle
+            held.release([r for r in held.rows if new or r not in plan.num_scheduled_tokens])
+            self._audio_cycle = plan.audio_cycle
         for rid in plan.finished_ids:
             self.requests.pop(rid, None)
             self.sampling.release(rid)

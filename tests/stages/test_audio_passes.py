@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from omniflow.core.output import StageOutput
+from omniflow.core.step import StepPlan
 from omniflow.models.interface import FrameSample, SampledStep
 from omniflow.sched.audio_cycle import AudioCycle
 from omniflow.sched.playback import PlaybackClock
@@ -177,7 +178,7 @@ def candidate(rid: str, *, new=False, prompt=False, live=False, frames=5) -> Can
         prompt_len=10,
         num_tokens=10 + frames,
         output_tokens=[0] * frames,
-        input_room=3 if live else None,
+        live=object() if live else None,
     )
     before = 4 if prompt else 10 + frames - 1
     return Candidate(request, 1, before, new)  # type: ignore[arg-type]
@@ -214,3 +215,34 @@ def test_no_cycle_in_a_window_and_its_length_is_what_slack_covers():
     assert held == [{"a"}, {"a"}, {"a"}, set()]  # 0.2 s of slack covers 4 steps of 0.05 s
     clock.frames_made("b", 0, at=100.0 - 0.37)  # 0.03 s of slack: not one step
     assert AudioCycle(8, clock).plan([candidate("a"), candidate("b")], windowed=False) == set()
+
+
+def test_a_cycle_is_as_long_as_slack_covers_though_window_chunks_would_leave_early():
+    """A window whose audio leaves in chunks may run past its slack (each chunk comes in
+    time); held frames leave only at the cycle's end."""
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.0, chunk_steps=2, now=lambda: 100.0)
+    clock.observe_step(0.03, 1, rows=1)
+    clock.frames_made("a", 0, at=100.0 - 0.3)  # 5 frames made, 0.3 s played: 0.1 s of slack
+    assert clock.window_steps(8, [("a", 5)], 100.0) == 8  # a chunked window: the whole cap
+    cycle = AudioCycle(8, clock)
+    held = [cycle.plan([candidate("a")], windowed=False) for _ in range(3)]
+    assert held == [{"a"}, {"a"}, set()]  # 0.1 s covers 3 steps of 0.03 s
+
+
+def test_a_plan_of_another_cycle_releases_what_the_runner_holds():
+    """No hold outlasts the cycle that sized it, also when the step that ended the cycle never
+    reached the decoder (a prefill alone, an empty plan)."""
+    engine, proc = talker_engine(stream_decode=True, audio_pass_steps=4)
+    for r in (fixed("a", 12, seed=1), fixed("b", 12, seed=2)):
+        assert engine.add_request(proc.make_request(r)) == []
+    engine.step()  # the prefill: first frames at once
+    engine.step()
+    engine.step()  # two steps of a cycle of 4
+    held = engine.runner.ops.held
+    assert set(held.rows) == {"a", "b"} and len(held.steps) == 2
+    plan = engine.scheduler.schedule()  # the cycle's third step, as a new cycle's first
+    assert plan.audio_later == {"a", "b"} and plan.audio_cycle == 1
+    engine.runner.execute(dataclasses.replace(plan, audio_cycle=2))
+    assert len(held.steps) == 1  # the old hold went first; the new cycle holds its own step
+    engine.runner.execute(StepPlan(step_id=10_000, num_scheduled_tokens={}))
+    assert held.rows == () and len(held.released) == 1
