@@ -54,10 +54,10 @@ class AudioCycle:
             if not prefills(c) and c.request.live is None  # live text: its cap moves
         )
         if not self.running:
-            length = self._length(candidates)
-            if length < 2 or not eligible:
+            length, rows = self._hold(candidates, eligible)
+            if length < 2 or not rows:
                 return frozenset()
-            self.left, self.rows = length, eligible
+            self.left, self.rows = length, rows
             self.cycles += 1
         self.left -= 1
         self.current = self.cycles
@@ -72,10 +72,26 @@ class AudioCycle:
             return plan
         return dataclasses.replace(plan, audio_later=later, audio_cycle=self.current)
 
-    def _length(self, candidates: list[Candidate]) -> int:
-        """The steps the scheduled streams' slack covers, at most `steps`."""
+    def _hold(
+        self, candidates: list[Candidate], eligible: frozenset[str]
+    ) -> tuple[int, frozenset[str]]:
+        """The cycle's length L and rows: those whose own playback slack covers L steps at the
+        measured step time, L (2 to `steps`) chosen to save the most decoder work (rows held
+        x (1 - 1/L): a pass per L steps instead of one a step). A row that cannot wait decodes
+        at once, and its slack does not shorten the others' cycle. No clock: every eligible
+        row, `steps` steps."""
         if self.playback is None:
-            return self.steps
-        streams = [(c.request.request_id, len(c.request.output_tokens)) for c in candidates]
-        # held frames leave only at the cycle's end, whatever a window's chunks do
-        return self.playback.window_steps(self.steps, streams, self.playback.now(), chunked=False)
+            return self.steps, eligible
+        clock, at = self.playback, self.playback.now()
+        step = clock.step_s_at(len(candidates))
+        if step is None:
+            return 0, frozenset()  # nothing measured yet: no one waits on a guess
+        frames = {c.request.request_id: len(c.request.output_tokens) for c in candidates}
+        fits = {r: int(clock.window_slack(r, frames[r], at) // step) for r in eligible}
+        saved = {
+            n: sum(f >= n for f in fits.values()) * (1 - 1 / n) for n in range(2, self.steps + 1)
+        }
+        length = max(saved, key=lambda n: (saved[n], n), default=0)
+        if not saved or saved[length] == 0:
+            return 0, frozenset()
+        return length, frozenset(r for r, f in fits.items() if f >= length)

@@ -130,15 +130,12 @@ class PlaybackClock:
             return rows
         return max(rows, math.floor(ROTATION_LOAD * rows * self.frame_s / step))
 
-    def window_steps(
-        self, cap: int, streams: Iterable[tuple[str, int]], at: float, chunked: bool = True
-    ) -> int:
+    def window_steps(self, cap: int, streams: Iterable[tuple[str, int]], at: float) -> int:
         """The most steps (<= cap) a window may run: its audio arrives at its end, so every
         scheduled stream's slack (`window_slack`) must cover them; with audio every
         `chunk_steps` and a step shorter than a frame, only the first chunk's steps (each
         chunk then brings more audio than its steps take, so the later ones come in time),
-        and then the whole cap (`chunked` false: audio that leaves only at the end, held
-        frames' own). `streams`: (request, frames made)."""
+        and then the whole cap. `streams`: (request, frames made)."""
         streams = list(streams)
         step = self.step_s_at(len(streams))
         if not streams:
@@ -147,8 +144,7 @@ class PlaybackClock:
             return 1 if any(rid not in self.started for rid, _ in streams) else cap
         least = min(self.window_slack(rid, n, at) for rid, n in streams)
         fit = math.floor(least / step)
-        early = chunked and 0 < self.chunk_steps < cap
-        if early and fit >= self.chunk_steps and step <= self.frame_s:
+        if 0 < self.chunk_steps < cap and fit >= self.chunk_steps and step <= self.frame_s:
             return cap
         return max(1, min(cap, fit))
 

@@ -46,7 +46,7 @@ class HeldFrames:
         framed = {r for r, f in outputs if f is not None}
         pool = self.rows if self.steps else step.request_ids
         keep = [r for r in pool if r in later and r in framed and not self.ends(r)]
-        parts, self.released = self.released, []
+        parts: list[PendingAudio] = []
         going = [r for r in self.rows if r not in keep]
         with_frame = [r for r in going if r in framed]
         without = [r for r in going if r not in framed]  # a stop frame, or not in the step
@@ -60,6 +60,8 @@ class HeldFrames:
             parts.append(self.queue([restrict(step, now)]))
         self.steps = [*self._of(keep), restrict(step, keep)] if keep else []
         self.rows = tuple(keep)
+        # released passes go first; kept until now, so a failing call above does not lose them
+        parts, self.released = [*self.released, *parts], []
         return parts
 
     def release(self, request_ids: Collection[str]) -> None:

@@ -214,7 +214,16 @@ def test_no_cycle_in_a_window_and_its_length_is_what_slack_covers():
     held = [cycle.plan([candidate("a")], windowed=False) for _ in range(4)]
     assert held == [{"a"}, {"a"}, {"a"}, set()]  # 0.2 s of slack covers 4 steps of 0.05 s
     clock.frames_made("b", 0, at=100.0 - 0.37)  # 0.03 s of slack: not one step
-    assert AudioCycle(8, clock).plan([candidate("a"), candidate("b")], windowed=False) == set()
+    cycle = AudioCycle(8, clock)  # b decodes at once; its slack does not shorten a's cycle
+    held = [cycle.plan([candidate("a"), candidate("b")], windowed=False) for _ in range(4)]
+    assert held == [{"a"}, {"a"}, {"a"}, set()]
+    clock.frames_made("c", 0, at=100.0)  # 0.4 s of slack: 8 steps, the cap
+    cycle = AudioCycle(8, clock)  # both for 4 steps save more than c alone for 8
+    assert cycle.plan([candidate("a"), candidate("c")], windowed=False) == {"a", "c"}
+    assert cycle.left == 3
+    cycle = AudioCycle(8, clock)  # c alone, for as long as its slack covers; b never
+    assert cycle.plan([candidate("b"), candidate("c")], windowed=False) == {"c"}
+    assert cycle.left == 7
 
 
 def test_a_cycle_is_as_long_as_slack_covers_though_window_chunks_would_leave_early():
