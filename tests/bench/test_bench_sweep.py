@@ -94,7 +94,7 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path, capsys):
     assert windows["executed_windows"] > 0
     assert windows["executed_steps"] == 3 * windows["executed_windows"]
     assert windows["cut_windows"] == 0  # read from /metrics; two lanes, no arrival mid-window
-    assert "arrival_steps" in windows  # read from /metrics beside them
+    assert "arrival_steps" in windows and windows["audio_cycles"] == 0  # from /metrics too
     summary = (out / "summary.md").read_text()
     assert summary.count("\n| 0 | 0 |") == 1 and summary.count("\n| 4 | 0 |") == 1
     assert "| pipeline.stages.talker.window_k | failed |" in summary
@@ -277,6 +277,8 @@ def test_the_summary_says_how_many_windows_ran():
     assert windows_cell(cut) == "12 (60), 5 cut"
     alone = {**cut, "arrival_steps": 7}
     assert windows_cell(alone) == "12 (60), 5 cut, 7 arrival steps"
+    held = {**alone, "audio_cycles": 9}
+    assert windows_cell(held) == "12 (60), 5 cut, 7 arrival steps, 9 held-audio cycles"
 
 
 def test_the_summary_names_the_decoders_dtype_once_or_per_job():
