@@ -35,6 +35,9 @@ class AudioCycle:
         """Cycles begun (the stage's INFO line and tests)."""
         self.current = 0
         """The cycle of the step planned last (`StepPlan.audio_cycle`; 0: none)."""
+        self.due: float | None = None
+        """When the held rows' first held frame is due (the least slack at the cycle's start;
+        None: no clock)."""
 
     @property
     def running(self) -> bool:
@@ -54,11 +57,13 @@ class AudioCycle:
             if not prefills(c) and c.request.live is None  # live text: its cap moves
         )
         if not self.running:
-            length, rows = self._hold(candidates, eligible)
+            length, rows, self.due = self._hold(candidates, eligible)
             if length < 2 or not rows:
                 return frozenset()
             self.left, self.rows = length, rows
             self.cycles += 1
+        elif self._late(len(candidates)):
+            self.left = 1  # the steps grew (arrivals seated beside): what is held goes now
         self.left -= 1
         self.current = self.cycles
         self.rows = self.rows & eligible  # a row that leaves does not come back this cycle
@@ -72,26 +77,37 @@ class AudioCycle:
             return plan
         return dataclasses.replace(plan, audio_later=later, audio_cycle=self.current)
 
+    def _late(self, rows: int) -> bool:
+        """Whether the cycle's remaining steps, at the step time of `rows` rows now, would
+        take its held audio past when it is due (the slack it was sized with is spent as
+        time passes, whatever frames the held rows made since)."""
+        if self.playback is None or self.due is None:
+            return False
+        step = self.playback.step_s_at(rows)
+        return step is not None and self.due - self.playback.now() < self.left * step
+
     def _hold(
         self, candidates: list[Candidate], eligible: frozenset[str]
-    ) -> tuple[int, frozenset[str]]:
+    ) -> tuple[int, frozenset[str], float | None]:
         """The cycle's length L and rows: those whose own playback slack covers L steps at the
         measured step time, L (2 to `steps`) chosen to save the most decoder work (rows held
         x (1 - 1/L): a pass per L steps instead of one a step). A row that cannot wait decodes
         at once, and its slack does not shorten the others' cycle. No clock: every eligible
         row, `steps` steps."""
         if self.playback is None:
-            return self.steps, eligible
+            return self.steps, eligible, None
         clock, at = self.playback, self.playback.now()
         step = clock.step_s_at(len(candidates))
         if step is None:
-            return 0, frozenset()  # nothing measured yet: no one waits on a guess
+            return 0, frozenset(), None  # nothing measured yet: no one waits on a guess
         frames = {c.request.request_id: len(c.request.output_tokens) for c in candidates}
-        fits = {r: int(clock.window_slack(r, frames[r], at) // step) for r in eligible}
+        slack = {r: clock.window_slack(r, frames[r], at) for r in eligible}
+        fits = {r: int(s // step) for r, s in slack.items()}
         saved = {
             n: sum(f >= n for f in fits.values()) * (1 - 1 / n) for n in range(2, self.steps + 1)
         }
         length = max(saved, key=lambda n: (saved[n], n), default=0)
         if not saved or saved[length] == 0:
-            return 0, frozenset()
-        return length, frozenset(r for r, f in fits.items() if f >= length)
+            return 0, frozenset(), None
+        rows = frozenset(r for r, f in fits.items() if f >= length)
+        return length, rows, at + min(slack[r] for r in rows)

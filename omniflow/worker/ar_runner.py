@@ -126,6 +126,21 @@ class ARModelRunner:
 
     # ------------------------------------------------------------------ state
 
+    def _let_go(self, held: HeldFrames, plan: StepPlan) -> None:
+        """Before a plan's state changes: a preempted row's held frames are decoded (before
+        its decoder state is parked), a finished one's dropped; another cycle (or none) lets
+        everything go, a row the step leaves out lets go itself. A decoder call that fails
+        here drops what is held (those streams lose those frames) instead of the stage."""
+        new = plan.audio_cycle != self._audio_cycle
+        self._audio_cycle = plan.audio_cycle
+        try:
+            held.release(plan.preempted_ids)
+            held.drop(plan.finished_ids)
+            held.release([r for r in held.rows if new or r not in plan.num_scheduled_tokens])
+        except (RuntimeError, ValueError):
+            log.exception("%s: held frames of %s not decoded", self.model.name, held.rows)
+            held.drop(held.rows)
+
     def _ends(self, request_id: str) -> bool:
         """Whether the request made its last token in the step just recorded (its length
         cap; a stop frame shows in the frame itself)."""
@@ -154,12 +169,7 @@ class ARModelRunner:
     def _apply_plan_state(self, plan: StepPlan) -> None:
         held = self.ops.held
         if held is not None:
-            held.release(plan.preempted_ids)  # decoded before the decoder state is parked
-            held.drop(plan.finished_ids)
-            # another cycle (or none) lets everything go; a row the step leaves out, itself
-            new = plan.audio_cycle != self._audio_cycle
-            held.release([r for r in held.rows if new or r not in plan.num_scheduled_tokens])
-            self._audio_cycle = plan.audio_cycle
+            self._let_go(held, plan)
         for rid in plan.finished_ids:
             self.requests.pop(rid, None)
             self.sampling.release(rid)

@@ -255,3 +255,36 @@ def test_a_plan_of_another_cycle_releases_what_the_runner_holds():
     assert len(held.steps) == 1  # the old hold went first; the new cycle holds its own step
     engine.runner.execute(StepPlan(step_id=10_000, num_scheduled_tokens={}))
     assert held.rows == () and len(held.released) == 1
+
+
+def test_a_decoder_failure_while_letting_go_drops_the_held_frames_not_the_stage():
+    engine, proc = talker_engine(stream_decode=True, audio_pass_steps=4)
+    for r in (fixed("a", 12, seed=1), fixed("b", 12, seed=2)):
+        assert engine.add_request(proc.make_request(r)) == []
+    for _ in range(3):
+        engine.step()  # the prefill, then two steps of a cycle
+    held = engine.runner.ops.held
+    assert held.rows
+
+    def broken(steps):
+        raise RuntimeError("decoder down")
+
+    engine.runner.model.slots.queue = broken
+    result = engine.runner.execute(StepPlan(step_id=10_000, num_scheduled_tokens={}))
+    assert result.outputs == {} and held.rows == () and held.steps == []
+
+
+def test_a_cycle_ends_early_when_its_steps_grow_past_the_slack_it_was_sized_with():
+    now = [100.0]
+    clock = PlaybackClock(frame_s=0.08, margin_s=0.0, now=lambda: now[0])
+    clock.observe_step(0.05, 1, rows=1)
+    clock.frames_made("a", 0, at=100.0 - 0.2)  # 0.2 s of slack: 4 steps of 0.05 s
+    cycle = AudioCycle(8, clock)
+    assert cycle.plan([candidate("a")], windowed=False) == {"a"} and cycle.left == 3
+    now[0] += 0.05
+    assert cycle.plan([candidate("a", frames=6)], windowed=False) == {"a"}  # 0.15 s for 2 left
+    for _ in range(6):
+        clock.observe_step(0.2, 1, rows=1)  # the steps grow to ~0.2 s
+    now[0] += 0.05
+    assert cycle.plan([candidate("a", frames=7)], windowed=False) == set()  # let go now
+    assert not cycle.running
