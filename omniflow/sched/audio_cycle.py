@@ -2,13 +2,13 @@
 passes over several steps).
 
 Outside windows every step used to decode its one new frame per row at once, and a decoder
-pass costs nearly as much for one frame as for several. A cycle of D single steps lets the
-rows that were already playing when it began hold their frames and decode them in one pass
-at its last step, as a window's audio is; D is what the scheduled streams' playback slack
-covers (as for a window) and at most `audio_pass_steps`. New rows, prefills and live rows
-decode at once; a row leaves the cycle for good when it is not scheduled or stops decoding,
-and the runner decodes what it held then. No window opens while a cycle runs: its audio
-would come after the window's steps.
+pass costs nearly as much for one frame as for several. A cycle of L single steps lets the
+rows that were already playing when it began, and whose own playback slack covers L steps,
+hold their frames and decode them in one pass at its last step, as a window's audio is
+(L at most `audio_pass_steps`, `_hold`). New rows, prefills, live rows and rows without the
+slack decode at once; a row leaves the cycle for good when it is not scheduled or stops
+decoding, and the runner decodes what it held then. No window opens while a cycle runs: its
+audio would come after the window's steps.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class AudioCycle:
         saved = {
             n: sum(f >= n for f in fits.values()) * (1 - 1 / n) for n in range(2, self.steps + 1)
         }
-        length = max(saved, key=lambda n: (saved[n], n), default=0)
-        if not saved or saved[length] == 0:
+        length = max(saved, key=lambda n: (saved[n], n))  # `plan` asks only with steps >= 2
+        if saved[length] == 0:
             return 0, frozenset(), None
         rows = frozenset(r for r, f in fits.items() if f >= length)
         return length, rows, at + min(slack[r] for r in rows)

@@ -107,6 +107,14 @@ def test_client_gone_during_a_whole_response_aborts_the_request(live):
     assert_released(live.pipeline.stats())
 
 
+def talker_counter(metrics: str, name: str) -> float:
+    """The talker stage's sample of counter `name` in a /metrics text (it must be there)."""
+    prefix = f'{name}{{stage="talker"}} '
+    lines = [ln for ln in metrics.splitlines() if ln.startswith(prefix)]
+    assert lines, f"{name} is not on /metrics"
+    return float(lines[0].split()[-1])
+
+
 def test_window_counters_on_metrics_only_with_windows_or_a_playback_clock(live):
     from tests.serve.conftest import LiveServer
 
@@ -122,12 +130,7 @@ def test_window_counters_on_metrics_only_with_windows_or_a_playback_clock(live):
         r = speak(server.url, 30, "windows")
         assert r.status_code == 200 and len(r.content) == 30 * 1920 * 2
         text = httpx.get(server.url + "/metrics").text
-        planned = [
-            ln
-            for ln in text.splitlines()
-            if ln.startswith('omniflow_window_planned_total{stage="talker"}')
-        ]
-        assert planned and float(planned[0].split()[-1]) > 0
+        assert talker_counter(text, "omniflow_window_planned_total") > 0
         assert "omniflow_window_steps_total" in text
         assert 'omniflow_window_cut_total{stage="talker"} 0.0' in text  # one request: no arrival
         assert 'omniflow_window_arrival_steps_total{stage="talker"} 0.0' in text
@@ -143,12 +146,8 @@ def test_held_audio_is_served_whole_and_its_cycles_counted():
         r = speak(server.url, 30, "held")
         assert r.status_code == 200 and len(r.content) == 30 * 1920 * 2
         text = httpx.get(server.url + "/metrics").text
-        cycles = [
-            ln
-            for ln in text.splitlines()
-            if ln.startswith('omniflow_window_audio_cycles_total{stage="talker"}')
-        ]
-        assert cycles and float(cycles[0].split()[-1]) >= 7  # 29 single steps after the prefill
+        cycles = talker_counter(text, "omniflow_window_audio_cycles_total")
+        assert cycles >= 7  # 29 single steps after the prefill
 
 
 def test_instructions_change_the_prompt_and_are_refused_where_unsupported(live):
