@@ -3,7 +3,8 @@ topological order, each from the builder its arch's registry entry names.
 
 Nothing here knows a stage name or a model family: the graph says which stages exist and how
 they connect, the registry says what builds each. `pipeline.runtime: ray` builds each stage
-in its own Ray actor instead (`deploy/stage_pipeline.py`), with the same `build_stage`.
+in its own Ray actor instead (`deploy/stage_pipeline.py`), with the same `build_stage`;
+`pipeline.runtime: process` builds the whole pipeline in a process of its own.
 """
 
 from __future__ import annotations
@@ -18,17 +19,26 @@ from omniflow.build.registry import builder
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.engine.orchestrator import Orchestrator
 from omniflow.engine.parts import StageParts
+from omniflow.engine.process_pipeline import ProcessPipeline
 from omniflow.engine.stage_engine import StageEngine
 from omniflow.platforms.base import prepare_device
 
 log = logging.getLogger(__name__)
 
 
-def build_pipeline(graph: StageGraph, prebuilt: object | None = None) -> Orchestrator:
-    """Every stage of `graph`, wired through an orchestrator (not started).
+def build_pipeline(
+    graph: StageGraph, prebuilt: object | None = None
+) -> Orchestrator | ProcessPipeline:
+    """Every stage of `graph`, wired through an orchestrator (not started); under
+    `pipeline.runtime: process` built in a process of its own, this process holding its
+    stand-in (`engine/process_pipeline.py`).
 
     `prebuilt` hands the family builders an already built model (tests share weights between
     pipelines); by default each family builds from the graph's model config."""
+    if graph.runtime == "process":
+        if prebuilt is not None:
+            raise ValueError("pipeline.runtime=process builds in the engine's process: no prebuilt")
+        return ProcessPipeline(graph)
     if graph.runtime == "ray":  # each stage in a Ray actor (docs/deploy.md, Stages on Ray)
         from omniflow.deploy.preflight import require_ray_runtime
 

@@ -178,10 +178,12 @@ class PipelineConfig(Frozen):
     """A stage graph: stages keyed by name, edges given by each stage's `upstream`."""
 
     name: str = Field(description="Pipeline name (shown in logs and /v1/models).")
-    runtime: Literal["in_process", "ray"] = Field(
+    runtime: Literal["in_process", "process", "ray"] = Field(
         "in_process",
-        description="Where stage engines run: threads of this process, or each stage in its "
-        "own Ray actor on its own device (two-stage pipelines; docs/deploy.md).",
+        description="Where stage engines run: threads of this process; all of them in one "
+        "process of their own beside the server's (its own interpreter lock; "
+        "docs/architecture.md); or each stage in its own Ray actor on its own device "
+        "(two-stage pipelines; docs/deploy.md).",
     )
     stages: dict[str, StageConfig] = Field(min_length=1, description="Stages keyed by name.")
 

@@ -1,0 +1,193 @@
+"""The engine's process under `pipeline.runtime: process`: the whole pipeline, built and run
+here, answering the server's process over one pipe (`engine/process_wire.py`).
+
+Why a process: the server's event loop (HTTP, 16-bit conversion, one send per event) and
+the engine's threads share one interpreter lock in-process; here the engine has its own.
+
+Two threads talk to the pipe: this one reads calls and runs them, and the outbox's sender
+writes what the pipeline made and the calls' replies, in the order they happened (an abort's
+reply follows its terminal event, so the server's `abort` returns after its sink got it).
+When the server's end of the pipe closes (its process died), the pipeline stops and this
+process exits: no engine outlives its server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+
+import numpy as np
+import torch
+
+from omniflow.config.graph import StageGraph
+from omniflow.core.events import AudioEvent
+from omniflow.engine.orchestrator import Orchestrator
+from omniflow.engine.process_wire import (
+    Abort,
+    Consumed,
+    Control,
+    Encode,
+    Extend,
+    Failure,
+    FromEngine,
+    Ready,
+    Reply,
+    Submit,
+    ToEngine,
+    pack,
+)
+from omniflow.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    """Events, step times and replies, sent in order by one thread: each batch of events
+    made since the last send goes as one message (its PCM in one array)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ready = threading.Condition()
+        self.items: list[AudioEvent | Reply] = []
+        self.steps: list[tuple[str, float]] = []
+        self.closed = False
+        self.thread = threading.Thread(target=self._send_all, name="engine-outbox", daemon=True)
+        self.thread.start()
+
+    def event(self, ev: AudioEvent) -> None:
+        """Every request's sink."""
+        self._put(ev)
+
+    def reply(self, reply: Reply) -> None:
+        self._put(reply)
+
+    def step(self, stage: str, seconds: float) -> None:
+        with self.ready:
+            self.steps.append((stage, seconds))
+
+    def _put(self, item: AudioEvent | Reply) -> None:
+        with self.ready:
+            self.items.append(item)
+            self.ready.notify()
+
+    def close(self) -> None:
+        """Send what is here, then stop."""
+        with self.ready:
+            self.closed = True
+            self.ready.notify()
+        self.thread.join()
+
+    def _send_all(self) -> None:
+        while True:
+            with self.ready:
+                self.ready.wait_for(lambda: self.items or self.closed)
+                items, steps, closed = self.items, self.steps, self.closed
+                self.items, self.steps = [], []
+            try:
+                for message in messages(items, steps):
+                    self.conn.send(message)
+            except (OSError, ValueError):  # the server's end is gone: nothing to tell it
+                return
+            if closed:
+                return
+
+
+def messages(
+    items: list[AudioEvent | Reply], steps: list[tuple[str, float]]
+) -> list[FromEngine]:
+    """Runs of events as one message each, replies between them where they came."""
+    out: list[FromEngine] = []
+    run: list[AudioEvent] = []
+    for item in items:
+        if isinstance(item, AudioEvent):
+            run.append(item)
+            continue
+        if run:
+            out.append(pack(run))
+            run = []
+        out.append(item)
+    if run or steps:
+        out.append(pack(run, steps))
+    return out
+
+
+def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
+    """Build the pipeline, say so (or why not), then serve calls until told to stop or the
+    server's end closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the server's to handle
+    setup_logging(log_level)
+    from omniflow.build.pipeline import build_pipeline
+
+    try:
+        pipeline = build_pipeline(dataclasses.replace(graph, runtime="in_process"))
+    except (ValueError, RuntimeError, OSError, torch.OutOfMemoryError) as exc:
+        conn.send(Reply(-1, failure=Failure.of(exc)))
+        return
+    conn.send(Ready(pipeline.info(), pipeline.reference_encoder() is not None))
+    outbox = Outbox(conn)
+    calls = Calls(pipeline, outbox)
+    try:
+        while not calls.stopped:
+            try:
+                message: ToEngine = conn.recv()
+            except (EOFError, OSError):  # the server's process is gone
+                log.warning("the server's process is gone: stopping the engine")
+                pipeline.stop()
+                break
+            calls.run(message)
+    finally:
+        outbox.close()
+
+
+class Calls:
+    """The server's calls, run on the pipeline in the order they came."""
+
+    def __init__(self, pipeline: Orchestrator, outbox: Outbox) -> None:
+        self.pipeline = pipeline
+        self.outbox = outbox
+        self.stopped = False
+        self.handlers: dict[type, Callable[..., object]] = {
+            Submit: lambda m: pipeline.submit(m.speech, outbox.event, m.limits),
+            Abort: lambda m: pipeline.abort(m.request_id, m.error),
+            Encode: self.encode,
+            Control: self.control,
+        }
+
+    def run(self, message: ToEngine) -> None:
+        if isinstance(message, Consumed):  # no reply: the hot path of flow control
+            self.pipeline.consumed(message.request_id, message.samples)
+            return
+        if isinstance(message, Extend):  # errors end the request with an event
+            self.pipeline.extend(message.request_id, message.text, message.done)
+            return
+        try:
+            value = self.handlers[type(message)](message)
+        except (ValueError, RuntimeError) as exc:  # a refusal (Overloaded is a RuntimeError)
+            self.outbox.reply(Reply(message.call, failure=Failure.of(exc)))
+            return
+        self.outbox.reply(Reply(message.call, value))
+
+    def encode(self, message: Encode) -> object:
+        encoder = self.pipeline.reference_encoder()
+        if encoder is None:
+            raise ValueError("this model has no reference encoders")
+        return encoder.encode(torch.from_numpy(np.asarray(message.audio, dtype=np.float32)))
+
+    def control(self, message: Control) -> object:
+        if message.name == "stats":
+            return self.pipeline.stats()
+        if message.name == "start":
+            self.pipeline.start()
+            gc.collect()  # the build's garbage, then a heap the collector no longer walks
+            gc.freeze()
+        elif message.name == "observe_steps":
+            self.pipeline.set_step_observer(self.outbox.step)
+        elif message.name == "stop":
+            self.pipeline.stop()
+            self.stopped = True
+        return None
