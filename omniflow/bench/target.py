@@ -117,7 +117,8 @@ def in_process(spec: OmniflowSpec, graph: StageGraph) -> Iterator[Served]:
                 sample_rate=pipeline.info().sample_rate,
                 reused=reused,
                 deploy={"name": "local"},
-                time_steps=pipeline.set_phase_timer,
+                # steps are timed where the engine runs in this process (the others refuse)
+                time_steps=pipeline.set_phase_timer if graph.runtime == "in_process" else None,
             )
     finally:  # a kept pipeline's later steps are not this job's, even after a failure
         pipeline.set_phase_timer(NoTimer())

@@ -13,7 +13,8 @@ KEY = "deploy.resources_per_replica"
 
 
 def resolve_deploy(deploy: DeployConfig, graph: StageGraph) -> DeployConfig:
-    """`pipeline.runtime=ray` is refused (stage actors inside a replica are not built).
+    """`pipeline.runtime=ray` or `process` is refused (stage actors or an engine process
+    inside a replica are not built).
     `resources_per_replica` unset: one CPU on the cpu platform, one GPU elsewhere; a GPU
     asked for on the cpu platform, or none on an accelerator, is refused (the replica would
     wait for a GPU forever, or would see none: Ray hides the GPUs an actor does not hold)."""
@@ -25,6 +26,13 @@ def resolve_deploy(deploy: DeployConfig, graph: StageGraph) -> DeployConfig:
             "ray (each stage in its own actor) inside deploy=ray replicas is not built: a "
             "replica holds the whole pipeline on its own device; use deploy=ray with "
             "pipeline.runtime=in_process, or pipeline.runtime=ray with deploy=local",
+        )
+    if graph.runtime == "process":
+        raise ConfigError(
+            "pipeline.runtime",
+            "process (the engine in a process of its own) inside deploy=ray replicas is not "
+            "built: each replica is a Ray actor, a process of its own already; use deploy=ray "
+            "with pipeline.runtime=in_process",
         )
     platform = graph.platform.name
     resources = deploy.resources_per_replica

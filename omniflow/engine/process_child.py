@@ -97,9 +97,7 @@ class Outbox:
                 return
 
 
-def messages(
-    items: list[AudioEvent | Reply], steps: list[tuple[str, float]]
-) -> list[FromEngine]:
+def messages(items: list[AudioEvent | Reply], steps: list[tuple[str, float]]) -> list[FromEngine]:
     """Runs of events as one message each, replies between them where they came."""
     out: list[FromEngine] = []
     run: list[AudioEvent] = []

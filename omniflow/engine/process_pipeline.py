@@ -15,6 +15,7 @@ dies in-process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -75,6 +76,7 @@ class ProcessPipeline:
         )
         self._process.start()
         child_end.close()  # ours is closed: the reader sees EOF when the child's end goes
+        log.info("building the pipeline in engine process %d", self._process.pid)
         first = self._first_message()
         self._info: PipelineInfo = first.info
         self._clones = first.clones
@@ -107,6 +109,16 @@ class ProcessPipeline:
             raise first.failure.error()
         assert isinstance(first, Ready), first
         return first
+
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id (operators: its logs, `py-spy`)."""
+        return self._process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while it runs; 0 after a clean `stop()`; minus a signal's number if killed."""
+        return self._process.exitcode
 
     # ------------------------------------------------------------------ the protocol
 
@@ -159,10 +171,8 @@ class ProcessPipeline:
     def abort(self, request_id: str, error: str | None = None) -> None:
         """Returns once the request's terminal event reached its sink (the reply comes after
         it); a dead engine's requests already had theirs."""
-        try:
+        with contextlib.suppress(PipelineUnavailable):
             self._call(Abort(self._next(), request_id, error))
-        except PipelineUnavailable:
-            pass
 
     def extend(self, request_id: str, text: str, done: bool) -> None:
         self._send(Extend(request_id, text, done))
@@ -199,13 +209,14 @@ class ProcessPipeline:
         return next(self._calls)
 
     def _send(self, message: ToEngine) -> None:
-        if self._death is not None:
-            return  # a fire-and-forget call to a dead engine: its requests already ended
-        with self._send_lock:
-            try:
-                self._conn.send(message)
-            except (OSError, ValueError):  # the pipe closed under us: the reader says why
-                pass
+        if self._death is None:  # to a dead engine: nothing (its requests already ended)
+            self._write(message)
+
+    def _write(self, message: ToEngine) -> None:
+        """One message down the pipe; a closed pipe is the reader's to report (it fails the
+        waiting calls and ends the requests)."""
+        with self._send_lock, contextlib.suppress(OSError, ValueError):
+            self._conn.send(message)
 
     def _call(self, message: Submit | Abort | Encode | Control, timeout_s: float | None = None):
         future: Future = Future()
@@ -213,11 +224,7 @@ class ProcessPipeline:
             if self._death is not None:
                 raise PipelineUnavailable(self._death)
             self._waiting[message.call] = future
-        with self._send_lock:
-            try:
-                self._conn.send(message)
-            except (OSError, ValueError):
-                pass  # the reader fails the waiting calls when it sees the pipe closed
+        self._write(message)
         reply: Reply = future.result(timeout_s)
         if reply.failure is not None:
             raise reply.failure.error()

@@ -37,7 +37,11 @@ def test_config_prints_ray_on_the_two_stage_pipeline(capsys):
     [
         (["platform=cpu", "pipeline.runtime=ray"], "has one stage (fused)"),
         ([*TWO, "pipeline.runtime=ray", "deploy=ray"], "inside deploy=ray replicas is not built"),
-        ([*TWO, "pipeline.runtime=process_per_stage"], "should be 'in_process' or 'ray'"),
+        (
+            [*TWO, "pipeline.runtime=process_per_stage"],
+            "should be 'in_process', 'process' or 'ray'",
+        ),
+        (["platform=cpu", "pipeline.runtime=process", "deploy=ray"], "process (the engine in a"),
     ],
 )
 def test_refusals_are_one_line_naming_the_key(capsys, overrides, words):

@@ -1,0 +1,253 @@
+"""`pipeline.runtime=process` (`engine/process_pipeline.py`): the pipeline in a process of its
+own answers as the in-process one does. Seeded audio bit for bit; refusals raised here with
+their type and message; an abort returns after its terminal event; flow control pauses and
+resumes through the pipe; live text; step times; reference encoding; a build failure raised
+here; a dead engine process ends its requests with one error each and refuses new ones;
+`omniflow serve`'s HTTP path over it gives the in-process bytes.
+
+Each engine process costs an interpreter start and a build (~2-3 s on two cores), so the
+checks that can share one run on one process (`test_one_engine_process_answers_as_in_process`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import NoTimer, Overloaded, PipelineUnavailable, RequestLimits
+from omniflow.engine.process_child import messages
+from omniflow.engine.process_pipeline import ProcessPipeline
+from omniflow.engine.process_wire import Failure, Reply, pack, unpack
+from omniflow.errors import ConfigError, ConfigErrors
+from omniflow.serve.run import ServerThread
+from tests.factories import Collector, FirstAudio, build, speech
+from tests.stages.test_flow import Reader, wait_for
+
+FUSED = ("platform=cpu", "pipeline=qwen3_tts_fused")
+PROCESS = "pipeline.runtime=process"
+SPF = 1920
+
+
+def process_pipeline(*overrides: str) -> ProcessPipeline:
+    pipeline = build_pipeline(build_graph(compose([*FUSED, PROCESS, *overrides])))
+    assert isinstance(pipeline, ProcessPipeline)
+    return pipeline
+
+
+def run(pipeline, *requests) -> list[Collector]:
+    """One request at a time: a step's rows are the same on both sides, so are its sums."""
+    sinks = []
+    for request in requests:
+        sinks.append(Collector())
+        pipeline.submit(request, sinks[-1])
+        sinks[-1].wait()
+    return sinks
+
+
+def test_one_engine_process_answers_as_in_process():
+    requests = [
+        speech("a", "Hello there, you.", seed=3, max_new_tokens=24, ignore_eos=True),
+        speech("b", "A second voice speaks.", seed=4, max_new_tokens=17, ignore_eos=True),
+    ]
+    local = build(FUSED[1].split("=")[1])
+    try:
+        want = run(local, *requests)
+        info = local.info()
+    finally:
+        local.stop()
+    remote = process_pipeline()
+    steps: list[tuple[str, float]] = []
+    remote.set_step_observer(lambda stage, s: steps.append((stage, s)))
+    remote.start()
+    try:
+        assert remote.info() == info
+        got = run(remote, *requests)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g.pcm, w.pcm) and g.pcm.size == w.pcm.size > 0
+            assert [e.frames for e in g.events] == [e.frames for e in w.events]
+            assert g.terminal.finish_reason == w.terminal.finish_reason == "length"
+            seated = [e.seated_at is not None for e in g.events]
+            assert seated == [e.seated_at is not None for e in w.events] and any(seated)
+        assert steps and {stage for stage, _ in steps} == {"talker"}
+        assert all(s > 0 for _, s in steps)
+        check_refusals(remote)
+        check_abort_returns_after_its_terminal_event(remote)
+        check_flow_control_pauses_and_resumes(remote, want[0].pcm)
+        check_live_text(remote)
+        stats = remote.stats()
+        assert stats.healthy and stats.in_flight == 0 and stats.stages[0].name == "talker"
+        assert remote.reference_encoder() is None  # CustomVoice: no encoders
+    finally:
+        remote.stop()
+    assert remote.exitcode == 0
+
+
+def check_refusals(remote: ProcessPipeline) -> None:
+    with pytest.raises(ValueError, match=r"^unknown voice 'nobody'"):
+        remote.submit(speech("bad", voice="nobody"), Collector())
+    with pytest.raises(ValueError, match="^input is 20010 prompt tokens; max_model_len is 4096"):
+        remote.submit(speech("long", "x" * 20000), Collector())
+    with pytest.raises(ValueError, match="phases are not timed"):
+        remote.set_phase_timer(object())  # type: ignore[arg-type]
+    remote.set_phase_timer(NoTimer())  # none: the default, accepted
+    assert remote.stats().in_flight == 0
+
+
+def check_abort_returns_after_its_terminal_event(remote: ProcessPipeline) -> None:
+    sink = FirstAudio()
+    remote.submit(speech("long", max_new_tokens=400, ignore_eos=True), sink)
+    assert sink.started.wait(30)
+    remote.abort("long")
+    assert sink.done.is_set()  # on return, not later
+    assert sink.terminal.finish_reason == "abort"
+    remote.abort("long")  # an ended request: nothing happens
+    assert len([e for e in sink.events if e.finished]) == 1
+
+
+def check_flow_control_pauses_and_resumes(remote: ProcessPipeline, want: np.ndarray) -> None:
+    reader = Reader(remote, "a")  # request "a" again, flow-controlled this time
+    request = speech("a", "Hello there, you.", seed=3, max_new_tokens=24, ignore_eos=True)
+    remote.submit(request, reader, RequestLimits(max_buffered_s=0.5))
+    wait_for(lambda: remote.stats().stages[0].paused == 1)
+    assert not reader.done.is_set() and 0 < reader.pcm.size < want.size
+    reader.read()
+    assert np.array_equal(reader.wait().pcm, want)
+
+
+def check_live_text(remote: ProcessPipeline) -> None:
+    sink = Collector()
+    remote.submit(
+        speech("live", "Hello ", max_new_tokens=30, ignore_eos=True, incremental=True), sink
+    )
+    remote.extend("live", "there, ", False)
+    remote.extend("live", "you.", True)
+    end = sink.wait().terminal
+    assert end.error is None and end.frames == 30 and end.text_done_at is not None
+
+
+def test_a_dead_engine_process_ends_its_requests_and_refuses_new_ones():
+    remote = process_pipeline()
+    remote.start()
+    try:
+        sink = FirstAudio()
+        remote.submit(speech("cut", max_new_tokens=400, ignore_eos=True), sink)
+        assert sink.started.wait(30)
+        os.kill(remote.pid, signal.SIGKILL)
+        end = sink.wait(30).terminal
+        assert end.finish_reason == "error"
+        assert (
+            end.error == f"the engine process exited (code {-signal.SIGKILL}); the pipeline is down"
+        )
+        stats = remote.stats()
+        assert not stats.healthy and [s.name for s in stats.stages] == ["talker"]
+        with pytest.raises(PipelineUnavailable, match="engine process exited"):
+            remote.submit(speech("after"), Collector())
+        remote.abort("cut")  # nothing to end: no error
+        remote.consumed("cut", 10)
+    finally:
+        remote.stop()
+
+
+def test_a_build_failing_in_the_engine_process_is_raised_here(tmp_path):
+    graph = build_graph(compose([*FUSED, PROCESS]))
+    model = graph.model.model_copy(update={"load": "checkpoint", "path": str(tmp_path)})
+    with pytest.raises(ValueError, match=f"{tmp_path}: no config.json"):
+        build_pipeline(dataclasses.replace(graph, model=model))
+
+
+def test_a_voice_encoded_in_the_engine_process_equals_one_encoded_here():
+    base = ("model=qwen3_tts_tiny_base", "server.warmup_frames=0")
+    local = build("qwen3_tts_fused", *base)
+    audio = np.sin(np.arange(24000) / 24000 * 2 * np.pi * 180).astype(np.float32)
+    try:
+        want = local.reference_encoder().encode(torch.from_numpy(audio))
+    finally:
+        local.stop()
+    remote = process_pipeline(*base)
+    try:
+        got = remote.reference_encoder().encode(torch.from_numpy(audio))
+    finally:
+        remote.stop()
+    assert got.ref_codes == want.ref_codes and got.speaker_embedding == want.speaker_embedding
+
+
+def test_served_over_http_the_bytes_are_the_in_process_ones():
+    body = {
+        "model": "qwen3-tts-tiny",
+        "input": "Hello there.",
+        "voice": "vivian",
+        "response_format": "pcm",
+        "seed": 5,
+        "max_new_tokens": 12,
+        "ignore_eos": True,
+    }
+    got = []
+    for runtime in ("in_process", "process"):
+        spec = compose([*FUSED, f"pipeline.runtime={runtime}"])
+        with ServerThread(build_pipeline(build_graph(spec)), spec.server) as srv:
+            r = httpx.post(f"{srv.url}/v1/audio/speech", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            got.append(r.content)
+    assert got[0] == got[1] and len(got[0]) == 12 * SPF * 2
+
+
+def test_events_cross_as_one_array_and_come_back_whole():
+    a, b = np.arange(5, dtype=np.float32), np.arange(3, dtype=np.float32) + 10
+    events = [
+        AudioEvent("x", a, frames=1, seated_at=1.5),
+        AudioEvent("y", None, frames=0),
+        AudioEvent("x", b, frames=2),
+        AudioEvent("x", finished=True, finish_reason="error", error="boom", text_done_frames=4),
+    ]
+    message = pack(events, [("talker", 0.01)])
+    assert message.pcm.shape == (8,) and message.steps == (("talker", 0.01),)
+    back = unpack(message)
+    assert [dataclasses.replace(e, pcm=None) for e in back] == [
+        dataclasses.replace(e, pcm=None) for e in events
+    ]
+    assert np.array_equal(back[0].pcm, a) and back[1].pcm is None
+    assert np.array_equal(back[2].pcm, b) and back[3].pcm is None
+
+
+def test_failures_cross_with_their_type_and_words():
+    again = Failure.of(Overloaded("at capacity", retry_after_s=2.5)).error()
+    assert isinstance(again, Overloaded) and again.retry_after_s == 2.5
+    assert str(again) == "at capacity"
+    many = ConfigErrors([ConfigError("a.b", "bad"), ConfigError("c", "worse")])
+    again = Failure.of(many).error()
+    assert isinstance(again, ConfigErrors) and str(again) == str(many)
+    again = Failure.of(ConfigError("model.path", "missing")).error()
+    assert type(again) is ConfigError and again.key == "model.path" and again.reason == "missing"
+    assert type(Failure.of(PipelineUnavailable("down")).error()) is PipelineUnavailable
+    assert type(Failure.of(ValueError("no")).error()) is ValueError
+    other = Failure.of(KeyError("k")).error()
+    assert isinstance(other, RuntimeError) and "KeyError" in str(other)
+    assert Reply(3, failure=Failure.of(ValueError("v"))).failure.kind == "value"
+
+
+def test_the_orchestrator_refuses_a_prebuilt_model_for_the_process_runtime():
+    graph = build_graph(compose([*FUSED, PROCESS]))
+    with pytest.raises(ValueError, match="no prebuilt"):
+        build_pipeline(graph, prebuilt=object())
+
+
+def test_a_reply_goes_after_the_events_made_before_it():
+    """An abort's reply must reach the server after the request's terminal event (`abort`
+    returns once its sink has it), and step times ride with the last events."""
+    first, last = AudioEvent("x", np.ones(2, np.float32)), AudioEvent("x", finished=True)
+    reply = Reply(7)
+    sent = messages([first, reply, last], [("talker", 0.5)])
+    assert len(sent) == 3 and sent[1] is reply
+    assert [e.request_id for e in unpack(sent[0])] == ["x"] and sent[0].steps == ()
+    assert unpack(sent[2])[0].finished and sent[2].steps == (("talker", 0.5),)
+    assert messages([reply], []) == [reply]
