@@ -1,6 +1,6 @@
 """What a bench job's target refuses, checked before anything heavy is imported or built
 (the CLI and a sweep's validation call it first): under `deploy=ray`, what a Ray deployment
-cannot do, and what `omniflow serve deploy=ray` refuses."""
+cannot do, and what `omniflow serve deploy=ray` refuses; phase timing out of reach."""
 
 from __future__ import annotations
 
@@ -13,7 +13,16 @@ from omniflow.errors import ConfigError
 
 def check_target(spec: OmniflowSpec, graph: StageGraph) -> DeployConfig | None:
     """The resolved deploy settings under deploy=ray (None: in-process), after refusing what
-    a Ray deployment cannot do (a ConfigError naming the key: one line, exit 2)."""
+    a Ray deployment cannot do (a ConfigError naming the key: one line, exit 2); a device
+    phase timing where the engine runs in another process is refused too."""
+    if spec.bench.phase_timing == "device" and graph.runtime != "in_process":
+        raise ConfigError(
+            "bench.phase_timing",
+            f"device synchronises the device around every phase of a step, and under "
+            f"pipeline.runtime={graph.runtime} the steps run in another process, out of the "
+            "job's reach; leave bench.phase_timing at steps (result.json's steps is then "
+            "null) or bench with pipeline.runtime=in_process",
+        )
     if spec.deploy.name != "ray":
         return None
     if spec.bench.phase_timing == "device":

@@ -15,6 +15,7 @@ dies in-process.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import itertools
@@ -77,7 +78,14 @@ class ProcessPipeline:
         self._process.start()
         child_end.close()  # ours is closed: the reader sees EOF when the child's end goes
         log.info("building the pipeline in engine process %d", self._process.pid)
-        first = self._first_message()
+        built = False
+        try:
+            first = self._first_message()
+            built = True
+        finally:  # a failed build, or Ctrl-C while waiting for one: no engine left behind
+            if not built:
+                self._process.terminate()
+                self._process.join()
         self._info: PipelineInfo = first.info
         self._clones = first.clones
         self._stages = first.info.stages
@@ -92,6 +100,9 @@ class ProcessPipeline:
         self._stopped = False
         self._reader = threading.Thread(target=self._read, name="engine-reader", daemon=True)
         self._reader.start()
+        # An interpreter leaving without stop() closes the pipe first, so the engine stops
+        # and multiprocessing's exit hook (registered earlier, so run later) can join it.
+        atexit.register(self._conn.close)
 
     def _first_message(self) -> Ready:
         """`Ready`, or the build's failure raised here; a process that died without a word
@@ -201,6 +212,7 @@ class ProcessPipeline:
             self._process.terminate()
             self._process.join()
         self._conn.close()
+        atexit.unregister(self._conn.close)
         self._reader.join(timeout=STOP_WAIT_S)
 
     # ------------------------------------------------------------------ the pipe

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -251,3 +253,41 @@ def test_a_reply_goes_after_the_events_made_before_it():
     assert [e.request_id for e in unpack(sent[0])] == ["x"] and sent[0].steps == ()
     assert unpack(sent[2])[0].finished and sent[2].steps == (("talker", 0.5),)
     assert messages([reply], []) == [reply]
+
+
+EXIT_WITHOUT_STOP = """
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+from tests.factories import FirstAudio, speech
+
+pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+pipeline.start()
+sink = FirstAudio()
+pipeline.submit(speech("left", max_new_tokens=4000, ignore_eos=True), sink)
+assert sink.started.wait(30)
+print("engine", pipeline.pid, flush=True)
+"""
+
+
+def test_an_interpreter_leaving_without_stop_takes_its_engine_process_along():
+    """No `stop()`, a request running: the engine process still ends, and so does the
+    interpreter (multiprocessing joins its children at exit)."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WITHOUT_STOP], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone (reaped by its parent's exit hook)
+
+
+def test_bench_refuses_device_phase_timing_in_another_process(capsys):
+    from omniflow import cli
+
+    argv = ["bench", *FUSED, PROCESS, "bench.phase_timing=device"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "bench.phase_timing: device synchronises" in err
+    assert "pipeline.runtime=process the steps run in another process" in err
