@@ -18,7 +18,9 @@ import gc
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -26,6 +28,7 @@ import torch
 
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent
+from omniflow.core.pipeline import PipelineStats
 from omniflow.engine.orchestrator import Orchestrator
 from omniflow.engine.process_wire import (
     Abort,
@@ -45,13 +48,21 @@ from omniflow.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
+STATS_EVERY_S = 0.05
+"""How often, at most, the pipeline's gauges ride with its events to the server's process."""
+ENCODE_THREADS = 4
+"""Reference encodes at once (the server bounds them first: `max_concurrent_references`)."""
+
 
 class Outbox:
     """Events, step times and replies, sent in order by one thread: each batch of events
     made since the last send goes as one message (its PCM in one array)."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, stats: Callable[[], PipelineStats]) -> None:
         self.conn = conn
+        self.stats = stats
+        """The pipeline's gauges, pushed with events every `STATS_EVERY_S` at most."""
+        self.stats_at = 0.0
         self.ready = threading.Condition()
         self.items: list[AudioEvent | Reply] = []
         self.steps: list[tuple[str, float]] = []
@@ -88,8 +99,14 @@ class Outbox:
                 self.ready.wait_for(lambda: self.items or self.closed)
                 items, steps, closed = self.items, self.steps, self.closed
                 self.items, self.steps = [], []
+            stats = None
+            now = time.monotonic()
+            if now - self.stats_at >= STATS_EVERY_S and any(
+                isinstance(i, AudioEvent) for i in items
+            ):
+                stats, self.stats_at = self.stats(), now
             try:
-                for message in messages(items, steps):
+                for message in messages(items, steps, stats):
                     self.conn.send(message)
             except (OSError, ValueError):  # the server's end is gone: nothing to tell it
                 return
@@ -97,8 +114,13 @@ class Outbox:
                 return
 
 
-def messages(items: list[AudioEvent | Reply], steps: list[tuple[str, float]]) -> list[FromEngine]:
-    """Runs of events as one message each, replies between them where they came."""
+def messages(
+    items: list[AudioEvent | Reply],
+    steps: list[tuple[str, float]],
+    stats: PipelineStats | None = None,
+) -> list[FromEngine]:
+    """Runs of events as one message each, replies between them where they came; the step
+    times and the stats ride with the last run."""
     out: list[FromEngine] = []
     run: list[AudioEvent] = []
     for item in items:
@@ -109,15 +131,18 @@ def messages(items: list[AudioEvent | Reply], steps: list[tuple[str, float]]) ->
             out.append(pack(run))
             run = []
         out.append(item)
-    if run or steps:
-        out.append(pack(run, steps))
+    if run or steps or stats is not None:
+        out.append(pack(run, steps, stats))
     return out
 
 
 def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
     """Build the pipeline, say so (or why not), then serve calls until told to stop or the
     server's end closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the server's to handle
+    # Ctrl-C and a SIGTERM sent to the whole process group (systemd, a terminal) are the
+    # server's to handle: it ends its requests, then this process (the pipe's end)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     setup_logging(log_level)
     from omniflow.build.pipeline import build_pipeline
 
@@ -127,7 +152,7 @@ def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
         conn.send(Reply(-1, failure=Failure.of(exc)))
         return
     conn.send(Ready(pipeline.info(), pipeline.reference_encoder() is not None))
-    outbox = Outbox(conn)
+    outbox = Outbox(conn, pipeline.stats)
     calls = Calls(pipeline, outbox)
     try:
         while not calls.stopped:
@@ -143,12 +168,14 @@ def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
 
 
 class Calls:
-    """The server's calls, run on the pipeline in the order they came."""
+    """The server's calls, run on the pipeline in the order they came; reference encodes
+    (tens of ms to seconds of CPU) on threads of their own, so that nothing else waits."""
 
     def __init__(self, pipeline: Orchestrator, outbox: Outbox) -> None:
         self.pipeline = pipeline
         self.outbox = outbox
         self.stopped = False
+        self.encoders = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="engine-encode")
         self.handlers: dict[type, Callable[..., object]] = {
             Submit: lambda m: pipeline.submit(m.speech, outbox.event, m.limits),
             Abort: lambda m: pipeline.abort(m.request_id, m.error),
@@ -159,13 +186,18 @@ class Calls:
     def run(self, message: ToEngine) -> None:
         if isinstance(message, Consumed):  # no reply: the hot path of flow control
             self.pipeline.consumed(message.request_id, message.samples)
-            return
-        if isinstance(message, Extend):  # errors end the request with an event
+        elif isinstance(message, Extend):  # errors end the request with an event
             self.pipeline.extend(message.request_id, message.text, message.done)
-            return
+        elif isinstance(message, Encode):
+            self.encoders.submit(self.answer, message)
+        else:
+            self.answer(message)
+
+    def answer(self, message: Submit | Abort | Encode | Control) -> None:
+        """Run the call and reply with its value or with what it raised."""
         try:
             value = self.handlers[type(message)](message)
-        except (ValueError, RuntimeError) as exc:  # a refusal (Overloaded is a RuntimeError)
+        except Exception as exc:  # noqa: BLE001 (relayed: the caller raises it, as in-process)
             self.outbox.reply(Reply(message.call, failure=Failure.of(exc)))
             return
         self.outbox.reply(Reply(message.call, value))
@@ -186,6 +218,7 @@ class Calls:
         elif message.name == "observe_steps":
             self.pipeline.set_step_observer(self.outbox.step)
         elif message.name == "stop":
+            self.encoders.shutdown(wait=True)
             self.pipeline.stop()
             self.stopped = True
         return None

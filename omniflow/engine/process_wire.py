@@ -20,6 +20,7 @@ from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import (
     Overloaded,
     PipelineInfo,
+    PipelineStats,
     PipelineUnavailable,
     RequestLimits,
 )
@@ -156,12 +157,19 @@ class Events:
     heads: tuple[EventHead, ...]
     pcm: np.ndarray
     steps: tuple[tuple[str, float], ...] = ()
+    stats: PipelineStats | None = None
+    """The pipeline's gauges, pushed now and then while it makes events (`stats()` reads
+    them without a call)."""
 
 
 FromEngine = Ready | Reply | Events
 
 
-def pack(events: Sequence[AudioEvent], steps: Sequence[tuple[str, float]] = ()) -> Events:
+def pack(
+    events: Sequence[AudioEvent],
+    steps: Sequence[tuple[str, float]] = (),
+    stats: PipelineStats | None = None,
+) -> Events:
     """The events as one message: heads, and their PCM back to back in one float32 array."""
     heads, parts = [], []
     for ev in events:
@@ -185,16 +193,17 @@ def pack(events: Sequence[AudioEvent], steps: Sequence[tuple[str, float]] = ()) 
             )
         )
     pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    return Events(tuple(heads), pcm, tuple(steps))
+    return Events(tuple(heads), pcm, tuple(steps), stats)
 
 
 def unpack(message: Events) -> list[AudioEvent]:
-    """The events again; each PCM a view of the message's one array (nothing copied)."""
+    """The events again, each PCM its own copy: a view would keep the whole message's array
+    (every request's audio of a step) alive as long as one event's audio is held."""
     out, at = [], 0
     for h in message.heads:
         pcm = None
         if h.samples >= 0:
-            pcm = message.pcm[at : at + h.samples]
+            pcm = message.pcm[at : at + h.samples].copy()
             at += h.samples
         out.append(
             AudioEvent(

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 
 import httpx
 import numpy as np
@@ -27,9 +29,9 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import NoTimer, Overloaded, PipelineUnavailable, RequestLimits
-from omniflow.engine.process_child import messages
+from omniflow.engine.process_child import Calls, messages
 from omniflow.engine.process_pipeline import ProcessPipeline
-from omniflow.engine.process_wire import Failure, Reply, pack, unpack
+from omniflow.engine.process_wire import Control, Encode, Failure, Reply, Submit, pack, unpack
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.run import ServerThread
 from tests.factories import Collector, FirstAudio, build, speech
@@ -82,7 +84,10 @@ def test_one_engine_process_answers_as_in_process():
             assert seated == [e.seated_at is not None for e in w.events] and any(seated)
         assert steps and {stage for stage, _ in steps} == {"talker"}
         assert all(s > 0 for _, s in steps)
+        os.kill(remote.pid, signal.SIGTERM)  # a process group's SIGTERM: the server's to handle
+        assert np.array_equal(run(remote, requests[0])[0].pcm, want[0].pcm)
         check_refusals(remote)
+        check_a_sink_may_abort_its_own_request(remote)
         check_abort_returns_after_its_terminal_event(remote)
         check_flow_control_pauses_and_resumes(remote, want[0].pcm)
         check_live_text(remote)
@@ -102,6 +107,22 @@ def check_refusals(remote: ProcessPipeline) -> None:
     with pytest.raises(ValueError, match="phases are not timed"):
         remote.set_phase_timer(object())  # type: ignore[arg-type]
     remote.set_phase_timer(NoTimer())  # none: the default, accepted
+    assert remote.stats().in_flight == 0
+
+
+def check_a_sink_may_abort_its_own_request(remote: ProcessPipeline) -> None:
+    """A sink runs on the reader thread, which alone takes the engine's replies: an abort
+    from there must not wait for one (in-process it is applied at once)."""
+
+    class Aborting(Collector):
+        def __call__(self, event) -> None:
+            super().__call__(event)
+            if event.pcm is not None and len(self.events) == 1:
+                remote.abort("self-abort")
+
+    sink = Aborting()
+    remote.submit(speech("self-abort", max_new_tokens=400, ignore_eos=True), sink)
+    assert sink.wait(30).terminal.finish_reason == "abort"
     assert remote.stats().in_flight == 0
 
 
@@ -218,6 +239,7 @@ def test_events_cross_as_one_array_and_come_back_whole():
         dataclasses.replace(e, pcm=None) for e in events
     ]
     assert np.array_equal(back[0].pcm, a) and back[1].pcm is None
+    assert not np.shares_memory(back[0].pcm, message.pcm)  # one held event pins no others
     assert np.array_equal(back[2].pcm, b) and back[3].pcm is None
 
 
@@ -264,18 +286,18 @@ from tests.factories import FirstAudio, speech
 pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
 pipeline.start()
 sink = FirstAudio()
-pipeline.submit(speech("left", max_new_tokens=4000, ignore_eos=True), sink)
-assert sink.started.wait(30)
+pipeline.submit(speech("left", max_new_tokens=4000 if RUNNING else 8, ignore_eos=True), sink)
+assert sink.started.wait(30) if RUNNING else sink.wait(30)  # idle: the reader waits on the pipe
 print("engine", pipeline.pid, flush=True)
 """
 
 
-def test_an_interpreter_leaving_without_stop_takes_its_engine_process_along():
-    """No `stop()`, a request running: the engine process still ends, and so does the
-    interpreter (multiprocessing joins its children at exit)."""
-    done = subprocess.run(
-        [sys.executable, "-c", EXIT_WITHOUT_STOP], capture_output=True, text=True, timeout=120
-    )
+@pytest.mark.parametrize("running", [True, False])
+def test_an_interpreter_leaving_without_stop_takes_its_engine_process_along(running):
+    """No `stop()`, a request running or none: the engine process still ends, and so does
+    the interpreter (multiprocessing joins its children at exit)."""
+    code = f"RUNNING = {running}\n" + EXIT_WITHOUT_STOP
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     pid = int(done.stdout.split()[1])
     with pytest.raises(ProcessLookupError):
@@ -291,3 +313,73 @@ def test_bench_refuses_device_phase_timing_in_another_process(capsys):
     assert err.count("\n") == 1
     assert "bench.phase_timing: device synchronises" in err
     assert "pipeline.runtime=process the steps run in another process" in err
+
+
+class BlockedEncoder:
+    """A reference encoder that waits for the test to let it finish."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def encode(self, audio):
+        assert self.go.wait(30)
+        return ("codes", audio.shape[0])
+
+
+class FakePipeline:
+    def __init__(self) -> None:
+        self.encoder = BlockedEncoder()
+
+    def reference_encoder(self):
+        return self.encoder
+
+    def stats(self):
+        return "gauges"
+
+    def submit(self, speech, sink, limits):
+        raise TypeError("a bug in submit")
+
+
+class Replies:
+    def __init__(self) -> None:
+        self.got: queue.Queue[Reply] = queue.Queue()
+
+    def reply(self, reply: Reply) -> None:
+        self.got.put(reply)
+
+    def event(self, ev) -> None:
+        raise AssertionError("no events here")
+
+
+def test_an_encode_does_not_hold_up_the_calls_behind_it():
+    """Encodes run beside the call loop: a stats call behind a running encode answers while
+    the encode still runs, and the encode answers when it finishes."""
+    fake, replies = FakePipeline(), Replies()
+    calls = Calls(fake, replies)  # type: ignore[arg-type]
+    try:
+        calls.run(Encode(1, np.zeros(5, np.float32)))
+        calls.run(Control(2, "stats"))
+        first = replies.got.get(timeout=30)
+        assert (first.call, first.value) == (2, "gauges") and not fake.encoder.go.is_set()
+        fake.encoder.go.set()
+        second = replies.got.get(timeout=30)
+        assert (second.call, second.value) == (1, ("codes", 5))
+    finally:
+        fake.encoder.go.set()
+        calls.encoders.shutdown()
+
+
+def test_an_unexpected_error_in_a_call_is_the_callers_not_the_engines():
+    """In-process a bug in `submit` is that request's error (a 500); here too: relayed as a
+    RuntimeError naming it, the call loop going on."""
+    replies = Replies()
+    calls = Calls(FakePipeline(), replies)  # type: ignore[arg-type]
+    try:
+        calls.run(Submit(3, speech("x"), RequestLimits()))
+        failure = replies.got.get(timeout=30).failure
+        assert failure is not None and failure.kind == "other"
+        assert str(failure.error()) == "in the engine process: TypeError: a bug in submit"
+        calls.run(Control(4, "stats"))
+        assert replies.got.get(timeout=30).value == "gauges"
+    finally:
+        calls.encoders.shutdown()
