@@ -10,6 +10,7 @@ signal cannot time: a request arriving during shutdown, a client that does not r
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -19,6 +20,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from omniflow.serve.ready import READY
 from tests.serve.conftest import LiveServer, assert_released
@@ -33,12 +35,15 @@ LONG = {
 }
 
 
-def serve() -> tuple[subprocess.Popen[str], str]:
+def serve(*overrides: str) -> tuple[subprocess.Popen[str], str]:
+    """`omniflow serve` in a session of its own: a signal to its process group reaches every
+    process it started, as a service manager's or a terminal's does."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "omniflow", "serve", "server.port=0"],
+        [sys.executable, "-m", "omniflow", "serve", "server.port=0", *overrides],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,
     )
     assert proc.stderr is not None
     lines: list[str] = []
@@ -55,8 +60,11 @@ def in_flight(url: str) -> int:
     return httpx.get(url + "/health").json()["in_flight"]
 
 
-def test_sigterm_ends_running_responses_with_errors_and_exits_0():
-    proc, url = serve()
+@pytest.mark.parametrize("runtime", ["in_process", "process"])
+def test_sigterm_ends_running_responses_with_errors_and_exits_0(runtime):
+    """SIGTERM to the whole process group; with the engine in its own process, that process
+    leaves the signal to the server, which ends the requests, then stops it."""
+    proc, url = serve(f"pipeline.runtime={runtime}")
     got: dict[str, object] = {}
     raw_started = threading.Event()
 
@@ -93,7 +101,7 @@ def test_sigterm_ends_running_responses_with_errors_and_exits_0():
             # A raw stream whose body has not begun gets the JSON 503 of a whole response;
             # this test is about one cut short mid-body, so wait for its first bytes.
             assert raw_started.wait(timeout=30)
-            proc.send_signal(signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGTERM)
             events += [json.loads(ln[5:]) for ln in lines if ln.startswith("data:")]
         for t in threads:
             t.join(timeout=30)
