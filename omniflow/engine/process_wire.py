@@ -11,8 +11,8 @@ those samples are its own. Times (`made_at`, `seated_at`, `text_done_at`) are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -24,7 +24,6 @@ from omniflow.core.pipeline import (
     PipelineUnavailable,
     RequestLimits,
 )
-from omniflow.core.request import FinishReason
 from omniflow.core.speech import SpeechRequest
 
 # ---------------------------------------------------------------- server -> engine
@@ -135,26 +134,14 @@ class Reply:
     failure: Failure | None = None
 
 
-class EventHead(NamedTuple):
-    """An `AudioEvent` without its PCM: `samples` of `Events.pcm` are its own (-1: none)."""
-
-    request_id: str
-    samples: int
-    frames: int
-    finished: bool
-    finish_reason: FinishReason | None
-    error: str | None
-    made_at: float
-    seated_at: float | None
-    text_done_at: float | None
-    text_done_frames: int
-
-
 @dataclass(frozen=True)
 class Events:
     """Events in the order the pipeline made them, and steps timed since the last message."""
 
-    heads: tuple[EventHead, ...]
+    heads: tuple[AudioEvent, ...]
+    """The events without their PCM (`pcm` None)."""
+    samples: tuple[int, ...]
+    """How many of `pcm`'s samples are each event's own, in order (-1: it has none)."""
     pcm: np.ndarray
     steps: tuple[tuple[str, float], ...] = ()
     stats: PipelineStats | None = None
@@ -171,52 +158,21 @@ def pack(
     stats: PipelineStats | None = None,
 ) -> Events:
     """The events as one message: heads, and their PCM back to back in one float32 array."""
-    heads, parts = [], []
-    for ev in events:
-        n = -1
-        if ev.pcm is not None:
-            pcm = np.asarray(ev.pcm, dtype=np.float32).reshape(-1)
-            parts.append(pcm)
-            n = pcm.size
-        heads.append(
-            EventHead(
-                ev.request_id,
-                n,
-                ev.frames,
-                ev.finished,
-                ev.finish_reason,
-                ev.error,
-                ev.made_at,
-                ev.seated_at,
-                ev.text_done_at,
-                ev.text_done_frames,
-            )
-        )
+    parts = [np.asarray(e.pcm, dtype=np.float32).reshape(-1) for e in events if e.pcm is not None]
+    samples = tuple(-1 if ev.pcm is None else np.size(ev.pcm) for ev in events)
+    heads = tuple(ev if ev.pcm is None else replace(ev, pcm=None) for ev in events)
     pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    return Events(tuple(heads), pcm, tuple(steps), stats)
+    return Events(heads, samples, pcm, tuple(steps), stats)
 
 
 def unpack(message: Events) -> list[AudioEvent]:
     """The events again, each PCM its own copy: a view would keep the whole message's array
     (every request's audio of a step) alive as long as one event's audio is held."""
     out, at = [], 0
-    for h in message.heads:
-        pcm = None
-        if h.samples >= 0:
-            pcm = message.pcm[at : at + h.samples].copy()
-            at += h.samples
-        out.append(
-            AudioEvent(
-                h.request_id,
-                pcm,
-                frames=h.frames,
-                finished=h.finished,
-                finish_reason=h.finish_reason,
-                error=h.error,
-                made_at=h.made_at,
-                seated_at=h.seated_at,
-                text_done_at=h.text_done_at,
-                text_done_frames=h.text_done_frames,
-            )
-        )
+    for head, n in zip(message.heads, message.samples, strict=True):
+        if n < 0:
+            out.append(head)
+            continue
+        out.append(replace(head, pcm=message.pcm[at : at + n].copy()))
+        at += n
     return out
