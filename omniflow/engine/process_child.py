@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 STATS_EVERY_S = 0.05
 """How often, at most, the pipeline's gauges ride with its events to the server's process."""
+SENDER_FAILED = 70
+"""The engine process's exit status when its sender failed (EX_SOFTWARE)."""
 ENCODE_THREADS = 4
 """Reference encodes at once (the server bounds them first: `max_concurrent_references`)."""
 
@@ -94,24 +97,37 @@ class Outbox:
         self.thread.join()
 
     def _send_all(self) -> None:
+        """The sender's loop. Should it fail, nothing this process makes would reach the
+        server again while the process lived on, silent: it ends at once instead, and the
+        server sees the engine down."""
+        try:
+            self._send_until_closed()
+        except Exception:  # noqa: BLE001 (made fatal and logged, not swallowed)
+            log.exception("the engine process's sender failed: ending the engine process")
+            os._exit(SENDER_FAILED)
+
+    def _send_until_closed(self) -> None:
         while True:
             with self.ready:
                 self.ready.wait_for(lambda: self.items or self.closed)
                 items, steps, closed = self.items, self.steps, self.closed
                 self.items, self.steps = [], []
-            stats = None
-            now = time.monotonic()
-            if now - self.stats_at >= STATS_EVERY_S and any(
-                isinstance(i, AudioEvent) for i in items
-            ):
-                stats, self.stats_at = self.stats(), now
             try:
-                for message in messages(items, steps, stats):
+                for message in messages(items, steps, self._snapshot(items)):
                     self.conn.send(message)
             except (OSError, ValueError):  # the server's end is gone: nothing to tell it
                 return
             if closed:
                 return
+
+    def _snapshot(self, items: list[AudioEvent | Reply]) -> PipelineStats | None:
+        """The gauges to push with these items, if events are among them and the last push
+        is `STATS_EVERY_S` old."""
+        now = time.monotonic()
+        if now - self.stats_at < STATS_EVERY_S or not any(isinstance(i, AudioEvent) for i in items):
+            return None
+        self.stats_at = now
+        return self.stats()
 
 
 def messages(
@@ -218,7 +234,7 @@ class Calls:
         elif message.name == "observe_steps":
             self.pipeline.set_step_observer(self.outbox.step)
         elif message.name == "stop":
+            self.stopped = True  # even if stopping fails: the call loop ends, so does this process
             self.encoders.shutdown(wait=True)
             self.pipeline.stop()
-            self.stopped = True
         return None

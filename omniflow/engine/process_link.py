@@ -117,11 +117,15 @@ class EngineLink:
             self.submitting.add(request_id)
 
     def begun(self, request_id: str, accepted: bool) -> None:
-        """Its `Submit` answered: a refused request's sink goes."""
+        """Its `Submit` answered: a refused request's sink goes. An accepted one whose engine
+        died since (its sink skipped by `_died`) is raised as unavailable, not left waiting."""
         with self._lock:
             self.submitting.discard(request_id)
-            if not accepted:
+            if not accepted or self.death is not None:
                 self.sinks.pop(request_id, None)
+            death = self.death if accepted else None
+        if death is not None:
+            raise PipelineUnavailable(death)
 
     # ------------------------------------------------------------------ calls
 
@@ -133,8 +137,11 @@ class EngineLink:
         """Whether this is the reader thread (a sink or the step observer calling back)."""
         return threading.current_thread() is self._reader
 
-    def call(self, message: Call, wait_s: float = CALL_WAIT_S) -> object:
-        """Send `message` and wait for its reply; its failure raised here."""
+    def call(self, message: Call, wait_s: float | None = None) -> object:
+        """Send `message` and wait for its reply (`CALL_WAIT_S` unless said); its failure
+        raised here. No reply in time: the engine process is taken as down (killed: its
+        requests end, waiting calls fail) and `NoAnswer` raised."""
+        wait_s = CALL_WAIT_S if wait_s is None else wait_s
         if self.on_reader:  # its reply could only come through this very thread
             raise RuntimeError("a sink cannot wait for the engine process: only abort it")
         future: Future = Future()
@@ -148,6 +155,8 @@ class EngineLink:
         except FutureTimeout:
             with self._lock:
                 self._waiting.pop(message.call, None)
+            log.error("the engine process answered nothing in %g s: killing it", wait_s)
+            self.process.kill()  # the reader sees the pipe's end and ends every request
             raise NoAnswer(
                 f"the engine process answered nothing in {wait_s:g} s; the pipeline is down"
             ) from None
@@ -194,6 +203,8 @@ class EngineLink:
                 observer(stage, seconds)
 
     def _died(self) -> None:
+        if not self.stopping and self.process.is_alive():  # the reader ended, not the engine
+            self.process.kill()  # (a sink raised): no engine left running without a reader
         self.process.join(timeout=STOP_WAIT_S)
         if self.stopping:
             why = "the pipeline stopped"
@@ -216,17 +227,19 @@ class EngineLink:
     def stop(self) -> None:
         """End the engine's requests and its process (killed past `STOP_WAIT_S`)."""
         left, self.stopping = self.stopping, True  # after leave() the pipe is shut already
-        if not left and self.death is None and not self.on_reader:
-            try:
+        try:
+            if not left and self.death is None and not self.on_reader:
                 self.call(Control(self.next_call(), "stop"), STOP_WAIT_S)
-            except NoAnswer:
-                log.warning("the engine process did not stop in time: killing it")
-            except PipelineUnavailable:  # it died meanwhile (the reader logged it)
-                pass
-        self._end_process()
-        self.conn.close()
-        if not self.on_reader:
-            self._reader.join(timeout=STOP_WAIT_S)
+        except NoAnswer:
+            log.warning("the engine process did not stop in time: killed")
+        except RuntimeError as exc:  # its stop failed there, or it died meanwhile
+            if self.death is None:
+                log.warning("the engine process's stop failed: %s", exc)
+        finally:  # whatever the call said, the process ends here
+            self._end_process()
+            if not self.on_reader:
+                self._reader.join(timeout=STOP_WAIT_S)
+            self.conn.close()
 
     def leave(self) -> None:
         """The interpreter is exiting without `stop()`: the pipe is shut (both ends see its

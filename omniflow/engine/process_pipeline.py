@@ -6,9 +6,10 @@ Why: in-process, the server's event loop and the engine's threads take turns on 
 interpreter lock, and at high concurrency the HTTP side's share of it is time the GPU waits
 (docs/performance.md). Here the engine's process has its own lock; this process keeps HTTP.
 
-`stats()` is read on the event loop at every admission: while the engine is busy it answers
-from the snapshot the engine process pushes with its events (at most `STATS_FRESH_S` old),
-otherwise with a call; `in_flight` is counted here, exactly. A dead engine process reads as
+`stats()` is read on the event loop at every admission: while requests run it answers from
+the snapshot the engine process pushes with its events (at most `STATS_FRESH_S` old),
+otherwise with a call (exact when idle, as a benchmark reads its counters after a round);
+`in_flight` is counted here, exactly. A dead engine process reads as
 every stage down (503), as a dead stage loop does in-process.
 """
 
@@ -74,7 +75,8 @@ class ProcessPipeline:
         link = self._link
         if link.death is None:
             pushed = link.snapshot
-            if pushed is not None and time.monotonic() - pushed[0] < STATS_FRESH_S:
+            busy = bool(link.sinks)  # idle: a call (cheap then), exact for whoever reads next
+            if busy and pushed is not None and time.monotonic() - pushed[0] < STATS_FRESH_S:
                 stats = pushed[1]
             else:
                 try:

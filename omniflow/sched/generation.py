@@ -165,10 +165,12 @@ class GenerationScheduler:
         return False
 
     def gauges(self) -> SchedulerGauges:
-        """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait."""
-        started = sum(1 for r in self.requests.values() if r.started)
-        paused = sum(1 for r in self.requests.values() if r.paused)
-        return SchedulerGauges(running=started, waiting=len(self.requests) - started, paused=paused)
+        """Typed gauges for `Orchestrator.stats()`: decoding requests run, the rest wait. Read
+        from other threads: one copy of the table (taken whole), then counted."""
+        requests = list(self.requests.values())
+        started = sum(1 for r in requests if r.started)
+        paused = sum(1 for r in requests if r.paused)
+        return SchedulerGauges(running=started, waiting=len(requests) - started, paused=paused)
 
     def chunk_tokens(self, chunk: Chunk) -> int:
         return len(chunk.frames) * self.tokens_per_frame

@@ -383,3 +383,28 @@ def test_an_unexpected_error_in_a_call_is_the_callers_not_the_engines():
         assert replies.got.get(timeout=30).value == "gauges"
     finally:
         calls.encoders.shutdown()
+
+
+def test_an_engine_process_that_answers_nothing_is_taken_down(monkeypatch):
+    """A hung engine (stopped here with SIGSTOP) fails the call that waits on it after the
+    wait, and is killed: its requests end with one error each, later calls refuse at once."""
+    monkeypatch.setattr("omniflow.engine.process_link.CALL_WAIT_S", 1.0)
+    remote = process_pipeline()
+    remote.start()
+    try:
+        sink = FirstAudio()
+        remote.submit(speech("hung", max_new_tokens=4000, ignore_eos=True), sink)
+        assert sink.started.wait(30)
+        os.kill(remote.pid, signal.SIGSTOP)
+        with pytest.raises(PipelineUnavailable, match="answered nothing in 1 s"):
+            remote.submit(speech("second"), Collector())
+        end = sink.wait(30).terminal
+        assert end.finish_reason == "error"
+        assert (
+            end.error == f"the engine process exited (code {-signal.SIGKILL}); the pipeline is down"
+        )
+        assert not remote.stats().healthy
+        with pytest.raises(PipelineUnavailable, match="exited"):
+            remote.submit(speech("after"), Collector())
+    finally:
+        remote.stop()
