@@ -44,6 +44,12 @@ class StepKindTimer:
             return nullcontext()
         return self._timed(self.seconds[stage][name])
 
+    def add(self, stage: str, name: str, seconds: float) -> None:
+        """A phase timed by an engine in another process (host clock: the step phases)."""
+        if self.sync is None and name not in STEP_PHASES:
+            return
+        self.seconds[stage][name].append(seconds)
+
     @contextmanager
     def _timed(self, into: list[float]) -> Iterator[None]:
         if self.sync is not None:

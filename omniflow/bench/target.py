@@ -117,8 +117,8 @@ def in_process(spec: OmniflowSpec, graph: StageGraph) -> Iterator[Served]:
                 sample_rate=pipeline.info().sample_rate,
                 reused=reused,
                 deploy={"name": "local"},
-                # steps are timed where the engine runs in this process (the others refuse)
-                time_steps=pipeline.set_phase_timer if graph.runtime == "in_process" else None,
+                # steps are timed in this process or the engine's own (stages on Ray: not)
+                time_steps=None if graph.runtime == "ray" else pipeline.set_phase_timer,
             )
     finally:  # a kept pipeline's later steps are not this job's, even after a failure
         pipeline.set_phase_timer(NoTimer())

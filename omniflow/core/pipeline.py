@@ -183,11 +183,21 @@ class PhaseTimer(Protocol):
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]: ...
 
 
+class PhaseRecord(PhaseTimer, Protocol):
+    """A phase timer that also takes phases timed elsewhere: an engine in another process
+    (`pipeline.runtime=process`) times them on its host clock and hands over the seconds."""
+
+    def add(self, stage: str, name: str, seconds: float) -> None: ...
+
+
 class NoTimer:
     """The default: phases cost nothing."""
 
     def phase(self, stage: str, name: str) -> AbstractContextManager[object]:
         return nullcontext()
+
+    def add(self, stage: str, name: str, seconds: float) -> None:
+        return None
 
 
 class Pipeline(Protocol):

@@ -20,8 +20,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -29,9 +30,10 @@ import torch
 
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent
-from omniflow.core.pipeline import PipelineStats
+from omniflow.core.pipeline import NoTimer, PipelineStats
 from omniflow.engine.orchestrator import Orchestrator
 from omniflow.engine.process_wire import (
+    OBSERVED,
     Abort,
     Consumed,
     Control,
@@ -68,7 +70,7 @@ class Outbox:
         self.stats_at = 0.0
         self.ready = threading.Condition()
         self.items: list[AudioEvent | Reply] = []
-        self.steps: list[tuple[str, float]] = []
+        self.steps: list[tuple[str, str, float]] = []
         self.closed = False
         self.thread = threading.Thread(target=self._send_all, name="engine-outbox", daemon=True)
         self.thread.start()
@@ -82,7 +84,11 @@ class Outbox:
 
     def step(self, stage: str, seconds: float) -> None:
         with self.ready:
-            self.steps.append((stage, seconds))
+            self.steps.append((stage, OBSERVED, seconds))
+
+    def phase(self, stage: str, name: str, seconds: float) -> None:
+        with self.ready:
+            self.steps.append((stage, name, seconds))
 
     def _put(self, item: AudioEvent | Reply) -> None:
         with self.ready:
@@ -132,7 +138,7 @@ class Outbox:
 
 def messages(
     items: list[AudioEvent | Reply],
-    steps: list[tuple[str, float]],
+    steps: list[tuple[str, str, float]],
     stats: PipelineStats | None = None,
 ) -> list[FromEngine]:
     """Runs of events as one message each, replies between them where they came; the step
@@ -233,8 +239,28 @@ class Calls:
             gc.freeze()
         elif message.name == "observe_steps":
             self.pipeline.set_step_observer(self.outbox.step)
+        elif message.name == "time_phases":
+            self.pipeline.set_phase_timer(PhaseClock(self.outbox.phase))
+        elif message.name == "untime_phases":
+            self.pipeline.set_phase_timer(NoTimer())
         elif message.name == "stop":
             self.stopped = True  # even if stopping fails: the call loop ends, so does this process
             self.encoders.shutdown(wait=True)
             self.pipeline.stop()
         return None
+
+
+class PhaseClock:
+    """Every step phase timed on this process's host clock, the seconds handed to
+    `record` (the outbox: they go to the server's `PhaseRecord`, which keeps what it times)."""
+
+    def __init__(self, record: Callable[[str, str, float], None]) -> None:
+        self.record = record
+
+    @contextmanager
+    def phase(self, stage: str, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.record(stage, name, time.perf_counter() - t0)

@@ -26,6 +26,7 @@ from omniflow.core.events import AudioEvent, Sink
 from omniflow.core.pipeline import PipelineStats, PipelineUnavailable
 from omniflow.engine.process_child import child_main
 from omniflow.engine.process_wire import (
+    OBSERVED,
     Abort,
     Control,
     Encode,
@@ -80,6 +81,8 @@ class EngineLink:
         """Requests whose `submit` waits for its reply: if the process dies meanwhile, the
         submit raises and their sink gets nothing (one of the two, never both)."""
         self.observer: Callable[[str, float], None] | None = None
+        self.phases: Callable[[str, str, float], None] | None = None
+        """Where step phases timed in the engine process go (`time_phases`)."""
         self.snapshot: tuple[float, PipelineStats] | None = None
         """The latest stats the process pushed with its events, and when they came."""
         self.death: str | None = None
@@ -199,8 +202,14 @@ class EngineLink:
                 sink(ev)
         observer = self.observer
         if observer is not None:
-            for stage, seconds in message.steps:
-                observer(stage, seconds)
+            for stage, name, seconds in message.steps:
+                if name == OBSERVED:
+                    observer(stage, seconds)
+        phases = self.phases
+        if phases is not None:
+            for stage, name, seconds in message.steps:
+                if name != OBSERVED:
+                    phases(stage, name, seconds)
 
     def _died(self) -> None:
         if not self.stopping and self.process.is_alive():  # the reader ended, not the engine

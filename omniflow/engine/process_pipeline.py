@@ -28,7 +28,7 @@ from omniflow.core.events import Sink
 from omniflow.core.pipeline import (
     UNBOUNDED,
     NoTimer,
-    PhaseTimer,
+    PhaseRecord,
     PipelineInfo,
     PipelineStats,
     PipelineUnavailable,
@@ -103,13 +103,16 @@ class ProcessPipeline:
         self._link.observer = observer
         self._link.call(Control(self._link.next_call(), "observe_steps"))
 
-    def set_phase_timer(self, timer: PhaseTimer) -> None:
-        """Step phases are timed in-process only: refused here (none is the default)."""
-        if not isinstance(timer, NoTimer):
-            raise ValueError(
-                "pipeline.runtime=process: the engine runs in another process, whose step "
-                "phases are not timed here; use pipeline.runtime=in_process to time them"
-            )
+    def set_phase_timer(self, timer: PhaseRecord) -> None:
+        """Step phases timed in the engine process on its host clock, their seconds handed
+        to `timer.add` (a device-synchronised timing cannot reach that process's device
+        from here: `bench.phase_timing=device` is refused with this runtime)."""
+        untimed = isinstance(timer, NoTimer)
+        self._link.phases = None if untimed else timer.add
+        if untimed and self._link.death is not None:
+            return  # a dead engine times nothing (and a caller's cleanup must not raise)
+        name = "untime_phases" if untimed else "time_phases"
+        self._link.call(Control(self._link.next_call(), name))
 
     def submit(self, speech: SpeechRequest, sink: Sink, limits: RequestLimits = UNBOUNDED) -> None:
         link, rid = self._link, speech.request_id

@@ -66,11 +66,12 @@ class Encode:
 
 @dataclass(frozen=True)
 class Control:
-    """A call without arguments: `stats`, `start`, `stop`, or `observe_steps` (from now on,
-    each engine step's duration rides with the events)."""
+    """A call without arguments: `stats`, `start`, `stop`, `observe_steps` (from now on,
+    each engine step's duration rides with the events), `time_phases` / `untime_phases`
+    (each step phase's, on the engine process's host clock, or no longer)."""
 
     call: int
-    name: Literal["stats", "start", "stop", "observe_steps"]
+    name: Literal["stats", "start", "stop", "observe_steps", "time_phases", "untime_phases"]
 
 
 ToEngine = Submit | Consumed | Abort | Extend | Encode | Control
@@ -143,7 +144,9 @@ class Events:
     samples: tuple[int, ...]
     """How many of `pcm`'s samples are each event's own, in order (-1: it has none)."""
     pcm: np.ndarray
-    steps: tuple[tuple[str, float], ...] = ()
+    steps: tuple[tuple[str, str, float], ...] = ()
+    """(stage, phase, seconds) timed since the last message; phase `OBSERVED`: a whole step
+    (the step observer's), any other: a step phase (`time_phases`)."""
     stats: PipelineStats | None = None
     """The pipeline's gauges, pushed now and then while it makes events (`stats()` reads
     them without a call)."""
@@ -151,10 +154,13 @@ class Events:
 
 FromEngine = Ready | Reply | Events
 
+OBSERVED = ""
+"""The phase name of a whole step's duration in `Events.steps` (no phase has this name)."""
+
 
 def pack(
     events: Sequence[AudioEvent],
-    steps: Sequence[tuple[str, float]] = (),
+    steps: Sequence[tuple[str, str, float]] = (),
     stats: PipelineStats | None = None,
 ) -> Events:
     """The events as one message: heads, and their PCM back to back in one float32 array."""

@@ -12,6 +12,7 @@ checks that can share one run on one process (`test_one_engine_process_answers_a
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
 import signal
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+from omniflow.bench.step_kinds import StepKindTimer
 from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
@@ -31,7 +33,16 @@ from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import NoTimer, Overloaded, PipelineUnavailable, RequestLimits
 from omniflow.engine.process_child import Calls, messages
 from omniflow.engine.process_pipeline import ProcessPipeline
-from omniflow.engine.process_wire import Control, Encode, Failure, Reply, Submit, pack, unpack
+from omniflow.engine.process_wire import (
+    OBSERVED,
+    Control,
+    Encode,
+    Failure,
+    Reply,
+    Submit,
+    pack,
+    unpack,
+)
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.run import ServerThread
 from tests.factories import Collector, FirstAudio, build, speech
@@ -91,6 +102,7 @@ def test_one_engine_process_answers_as_in_process():
         check_abort_returns_after_its_terminal_event(remote)
         check_flow_control_pauses_and_resumes(remote, want[0].pcm)
         check_live_text(remote)
+        check_step_phases_are_timed_there_and_handed_over(remote)
         stats = remote.stats()
         assert stats.healthy and stats.in_flight == 0 and stats.stages[0].name == "talker"
         assert remote.reference_encoder() is None  # CustomVoice: no encoders
@@ -104,9 +116,6 @@ def check_refusals(remote: ProcessPipeline) -> None:
         remote.submit(speech("bad", voice="nobody"), Collector())
     with pytest.raises(ValueError, match="^input is 20010 prompt tokens; max_model_len is 4096"):
         remote.submit(speech("long", "x" * 20000), Collector())
-    with pytest.raises(ValueError, match="phases are not timed"):
-        remote.set_phase_timer(object())  # type: ignore[arg-type]
-    remote.set_phase_timer(NoTimer())  # none: the default, accepted
     assert remote.stats().in_flight == 0
 
 
@@ -145,6 +154,20 @@ def check_flow_control_pauses_and_resumes(remote: ProcessPipeline, want: np.ndar
     assert not reader.done.is_set() and 0 < reader.pcm.size < want.size
     reader.read()
     assert np.array_equal(reader.wait().pcm, want)
+
+
+def check_step_phases_are_timed_there_and_handed_over(remote: ProcessPipeline) -> None:
+    """The bench's host-clock step timer gets the engine process's steps by kind."""
+    timer = StepKindTimer()
+    remote.set_phase_timer(timer)
+    run(remote, speech("timed", max_new_tokens=6, ignore_eos=True))
+    remote.set_phase_timer(NoTimer())
+    kinds = timer.summary()["talker"]
+    assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 5
+    assert set(kinds) <= {"decode_step", "mixed_step", "audio_wait"}  # host clock: no others
+    before = timer.summary()
+    run(remote, speech("untimed", max_new_tokens=6, ignore_eos=True))
+    assert timer.summary() == before
 
 
 def check_live_text(remote: ProcessPipeline) -> None:
@@ -232,8 +255,8 @@ def test_events_cross_as_one_array_and_come_back_whole():
         AudioEvent("x", b, frames=2),
         AudioEvent("x", finished=True, finish_reason="error", error="boom", text_done_frames=4),
     ]
-    message = pack(events, [("talker", 0.01)])
-    assert message.pcm.shape == (8,) and message.steps == (("talker", 0.01),)
+    message = pack(events, [("talker", OBSERVED, 0.01)])
+    assert message.pcm.shape == (8,) and message.steps == (("talker", OBSERVED, 0.01),)
     back = unpack(message)
     assert [dataclasses.replace(e, pcm=None) for e in back] == [
         dataclasses.replace(e, pcm=None) for e in events
@@ -270,10 +293,10 @@ def test_a_reply_goes_after_the_events_made_before_it():
     returns once its sink has it), and step times ride with the last events."""
     first, last = AudioEvent("x", np.ones(2, np.float32)), AudioEvent("x", finished=True)
     reply = Reply(7)
-    sent = messages([first, reply, last], [("talker", 0.5)])
+    sent = messages([first, reply, last], [("talker", "decode_step", 0.5)])
     assert len(sent) == 3 and sent[1] is reply
     assert [e.request_id for e in unpack(sent[0])] == ["x"] and sent[0].steps == ()
-    assert unpack(sent[2])[0].finished and sent[2].steps == (("talker", 0.5),)
+    assert unpack(sent[2])[0].finished and sent[2].steps == (("talker", "decode_step", 0.5),)
     assert messages([reply], []) == [reply]
 
 
@@ -408,3 +431,17 @@ def test_an_engine_process_that_answers_nothing_is_taken_down(monkeypatch):
             remote.submit(speech("after"), Collector())
     finally:
         remote.stop()
+
+
+def test_bench_times_the_engine_process_steps_by_kind(tmp_path):
+    """`omniflow bench` with the engine in its own process: result.json's `steps` holds the
+    served stage's decode and mixed steps, timed there on the host clock."""
+    from omniflow import cli
+
+    out = tmp_path / "job"
+    small = ["bench.num_prompts=2", "bench.max_frames=4", "bench.rounds=1", "bench.warmup=0"]
+    assert cli.main(["bench", *FUSED, PROCESS, *small, f"bench.out_dir={out}"]) == 0
+    res = json.loads((out / "result.json").read_text())
+    kinds = res["steps"]["talker"]
+    assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 2
+    assert "steps" not in res["nulls"]
