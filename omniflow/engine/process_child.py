@@ -46,6 +46,7 @@ from omniflow.engine.process_wire import (
     Submit,
     ToEngine,
     pack,
+    send,
 )
 from omniflow.logs import setup_logging
 
@@ -120,7 +121,7 @@ class Outbox:
                 self.items, self.steps = [], []
             try:
                 for message in messages(items, steps, self._snapshot(items)):
-                    self.conn.send(message)
+                    send(self.conn, message)
             except (OSError, ValueError):  # the server's end is gone: nothing to tell it
                 return
             if closed:

@@ -36,6 +36,7 @@ from omniflow.engine.process_wire import (
     Reply,
     Submit,
     ToEngine,
+    receive,
     unpack,
 )
 
@@ -178,7 +179,7 @@ class EngineLink:
         try:
             while True:
                 try:
-                    message: FromEngine = self.conn.recv()
+                    message = receive(self.conn)
                 except (EOFError, OSError):
                     return
                 if isinstance(message, Events):

@@ -11,7 +11,8 @@ those samples are its own. Times (`made_at`, `seated_at`, `text_done_at`) are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from multiprocessing.connection import Connection
 from typing import Literal
 
 import numpy as np
@@ -139,11 +140,13 @@ class Reply:
 class Events:
     """Events in the order the pipeline made them, and steps timed since the last message."""
 
-    heads: tuple[AudioEvent, ...]
-    """The events without their PCM (`pcm` None)."""
+    heads: tuple[tuple[object, ...], ...]
+    """Each event's fields but its PCM, in `HEAD_FIELDS` order."""
     samples: tuple[int, ...]
     """How many of `pcm`'s samples are each event's own, in order (-1: it has none)."""
-    pcm: np.ndarray
+    pcm: np.ndarray | None
+    """Their PCM back to back (float32); None on the pipe, where its bytes follow the message
+    (`send`), so that no audio is pickled."""
     steps: tuple[tuple[str, str, float], ...] = ()
     """(stage, phase, seconds) timed since the last message; phase `OBSERVED`: a whole step
     (the step observer's), any other: a step phase (`time_phases`)."""
@@ -156,6 +159,7 @@ FromEngine = Ready | Reply | Events
 
 OBSERVED = ""
 """The phase name of a whole step's duration in `Events.steps` (no phase has this name)."""
+HEAD_FIELDS = tuple(f.name for f in fields(AudioEvent) if f.name != "pcm")
 
 
 def pack(
@@ -166,7 +170,7 @@ def pack(
     """The events as one message: heads, and their PCM back to back in one float32 array."""
     parts = [np.asarray(e.pcm, dtype=np.float32).reshape(-1) for e in events if e.pcm is not None]
     samples = tuple(-1 if ev.pcm is None else np.size(ev.pcm) for ev in events)
-    heads = tuple(ev if ev.pcm is None else replace(ev, pcm=None) for ev in events)
+    heads = tuple(tuple(getattr(ev, name) for name in HEAD_FIELDS) for ev in events)
     pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     return Events(heads, samples, pcm, tuple(steps), stats)
 
@@ -176,9 +180,28 @@ def unpack(message: Events) -> list[AudioEvent]:
     (every request's audio of a step) alive as long as one event's audio is held."""
     out, at = [], 0
     for head, n in zip(message.heads, message.samples, strict=True):
-        if n < 0:
-            out.append(head)
-            continue
-        out.append(replace(head, pcm=message.pcm[at : at + n].copy()))
-        at += n
+        pcm = None
+        if n >= 0:
+            assert message.pcm is not None
+            pcm = message.pcm[at : at + n].copy()
+            at += n
+        out.append(AudioEvent(pcm=pcm, **dict(zip(HEAD_FIELDS, head, strict=True))))
     return out
+
+
+def send(conn: Connection, message: FromEngine) -> None:
+    """One message down the pipe; an `Events`' PCM after it as raw bytes (pickling an 8 MB
+    array costs several times the copy: the engine process's interpreter lock, held)."""
+    if isinstance(message, Events) and message.pcm is not None and message.pcm.size:
+        conn.send(replace(message, pcm=None))
+        conn.send_bytes(memoryview(message.pcm))
+    else:
+        conn.send(message)
+
+
+def receive(conn: Connection) -> FromEngine:
+    """The next message, an `Events`' PCM read back from the bytes after it."""
+    message: FromEngine = conn.recv()
+    if isinstance(message, Events) and message.pcm is None:
+        return replace(message, pcm=np.frombuffer(conn.recv_bytes(), dtype=np.float32))
+    return message

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import queue
 import signal
@@ -41,6 +42,8 @@ from omniflow.engine.process_wire import (
     Reply,
     Submit,
     pack,
+    receive,
+    send,
     unpack,
 )
 from omniflow.errors import ConfigError, ConfigErrors
@@ -445,3 +448,19 @@ def test_bench_times_the_engine_process_steps_by_kind(tmp_path):
     kinds = res["steps"]["talker"]
     assert kinds["mixed_step"]["count"] >= 1 and kinds["decode_step"]["count"] >= 2
     assert "steps" not in res["nulls"]
+
+
+def test_a_message_audio_crosses_the_pipe_as_bytes_after_it():
+    """`send` pickles an `Events` without its PCM and writes the PCM as raw bytes after it;
+    `receive` puts them together again. A message without PCM is one message."""
+    left, right = multiprocessing.Pipe()
+    audio = np.arange(6, dtype=np.float32)
+    with_pcm = pack([AudioEvent("x", audio, frames=3), AudioEvent("x", finished=True)])
+    without = pack([AudioEvent("y", finished=True)], [("talker", OBSERVED, 0.2)])
+    for message in (with_pcm, without, with_pcm):
+        send(left, message)
+    first, second, third = receive(right), receive(right), receive(right)
+    assert not right.poll()  # nothing left over: each message read whole
+    assert np.array_equal(unpack(first)[0].pcm, audio) and unpack(first)[1].finished
+    assert unpack(second)[0].request_id == "y" and second.steps == (("talker", OBSERVED, 0.2),)
+    assert np.array_equal(unpack(third)[0].pcm, audio)
