@@ -29,6 +29,7 @@ from omniflow.engine.process_wire import (
     OBSERVED,
     Abort,
     Control,
+    ControlName,
     Encode,
     Events,
     FromEngine,
@@ -168,6 +169,10 @@ class EngineLink:
             raise reply.failure.error()
         return reply.value
 
+    def control(self, name: ControlName, wait_s: float | None = None) -> object:
+        """A `Control` call (`call`)."""
+        return self.call(Control(self.next_call(), name), wait_s)
+
     def send(self, message: ToEngine) -> None:
         """One message down the pipe; a closed pipe is the reader's to report."""
         with self._send_lock, contextlib.suppress(OSError, ValueError):
@@ -201,16 +206,12 @@ class EngineLink:
                 sink = pop(ev.request_id, None)
             if sink is not None:
                 sink(ev)
-        observer = self.observer
-        if observer is not None:
-            for stage, name, seconds in message.steps:
-                if name == OBSERVED:
-                    observer(stage, seconds)
-        phases = self.phases
-        if phases is not None:
-            for stage, name, seconds in message.steps:
-                if name != OBSERVED:
-                    phases(stage, name, seconds)
+        observer, phases = self.observer, self.phases
+        for stage, name, seconds in message.steps:
+            if name == OBSERVED and observer is not None:
+                observer(stage, seconds)
+            elif name != OBSERVED and phases is not None:
+                phases(stage, name, seconds)
 
     def _died(self) -> None:
         if not self.stopping and self.process.is_alive():  # the reader ended, not the engine
@@ -239,7 +240,7 @@ class EngineLink:
         left, self.stopping = self.stopping, True  # after leave() the pipe is shut already
         try:
             if not left and self.death is None and not self.on_reader:
-                self.call(Control(self.next_call(), "stop"), STOP_WAIT_S)
+                self.control("stop", STOP_WAIT_S)
         except NoAnswer:
             log.warning("the engine process did not stop in time: killed")
         except RuntimeError as exc:  # its stop failed there, or it died meanwhile

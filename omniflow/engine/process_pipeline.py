@@ -38,7 +38,7 @@ from omniflow.core.pipeline import (
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
 from omniflow.engine.process_link import EngineLink
-from omniflow.engine.process_wire import Abort, Consumed, Control, Encode, Extend, Submit
+from omniflow.engine.process_wire import Abort, Consumed, Encode, Extend, Submit
 
 STATS_FRESH_S = 0.1
 """How old a pushed stats snapshot may be and still answer `stats()`."""
@@ -80,7 +80,7 @@ class ProcessPipeline:
                 stats = pushed[1]
             else:
                 try:
-                    stats = link.call(Control(link.next_call(), "stats"))
+                    stats = link.control("stats")
                 except PipelineUnavailable:
                     return self._down()
                 assert isinstance(stats, PipelineStats)
@@ -97,11 +97,11 @@ class ProcessPipeline:
         return PipelineStats(len(self._link.sinks), stages)
 
     def reference_encoder(self) -> RemoteEncoder | None:
-        return RemoteEncoder(self) if self._link.ready.clones else None
+        return RemoteEncoder(self._link) if self._link.ready.clones else None
 
     def set_step_observer(self, observer: Callable[[str, float], None]) -> None:
         self._link.observer = observer
-        self._link.call(Control(self._link.next_call(), "observe_steps"))
+        self._link.control("observe_steps")
 
     def set_phase_timer(self, timer: PhaseRecord) -> None:
         """Step phases timed in the engine process on its host clock, their seconds handed
@@ -111,8 +111,7 @@ class ProcessPipeline:
         self._link.phases = None if untimed else timer.add
         if untimed and self._link.death is not None:
             return  # a dead engine times nothing (and a caller's cleanup must not raise)
-        name = "untime_phases" if untimed else "time_phases"
-        self._link.call(Control(self._link.next_call(), name))
+        self._link.control("untime_phases" if untimed else "time_phases")
 
     def submit(self, speech: SpeechRequest, sink: Sink, limits: RequestLimits = UNBOUNDED) -> None:
         link, rid = self._link, speech.request_id
@@ -146,13 +145,8 @@ class ProcessPipeline:
         if self._link.death is None:
             self._link.send(Extend(request_id, text, done))
 
-    def encode(self, audio: torch.Tensor) -> EncodedVoice:
-        """A reference recording encoded by the engine's process (its encoders live there)."""
-        samples = np.ascontiguousarray(audio.detach().to("cpu", torch.float32).numpy())
-        return self._link.call(Encode(self._link.next_call(), samples))  # type: ignore[return-value]
-
     def start(self) -> None:
-        self._link.call(Control(self._link.next_call(), "start"))
+        self._link.control("start")
 
     def stop(self) -> None:
         if self._stopped:
@@ -164,9 +158,11 @@ class ProcessPipeline:
 
 @dataclasses.dataclass(frozen=True)
 class RemoteEncoder:
-    """The model's reference encoders, in the engine's process (`ReferenceEncoder`)."""
+    """The model's reference encoders, in the engine's process (`ReferenceEncoder`): a
+    recording is encoded there."""
 
-    pipeline: ProcessPipeline
+    link: EngineLink
 
     def encode(self, audio: torch.Tensor) -> EncodedVoice:
-        return self.pipeline.encode(audio)
+        samples = np.ascontiguousarray(audio.detach().to("cpu", torch.float32).numpy())
+        return self.link.call(Encode(self.link.next_call(), samples))  # type: ignore[return-value]

@@ -65,6 +65,9 @@ class Encode:
     audio: np.ndarray
 
 
+ControlName = Literal["stats", "start", "stop", "observe_steps", "time_phases", "untime_phases"]
+
+
 @dataclass(frozen=True)
 class Control:
     """A call without arguments: `stats`, `start`, `stop`, `observe_steps` (from now on,
@@ -72,7 +75,7 @@ class Control:
     (each step phase's, on the engine process's host clock, or no longer)."""
 
     call: int
-    name: Literal["stats", "start", "stop", "observe_steps", "time_phases", "untime_phases"]
+    name: ControlName
 
 
 ToEngine = Submit | Consumed | Abort | Extend | Encode | Control
