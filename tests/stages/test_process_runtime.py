@@ -32,7 +32,7 @@ from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import NoTimer, Overloaded, PipelineUnavailable, RequestLimits
-from omniflow.engine.process_child import Calls, messages
+from omniflow.engine.process_child import SENDER_FAILED, Calls, Outbox, messages
 from omniflow.engine.process_pipeline import ProcessPipeline
 from omniflow.engine.process_wire import (
     OBSERVED,
@@ -119,7 +119,12 @@ def check_refusals(remote: ProcessPipeline) -> None:
         remote.submit(speech("bad", voice="nobody"), Collector())
     with pytest.raises(ValueError, match="^input is 20010 prompt tokens; max_model_len is 4096"):
         remote.submit(speech("long", "x" * 20000), Collector())
-    assert remote.stats().in_flight == 0
+    # a bug's error (here text=None): that request's error, released; the engine goes on
+    with pytest.raises(RuntimeError, match="^in the engine process: TypeError"):
+        remote.submit(speech("buggy", text=None), Collector())
+    assert remote.stats().in_flight == 0 and remote.stats().healthy
+    again = run(remote, speech("buggy", max_new_tokens=3, ignore_eos=True))[0]
+    assert again.terminal.finish_reason == "length"
 
 
 def check_a_sink_may_abort_its_own_request(remote: ProcessPipeline) -> None:
@@ -184,19 +189,29 @@ def check_live_text(remote: ProcessPipeline) -> None:
     assert end.error is None and end.frames == 30 and end.text_done_at is not None
 
 
+def streaming(remote: ProcessPipeline, rid: str) -> FirstAudio:
+    """A long request, once its first audio has come."""
+    sink = FirstAudio()
+    remote.submit(speech(rid, max_new_tokens=4000, ignore_eos=True), sink)
+    assert sink.started.wait(30)
+    return sink
+
+
+def assert_killed(sink: Collector) -> None:
+    """Its one terminal event says the engine process was killed."""
+    end = sink.wait(30).terminal
+    assert end.finish_reason == "error"
+    code = -signal.SIGKILL
+    assert end.error == f"the engine process exited (code {code}); the pipeline is down"
+
+
 def test_a_dead_engine_process_ends_its_requests_and_refuses_new_ones():
     remote = process_pipeline()
     remote.start()
     try:
-        sink = FirstAudio()
-        remote.submit(speech("cut", max_new_tokens=400, ignore_eos=True), sink)
-        assert sink.started.wait(30)
+        sink = streaming(remote, "cut")
         os.kill(remote.pid, signal.SIGKILL)
-        end = sink.wait(30).terminal
-        assert end.finish_reason == "error"
-        assert (
-            end.error == f"the engine process exited (code {-signal.SIGKILL}); the pipeline is down"
-        )
+        assert_killed(sink)
         stats = remote.stats()
         assert not stats.healthy and [s.name for s in stats.stages] == ["talker"]
         with pytest.raises(PipelineUnavailable, match="engine process exited"):
@@ -418,17 +433,11 @@ def test_an_engine_process_that_answers_nothing_is_taken_down(monkeypatch):
     remote = process_pipeline()
     remote.start()
     try:
-        sink = FirstAudio()
-        remote.submit(speech("hung", max_new_tokens=4000, ignore_eos=True), sink)
-        assert sink.started.wait(30)
+        sink = streaming(remote, "hung")
         os.kill(remote.pid, signal.SIGSTOP)
         with pytest.raises(PipelineUnavailable, match="answered nothing in 1 s"):
             remote.submit(speech("second"), Collector())
-        end = sink.wait(30).terminal
-        assert end.finish_reason == "error"
-        assert (
-            end.error == f"the engine process exited (code {-signal.SIGKILL}); the pipeline is down"
-        )
+        assert_killed(sink)
         assert not remote.stats().healthy
         with pytest.raises(PipelineUnavailable, match="exited"):
             remote.submit(speech("after"), Collector())
@@ -464,3 +473,33 @@ def test_a_message_audio_crosses_the_pipe_as_bytes_after_it():
     assert np.array_equal(unpack(first)[0].pcm, audio) and unpack(first)[1].finished
     assert unpack(second)[0].request_id == "y" and second.steps == (("talker", OBSERVED, 0.2),)
     assert np.array_equal(unpack(third)[0].pcm, audio)
+
+
+def failing_gauges():
+    raise TypeError("a bug in the gauges")
+
+
+def sender_that_fails(conn) -> None:
+    """Child: an outbox whose gauges raise, handed one event; then it waits on the pipe as the
+    engine process's call loop does."""
+    outbox = Outbox(conn, failing_gauges)
+    outbox.event(AudioEvent("x", np.zeros(4, np.float32)))
+    conn.recv()
+
+
+def test_a_failing_sender_ends_the_engine_process():
+    """Whatever the engine process's sender raises ends that process (status 70): the server
+    sees the pipe's end and ends every request with one error, never a silent engine."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=sender_that_fails, args=(theirs,))
+    child.start()
+    theirs.close()
+    child.join(timeout=60)
+    try:
+        assert child.exitcode == SENDER_FAILED == 70
+        with pytest.raises(EOFError):
+            ours.recv()  # nothing was sent, and the pipe has ended
+    finally:
+        if child.is_alive():
+            child.kill()
