@@ -71,6 +71,7 @@ def measure(
     overrides: list[str] | None = None,
 ) -> dict:
     base = [f"pipeline={pipeline}", f"platform={platform}", f"model={model}"]
+    base.append("pipeline.runtime=in_process")  # offline: no server to share a lock with
     graph = build_graph(compose(base + list(overrides or [])))
     orch = build_pipeline(graph)
     sr = orch.info().sample_rate

@@ -21,6 +21,8 @@ def pipeline_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def spec_of(args: argparse.Namespace) -> OmniflowSpec:
-    """The validated config the parsed arguments name."""
+    """The validated config the parsed arguments name, the engine in this process (the
+    drivers time and hook its steps here; on CUDA the served default is an engine process)."""
     base = [f"model={args.model}", f"platform={args.platform}", f"pipeline={args.pipeline}"]
+    base.append("pipeline.runtime=in_process")
     return compose(base + list(args.override))

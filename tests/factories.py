@@ -155,7 +155,9 @@ def build(
     from omniflow.build.pipeline import build_pipeline
 
     platform = [] if any(o.startswith("platform=") for o in overrides) else ["platform=cpu"]
-    graph = build_graph(compose([f"pipeline={pipeline}", *platform, *overrides]))
+    # in this process (the tests reach its engines), also where CUDA's default is a process
+    runtime = ["pipeline.runtime=in_process"]
+    graph = build_graph(compose([f"pipeline={pipeline}", *platform, *runtime, *overrides]))
     orch = build_pipeline(graph, bundle)
     if start:
         orch.start()

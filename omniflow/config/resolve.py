@@ -117,12 +117,25 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     platform = settle_cudnn_benchmark(spec.platform, platform, resolved)
     return StageGraph(
         pipeline=spec.pipeline.name,
-        runtime=spec.pipeline.runtime,
+        runtime=resolved_runtime(spec, platform.name),
         stages=resolved,
         final_stage=final,
         platform=platform,
         model=model,
     )
+
+
+def resolved_runtime(spec: OmniflowSpec, platform: str) -> str:
+    """`pipeline.runtime: null` resolved. The engine runs in a process of its own on CUDA,
+    where a GPU-bound engine loop and the HTTP side would share one interpreter lock
+    (docs/performance.md, "The engine in its own process"); in-process on the CPU, in a Ray
+    replica (a process of its own already) and for `bench.phase_timing=device` (it
+    synchronises the device around each phase of a step, in this process)."""
+    if spec.pipeline.runtime is not None:
+        return spec.pipeline.runtime
+    if platform != "cuda" or spec.deploy.name == "ray" or spec.bench.phase_timing == "device":
+        return "in_process"
+    return "process"
 
 
 # --------------------------------------------------------------------------- topology

@@ -178,12 +178,13 @@ class PipelineConfig(Frozen):
     """A stage graph: stages keyed by name, edges given by each stage's `upstream`."""
 
     name: str = Field(description="Pipeline name (shown in logs and /v1/models).")
-    runtime: Literal["in_process", "process", "ray"] = Field(
-        "in_process",
+    runtime: Literal["in_process", "process", "ray"] | None = Field(
+        None,
         description="Where stage engines run: threads of this process; all of them in one "
         "process of their own beside the server's (its own interpreter lock; "
         "docs/architecture.md); or each stage in its own Ray actor on its own device "
-        "(two-stage pipelines; docs/deploy.md).",
+        "(two-stage pipelines; docs/deploy.md). null: process on CUDA, in_process on the CPU, "
+        "under deploy=ray and with bench.phase_timing=device.",
     )
     stages: dict[str, StageConfig] = Field(min_length=1, description="Stages keyed by name.")
 

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.cuda
 
 
 def talker_blocks(*overrides: str) -> int:
-    orch = build_pipeline(build_graph(compose(["platform=cuda", *overrides])))
+    spec = compose(["platform=cuda", "pipeline.runtime=in_process", *overrides])
+    orch = build_pipeline(build_graph(spec))
     return orch.stats().stages[0].kv_blocks_total
 
 

@@ -75,3 +75,26 @@ def test_a_cluster_without_a_device_per_stage_is_refused(monkeypatch):
         check_cluster_fits(graph, stage_options(graph))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     check_cluster_fits(graph, stage_options(graph))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "runtime"),
+    [
+        (["platform=cuda"], "process"),  # served on the GPU: the engine beside the server
+        (["platform=cuda", "pipeline=qwen3_tts"], "process"),
+        (["platform=cpu"], "in_process"),
+        (["platform=cuda", "deploy=ray"], "in_process"),  # a replica is a process already
+        (["platform=cuda", "bench.phase_timing=device"], "in_process"),  # timed here
+        (["platform=cuda", "pipeline.runtime=in_process"], "in_process"),  # a value wins
+        (["platform=cpu", "pipeline.runtime=process"], "process"),
+    ],
+)
+def test_the_shipped_null_resolves_by_platform_deploy_and_phase_timing(overrides, runtime):
+    assert build_graph(compose(overrides)).runtime == runtime
+
+
+def test_config_prints_the_resolved_runtime_and_it_is_settable_as_printed(capsys):
+    assert cli.main(["config", "platform=cuda"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["runtime"] == "process"
+    assert cli.main(["config", "platform=cuda", f"pipeline.runtime={printed['runtime']}"]) == 0
