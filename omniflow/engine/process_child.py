@@ -31,14 +31,13 @@ import torch
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent
 from omniflow.core.pipeline import NoTimer, PipelineStats
+from omniflow.engine.messages import ExtendInput
 from omniflow.engine.orchestrator import Orchestrator
 from omniflow.engine.process_wire import (
     OBSERVED,
     Abort,
-    Consumed,
     Control,
     Encode,
-    Extend,
     Failure,
     FromEngine,
     Ready,
@@ -48,6 +47,7 @@ from omniflow.engine.process_wire import (
     pack,
     send,
 )
+from omniflow.engine.routing import Took
 from omniflow.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -207,9 +207,9 @@ class Calls:
         }
 
     def run(self, message: ToEngine) -> None:
-        if isinstance(message, Consumed):  # no reply: the hot path of flow control
+        if isinstance(message, Took):  # no reply: the hot path of flow control
             self.pipeline.consumed(message.request_id, message.samples)
-        elif isinstance(message, Extend):  # errors end the request with an event
+        elif isinstance(message, ExtendInput):  # errors end the request with an event
             self.pipeline.extend(message.request_id, message.text, message.done)
         elif isinstance(message, Encode):
             self.encoders.submit(self.answer, message)

@@ -37,8 +37,10 @@ from omniflow.core.pipeline import (
 )
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
+from omniflow.engine.messages import ExtendInput
 from omniflow.engine.process_link import EngineLink
-from omniflow.engine.process_wire import Abort, Consumed, Encode, Extend, Submit
+from omniflow.engine.process_wire import Abort, Encode, Submit
+from omniflow.engine.routing import Took
 
 STATS_FRESH_S = 0.1
 """How old a pushed stats snapshot may be and still answer `stats()`."""
@@ -125,7 +127,7 @@ class ProcessPipeline:
 
     def consumed(self, request_id: str, samples: int) -> None:
         if self._link.death is None:
-            self._link.send(Consumed(request_id, samples))
+            self._link.send(Took(request_id, samples))
 
     def abort(self, request_id: str, error: str | None = None) -> None:
         """Returns once the request's terminal event reached its sink (the reply comes after
@@ -143,7 +145,7 @@ class ProcessPipeline:
 
     def extend(self, request_id: str, text: str, done: bool) -> None:
         if self._link.death is None:
-            self._link.send(Extend(request_id, text, done))
+            self._link.send(ExtendInput(request_id, text, done))
 
     def start(self) -> None:
         self._link.control("start")

@@ -26,6 +26,8 @@ from omniflow.core.pipeline import (
     RequestLimits,
 )
 from omniflow.core.speech import SpeechRequest
+from omniflow.engine.messages import ExtendInput
+from omniflow.engine.routing import Took
 
 # ---------------------------------------------------------------- server -> engine
 
@@ -38,23 +40,10 @@ class Submit:
 
 
 @dataclass(frozen=True)
-class Consumed:
-    request_id: str
-    samples: int
-
-
-@dataclass(frozen=True)
 class Abort:
     call: int
     request_id: str
     error: str | None
-
-
-@dataclass(frozen=True)
-class Extend:
-    request_id: str
-    text: str
-    done: bool
 
 
 @dataclass(frozen=True)
@@ -78,7 +67,9 @@ class Control:
     name: ControlName
 
 
-ToEngine = Submit | Consumed | Abort | Extend | Encode | Control
+ToEngine = Submit | Took | Abort | ExtendInput | Encode | Control
+"""`Took` (flow control) and `ExtendInput` (live text) are the engine's own messages: they
+cross as they are, neither waiting for a reply."""
 
 # ---------------------------------------------------------------- engine -> server
 
