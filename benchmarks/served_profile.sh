@@ -4,14 +4,16 @@
 # py-spy samples which threads hold the GIL (`--threads --gil`, SECONDS_RECORDED s from 2 s
 # in) and nvidia-smi reads the GPU's utilisation every 100 ms. Needs py-spy on PATH and, for
 # the GPU reading, nvidia-smi. Issue 35's "measure the HTTP side at c128".
-#   SERVE_ARGS="model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused experiment=high_concurrency" \
+#   SERVE_ARGS="model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused experiment=high_concurrency pipeline.runtime=in_process" \
 #     CONCURRENCY=128 PROMPTS=512 bash benchmarks/served_profile.sh OUT
 # Writes OUT/serve.log, OUT/round{1,2}.json (the load generator's summaries), OUT/gil.txt
 # (py-spy's raw stacks), OUT/util.txt, and prints the per-thread GIL table
-# (`benchmarks.thread_share`) and the mean utilisation.
+# (`benchmarks.thread_share`) and the mean utilisation. It samples the server's process: the
+# engine shares it with `pipeline.runtime=in_process`, the default here (on CUDA the null
+# would put the engine in a process of its own, out of the samples).
 set -euo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd)
-serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused experiment=high_concurrency}
+serve_args=${SERVE_ARGS:-model=qwen3_tts_1_7b platform=cuda pipeline=qwen3_tts_fused experiment=high_concurrency pipeline.runtime=in_process}
 port=${PORT:-8123}
 recorded=${SECONDS_RECORDED:-6}
 rate=200

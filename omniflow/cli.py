@@ -149,11 +149,11 @@ def cmd_bench(args: Args) -> int:
     import json
     from pathlib import Path
 
-    from omniflow.bench.target_check import check_target
+    from omniflow.bench.target_check import bench_graph, check_target
     from omniflow.preflight import check_device, check_memory
 
     spec = compose(args.overrides, args.config_dir)
-    graph = build_graph(spec)
+    graph = bench_graph(spec)
     check_target(spec, graph)  # deploy=ray: Ray found, the settings fit (docs/deploy.md)
     check_device(graph)
     check_memory(graph)

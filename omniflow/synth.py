@@ -137,7 +137,7 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
 def _run_synth(overrides: list[str], config_dir: str | None) -> int:
     mapped = synth_overrides(overrides)
     spec = compose(mapped, config_dir)
-    graph = build_graph(spec)
+    graph = build_graph(spec, engine_here=True)  # no server to share the interpreter with
     check_device(graph)
     s = spec.synth
     from omniflow.synth_batch import check_batch_keys, run_batch

@@ -24,9 +24,8 @@ from omegaconf import DictConfig
 from omniflow.bench.mode import check_mode
 from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.sweep import sweep_jobs
-from omniflow.bench.target_check import check_target
+from omniflow.bench.target_check import bench_graph, check_target
 from omniflow.config.compose import CONF_DIR, compose, plus_sets, to_data, validate
-from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
 from omniflow.preflight import check_device, check_memory
 
@@ -41,7 +40,7 @@ def run_hydra_bench(
         jobs = sweep_jobs(overrides)
         for job in jobs:  # validate every job first
             spec = compose(job, config_dir)
-            graph = build_graph(spec)
+            graph = bench_graph(spec)
             check_mode(spec.bench)
             check_bench_prompts(spec.bench)
             check_target(spec, graph)  # deploy=ray: what it cannot do, refused now

@@ -30,8 +30,8 @@ from omniflow.bench.prompt_file import check_bench_prompts
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
+from omniflow.bench.target_check import bench_graph
 from omniflow.config.graph import ResolvedStage, StageGraph
-from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.provenance import build
 
@@ -61,7 +61,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     b = spec.bench
     prompts_file = b.prompts or DEFAULT_PROMPTS
     prompts = load_prompts(prompts_file, b.round_prompts, b.max_frames)
-    graph = build_graph(spec)
+    graph = bench_graph(spec)
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -210,6 +210,7 @@ def graph_config(graph: StageGraph) -> dict[str, Any]:
         "pipeline": graph.pipeline,
         "model": graph.model.name,
         "platform": graph.platform.name,
+        "runtime": graph.runtime,  # the engine's process: the null resolves by platform and job
         "dtype": graph.platform.dtype,
         "codec_dtype": graph.platform.codec_dtype,
         "window_k": ar.window_k,

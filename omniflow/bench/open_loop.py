@@ -42,7 +42,7 @@ from omniflow.bench.open_stats import read_requests, summarize
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
-from omniflow.config.resolve import build_graph
+from omniflow.bench.target_check import bench_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.provenance import build
 
@@ -57,7 +57,7 @@ def run_open_loop_job(
     b = spec.bench
     plan = open_plan(b)
     prompts_file = b.prompts or DEFAULT_PROMPTS  # checked by run_job
-    graph = build_graph(spec)
+    graph = bench_graph(spec)
     ar = ar_stage(graph)
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.graph import StageGraph
+from omniflow.config.resolve import build_graph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.deploy.preflight import check_deploy  # finds Ray, imports none
 from omniflow.errors import ConfigError
+
+
+def bench_graph(spec: OmniflowSpec) -> StageGraph:
+    """The graph a bench job measures: under `bench.phase_timing=device` the engine stays in
+    the job's process (its steps are synchronised there) unless `pipeline.runtime` is set."""
+    return build_graph(spec, engine_here=spec.bench.phase_timing == "device")
 
 
 def check_target(spec: OmniflowSpec, graph: StageGraph) -> DeployConfig | None:
@@ -20,8 +27,8 @@ def check_target(spec: OmniflowSpec, graph: StageGraph) -> DeployConfig | None:
             "bench.phase_timing",
             f"device synchronises the device around every phase of a step, and under "
             f"pipeline.runtime={graph.runtime} the steps run in another process, out of the "
-            "job's reach; leave bench.phase_timing at steps (result.json's steps is then "
-            "null) or bench with pipeline.runtime=in_process",
+            "job's reach; leave bench.phase_timing at steps, or pipeline.runtime unset (null) "
+            "or in_process",
         )
     if spec.deploy.name != "ray":
         return None

@@ -77,12 +77,14 @@ class BenchConfig(Frozen):
         description="What result.json's `steps` times: `steps`, each served step by kind "
         "(decode / mixed) on the host clock, perturbing nothing; `device`, also the forward, "
         "sample and audio phases, with a device synchronisation around each (exact phases, "
-        "slower steps: for finding where a served step's time goes, not for throughput).",
+        "slower steps: for finding where a served step's time goes, not for throughput; the "
+        "engine then runs in the job's process where pipeline.runtime is null).",
     )
     reuse_pipeline: bool = Field(
         True,
         description="Keep the built pipeline for the sweep's next job when its stage graph is "
-        "the same (jobs differing only in bench.* keys); false: every job builds its own.",
+        "the same (jobs differing only in bench.* keys other than phase_timing, which may "
+        "move the engine's process); false: every job builds its own.",
     )
     rps: float | None = Field(
         None,

@@ -16,7 +16,8 @@ _RAY_ADDRESS = re.compile(r"ray://[^\s:/]+:\d{1,5}")
 
 
 class DeployConfig(Frozen):
-    """Where `omniflow serve` runs the pipeline: `local`, in the serving process; `ray`, as
+    """Where `omniflow serve` runs the pipeline: `local`, beside the server (in its process,
+    or in an engine process of its own: `pipeline.runtime`); `ray`, as
     replicas of the whole pipeline behind Ray Serve (docs/deploy.md). The cross-field rules
     (resources against the platform) are in omniflow/deploy/settings.py."""
 

@@ -35,8 +35,11 @@ from omniflow.core.capabilities import ARCH_CAPABILITIES, ModelCapabilities
 from omniflow.errors import ConfigError, ConfigErrors
 
 
-def build_graph(spec: OmniflowSpec) -> StageGraph:
-    """Apply every build-time rule; raise `ConfigError` (or `ConfigErrors`) on violations."""
+def build_graph(spec: OmniflowSpec, *, engine_here: bool = False) -> StageGraph:
+    """Apply every build-time rule; raise `ConfigError` (or `ConfigErrors`) on violations.
+    `engine_here`: a command without a server beside the engine (synth) or one that reaches
+    into its steps (the bench's device phase timing) keeps the engine in its own process
+    where `pipeline.runtime` is left null."""
     errors: list[ConfigError] = []
     platform = resolve_platform(spec.platform, spec.model, errors)
     model = resolve_model(spec.model, platform, errors)
@@ -117,7 +120,7 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     platform = settle_cudnn_benchmark(spec.platform, platform, resolved)
     return StageGraph(
         pipeline=spec.pipeline.name,
-        runtime=resolved_runtime(spec, platform.name),
+        runtime=resolved_runtime(spec, platform.name, engine_here),
         stages=resolved,
         final_stage=final,
         platform=platform,
@@ -125,15 +128,15 @@ def build_graph(spec: OmniflowSpec) -> StageGraph:
     )
 
 
-def resolved_runtime(spec: OmniflowSpec, platform: str) -> str:
+def resolved_runtime(spec: OmniflowSpec, platform: str, engine_here: bool) -> str:
     """`pipeline.runtime: null` resolved. The engine runs in a process of its own on CUDA,
     where a GPU-bound engine loop and the HTTP side would share one interpreter lock
-    (docs/performance.md, "The engine in its own process"); in-process on the CPU, in a Ray
-    replica (a process of its own already) and for `bench.phase_timing=device` (it
-    synchronises the device around each phase of a step, in this process)."""
+    (docs/performance.md, "The engine in its own process"); in-process on other platforms,
+    in a Ray replica (a process of its own already) and for a command that asks for it
+    (`build_graph`'s `engine_here`)."""
     if spec.pipeline.runtime is not None:
         return spec.pipeline.runtime
-    if platform != "cuda" or spec.deploy.name == "ray" or spec.bench.phase_timing == "device":
+    if platform != "cuda" or spec.deploy.name == "ray" or engine_here:
         return "in_process"
     return "process"
 

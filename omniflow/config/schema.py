@@ -183,8 +183,8 @@ class PipelineConfig(Frozen):
         description="Where stage engines run: threads of this process; all of them in one "
         "process of their own beside the server's (its own interpreter lock; "
         "docs/architecture.md); or each stage in its own Ray actor on its own device "
-        "(two-stage pipelines; docs/deploy.md). null: process on CUDA, in_process on the CPU, "
-        "under deploy=ray and with bench.phase_timing=device.",
+        "(two-stage pipelines; docs/deploy.md). null: process on CUDA (serve, bench), else "
+        "in_process (other platforms, deploy=ray, synth, bench.phase_timing=device).",
     )
     stages: dict[str, StageConfig] = Field(min_length=1, description="Stages keyed by name.")
 

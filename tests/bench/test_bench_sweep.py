@@ -60,6 +60,7 @@ def test_sweep_writes_one_result_per_job_and_a_summary(tmp_path, capsys):
     for res in results:
         assert res["config"]["frames_per_prompt"] == [4, 4]
         assert res["config"]["codec_dtype"] == "float32"  # the CPU's; CUDA's is float16
+        assert res["config"]["runtime"] == "in_process"  # the CPU's; CUDA's is process
         assert res["tree"] == tree_fingerprint()  # the build measured, commit or not
         assert res["summary"]["rtf"]["median"] > 0
         assert len(res["rounds"]) == 1 and res["rounds"][0]["requests"] == 2

@@ -60,8 +60,8 @@ def refuse_builds(monkeypatch):
     def build(*_args, **_kwargs):
         raise AssertionError("a model was built before the prompt file was checked")
 
-    monkeypatch.setattr(job, "build_graph", build)
-    monkeypatch.setattr(open_loop, "build_graph", build)
+    monkeypatch.setattr(job, "bench_graph", build)
+    monkeypatch.setattr(open_loop, "bench_graph", build)
 
 
 @pytest.mark.parametrize("multirun", [False, True])

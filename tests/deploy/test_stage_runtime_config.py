@@ -84,7 +84,7 @@ def test_a_cluster_without_a_device_per_stage_is_refused(monkeypatch):
         (["platform=cuda", "pipeline=qwen3_tts"], "process"),
         (["platform=cpu"], "in_process"),
         (["platform=cuda", "deploy=ray"], "in_process"),  # a replica is a process already
-        (["platform=cuda", "bench.phase_timing=device"], "in_process"),  # timed here
+        (["platform=cuda", "bench.phase_timing=device"], "process"),  # a bench key: not here
         (["platform=cuda", "pipeline.runtime=in_process"], "in_process"),  # a value wins
         (["platform=cpu", "pipeline.runtime=process"], "process"),
     ],
@@ -98,3 +98,40 @@ def test_config_prints_the_resolved_runtime_and_it_is_settable_as_printed(capsys
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["runtime"] == "process"
     assert cli.main(["config", "platform=cuda", f"pipeline.runtime={printed['runtime']}"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "runtime"),
+    [
+        (["platform=cuda"], "process"),
+        (["platform=cuda", "bench.phase_timing=device"], "in_process"),  # timed in the job
+        (["platform=cuda", "bench.phase_timing=device", "pipeline.runtime=process"], "process"),
+    ],
+)
+def test_a_bench_job_keeps_the_engine_where_it_times_the_device(overrides, runtime):
+    from omniflow.bench.target_check import bench_graph
+
+    assert bench_graph(compose(overrides)).runtime == runtime
+    assert build_graph(compose(overrides), engine_here=True).runtime == (
+        "process" if "pipeline.runtime=process" in overrides else "in_process"
+    )
+
+
+def test_synth_keeps_the_engine_in_its_own_process_on_cuda(monkeypatch, tmp_path):
+    """No server shares synth's interpreter: the null stays in_process on CUDA too (checked
+    on this machine by stopping at the build, before any device is touched)."""
+    import omniflow.build.pipeline
+    import omniflow.synth
+    from omniflow.synth import SynthError
+
+    built = []
+
+    def stop(graph, *_):
+        built.append(graph.runtime)
+        raise SynthError("stopped at the build", status=3)
+
+    monkeypatch.setattr(omniflow.synth, "check_device", lambda graph: None)
+    monkeypatch.setattr(omniflow.build.pipeline, "build_pipeline", stop)
+    out = tmp_path / "a.wav"
+    assert cli.main(["synth", "platform=cuda", f"synth.out={out}"]) == 3
+    assert built == ["in_process"]
