@@ -13,6 +13,7 @@ process exits: no engine outlives its server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -56,6 +57,8 @@ STATS_EVERY_S = 0.05
 """How often, at most, the pipeline's gauges ride with its events to the server's process."""
 SENDER_FAILED = 70
 """The engine process's exit status when its sender failed (EX_SOFTWARE)."""
+SERVER_GONE = 71
+"""Its exit status when the server's process ended first (EX_OSERR)."""
 ENCODE_THREADS = 4
 """Reference encodes at once (the server bounds them first: `max_concurrent_references`)."""
 
@@ -159,14 +162,17 @@ def messages(
     return out
 
 
-def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
+def child_main(graph: StageGraph, conn: Connection, lifeline: Connection, log_level: str) -> None:
     """Build the pipeline, say so (or why not), then serve calls until told to stop or the
-    server's end closes."""
+    server's end closes; the server's process gone, at any point, ends this one."""
     # Ctrl-C and a SIGTERM sent to the whole process group (systemd, a terminal) are the
     # server's to handle: it ends its requests, then this process (the pipe's end)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     setup_logging(log_level)
+    watch = threading.Thread(target=watch_server, args=(lifeline,), name="server-watch")
+    watch.daemon = True
+    watch.start()
     from omniflow.build.pipeline import build_pipeline
 
     try:
@@ -188,6 +194,17 @@ def child_main(graph: StageGraph, conn: Connection, log_level: str) -> None:
             calls.run(message)
     finally:
         outbox.close()
+
+
+def watch_server(lifeline: Connection) -> None:
+    """Wait for the end of the server's process (its end of `lifeline`, never written to,
+    closes with it), then end this one: an engine whose server is gone serves no one, and a
+    build (minutes on a GPU) would otherwise run to its end first."""
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv()
+    log.warning("the server's process is gone: the engine process exits")
+    logging.shutdown()
+    os._exit(SERVER_GONE)
 
 
 class Calls:

@@ -63,12 +63,17 @@ class EngineLink:
     def __init__(self, graph: StageGraph) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no CUDA state forked
         self.conn, child_end = ctx.Pipe()
+        # written to never: the engine process watches it from the start, so that this
+        # process's end (even a SIGKILL during the build, when nothing reads the pipe yet)
+        # ends the engine's; closed once the engine process has ended (_end_process)
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)
         level = logging.getLevelName(logging.getLogger("omniflow").getEffectiveLevel())
         self.process = ctx.Process(
-            target=child_main, args=(graph, child_end, level), name="omniflow-engine"
+            target=child_main, args=(graph, child_end, lifeline, level), name="omniflow-engine"
         )
         self.process.start()
         child_end.close()  # ours is closed: the reader sees EOF when the child's end goes
+        lifeline.close()
         log.info("building the pipeline in engine process %d", self.process.pid)
         built = False
         try:
@@ -78,6 +83,7 @@ class EngineLink:
             if not built:
                 self.process.kill()
                 self.process.join()
+                self._lifeline.close()
         self.sinks: dict[str, Sink] = {}
         self.submitting: set[str] = set()
         """Requests whose `submit` waits for its reply: if the process dies meanwhile, the
@@ -268,3 +274,4 @@ class EngineLink:
         if self.process.is_alive():  # SIGKILL: the engine process ignores SIGTERM
             self.process.kill()
             self.process.join()
+        self._lifeline.close()

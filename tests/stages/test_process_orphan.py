@@ -1,0 +1,67 @@
+"""`pipeline.runtime=process`: a server's process that ends without a word (SIGKILL, the OOM
+killer) ends its engine process too, even during the build, when nothing reads the engine's
+pipe yet (`engine/process_child.py` `watch_server`)."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+
+BLOCKED_BUILD = """
+import os, threading
+_fifo = os.environ.get("OMNIFLOW_TEST_BUILD_FIFO")
+if _fifo:
+    import omniflow.build.pipeline as _built
+
+    def _blocked(*_args, **_kwargs):
+        out = open(_fifo, "w")  # held open until this process ends: the test's EOF
+        out.write(f"{os.getpid()}\\n")
+        out.flush()
+        threading.Event().wait()
+
+    _built.build_context = _blocked  # only the engine process builds in-process
+"""
+"""A `sitecustomize` for the server's interpreter and the engine's (the engine inherits the
+environment): the engine's build announces itself on a FIFO, then never ends."""
+
+SERVER = """
+from omniflow.build.pipeline import build_pipeline
+from omniflow.config.compose import compose
+from omniflow.config.resolve import build_graph
+
+build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+"""
+
+
+def test_a_server_killed_during_the_build_takes_its_engine_process_along(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCKED_BUILD)
+    fifo = tmp_path / "build"
+    os.mkfifo(fifo)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMNIFLOW_TEST_BUILD_FIFO": str(fifo)}
+    server = subprocess.Popen([sys.executable, "-c", SERVER], env=env, stderr=subprocess.PIPE)
+    engine = None
+    try:
+        with open(fifo) as building:  # opens once the engine's build does
+            engine = int(building.readline())
+            server.kill()
+            server.wait()
+            ended, _, _ = select.select([building], [], [], 60)
+            assert ended, "the engine process outlived its server by 60 s"
+            assert building.read() == ""  # EOF: its end of the FIFO closed with it
+        engine = None
+        assert "the server's process is gone: the engine process exits" in server_log(server)
+    finally:
+        server.kill()
+        if engine is not None:  # left behind (the behaviour under test failed): end it
+            os.kill(engine, signal.SIGKILL)
+
+
+def server_log(server: subprocess.Popen) -> str:
+    """The engine's log lines go to the server's stderr (inherited), the engine's last one
+    after the server ended: read to the end, which the engine's exit makes."""
+    assert server.stderr is not None
+    return server.stderr.read().decode()
