@@ -7,8 +7,9 @@ the engine's threads share one interpreter lock in-process; here the engine has 
 Two threads talk to the pipe: this one reads calls and runs them, and the outbox's sender
 writes what the pipeline made and the calls' replies, in the order they happened (an abort's
 reply follows its terminal event, so the server's `abort` returns after its sink got it).
-When the server's end of the pipe closes (its process died), the pipeline stops and this
-process exits: no engine outlives its server.
+When the server's process ends first (its pipes close), this process exits, whichever thread
+sees it first: the reader (the pipeline stopped) or `watch_server` (at once, even mid-build):
+no engine outlives its server.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ SENDER_FAILED = 70
 """The engine process's exit status when its sender failed (EX_SOFTWARE)."""
 SERVER_GONE = 71
 """Its exit status when the server's process ended first (EX_OSERR)."""
+GONE = "the server's process is gone: the engine process exits"
 ENCODE_THREADS = 4
 """Reference encodes at once (the server bounds them first: `max_concurrent_references`)."""
 
@@ -199,12 +201,17 @@ def child_main(graph: StageGraph, conn: Connection, lifeline: Connection, log_le
 def watch_server(lifeline: Connection) -> None:
     """Wait for the end of the server's process (its end of `lifeline`, never written to,
     closes with it), then end this one: an engine whose server is gone serves no one, and a
-    build (minutes on a GPU) would otherwise run to its end first."""
-    with contextlib.suppress(EOFError, OSError):
-        lifeline.recv()
-    log.warning("the server's process is gone: the engine process exits")
-    logging.shutdown()
-    os._exit(SERVER_GONE)
+    build (minutes on a GPU) would otherwise run to its end first. `recv_bytes` returning at
+    all means that end; the log line gets a second at most (a stderr nobody reads could
+    block it), the exit does not wait for more."""
+    try:
+        with contextlib.suppress(EOFError, OSError):
+            lifeline.recv_bytes()
+    finally:
+        say = threading.Thread(target=log.warning, args=(GONE,), daemon=True)
+        say.start()
+        say.join(timeout=1.0)
+        os._exit(SERVER_GONE)
 
 
 class Calls:

@@ -4,11 +4,18 @@ pipe yet (`engine/process_child.py` `watch_server`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import pytest
 
 BLOCKED_BUILD = """
 import os, threading
@@ -45,7 +52,7 @@ def test_a_server_killed_during_the_build_takes_its_engine_process_along(tmp_pat
     server = subprocess.Popen([sys.executable, "-c", SERVER], env=env, stderr=subprocess.PIPE)
     engine = None
     try:
-        with open(fifo) as building:  # opens once the engine's build does
+        with opened(fifo, server) as building:  # once the engine's build opens it
             engine = int(building.readline())
             server.kill()
             server.wait()
@@ -65,3 +72,22 @@ def server_log(server: subprocess.Popen) -> str:
     after the server ended: read to the end, which the engine's exit makes."""
     assert server.stderr is not None
     return server.stderr.read().decode()
+
+
+@contextlib.contextmanager
+def opened(fifo: Path, server: subprocess.Popen) -> Iterator[TextIO]:
+    """The FIFO open for reading, which waits for its writer: at most 120 s (a server or
+    engine that failed before the build would leave the test waiting forever)."""
+    ends: list[TextIO] = []
+    opener = threading.Thread(target=lambda: ends.append(open(fifo)))  # noqa: SIM115 (yielded)
+    opener.start()
+    opener.join(120)
+    if opener.is_alive():
+        with open(fifo, "w"):  # the opener's writer, so that it returns
+            pass
+        opener.join()
+        ends[0].close()
+        server.kill()
+        pytest.fail(f"the engine's build never began: {server_log(server)[-2000:]}")
+    with ends[0] as building:
+        yield building
