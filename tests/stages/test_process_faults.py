@@ -1,6 +1,8 @@
-"""`pipeline.runtime=process`: a server's process that ends without a word (SIGKILL, the OOM
-killer) ends its engine process too, even during the build, when nothing reads the engine's
-pipe yet (`engine/process_child.py` `watch_server`)."""
+"""`pipeline.runtime=process` faults made in the engine's process (a `sitecustomize` the
+engine's interpreter runs, the environment being inherited): a server's process that ends
+without a word (SIGKILL, the OOM killer) ends its engine process too, even during the build,
+when nothing reads the engine's pipe yet (`engine/process_child.py` `watch_server`); a stop
+that fails in the engine still ends its process, the server saying why."""
 
 from __future__ import annotations
 
@@ -30,9 +32,21 @@ if _fifo:
         threading.Event().wait()
 
     _built.build_context = _blocked  # only the engine process builds in-process
+
+if os.environ.get("OMNIFLOW_TEST_FAIL_STOP"):
+    from omniflow.engine.orchestrator import Orchestrator
+
+    _stop = Orchestrator.stop
+
+    def _failing_stop(self):
+        _stop(self)
+        raise RuntimeError("a stop that failed on purpose")
+
+    Orchestrator.stop = _failing_stop
 """
-"""A `sitecustomize` for the server's interpreter and the engine's (the engine inherits the
-environment): the engine's build announces itself on a FIFO, then never ends."""
+"""A `sitecustomize` for the server's interpreter and the engine's: with
+OMNIFLOW_TEST_BUILD_FIFO the engine's build announces itself on that FIFO, then never ends;
+with OMNIFLOW_TEST_FAIL_STOP the pipeline's stop raises once it has stopped."""
 
 SERVER = """
 from omniflow.build.pipeline import build_pipeline
@@ -91,3 +105,21 @@ def opened(fifo: Path, server: subprocess.Popen) -> Iterator[TextIO]:
         pytest.fail(f"the engine's build never began: {server_log(server)[-2000:]}")
     with ends[0] as building:
         yield building
+
+
+def test_a_stop_that_fails_in_the_engine_still_ends_its_process(tmp_path, monkeypatch, caplog):
+    from omniflow.build.pipeline import build_pipeline
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+
+    (tmp_path / "sitecustomize.py").write_text(BLOCKED_BUILD)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)  # the engine's interpreter: spawned after this
+    monkeypatch.setenv("OMNIFLOW_TEST_FAIL_STOP", "1")
+    pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+    pipeline.start()
+    with caplog.at_level("WARNING", logger="omniflow.engine.process_link"):
+        pipeline.stop()
+    assert "the engine process's stop failed" in caplog.text
+    assert "a stop that failed on purpose" in caplog.text
+    assert pipeline.exitcode == 0  # it ended itself, not killed past the stop's wait
