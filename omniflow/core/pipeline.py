@@ -70,6 +70,9 @@ class PipelineInfo:
     """Stage names in topological order (sources first; the last is the final stage)."""
     task_types: tuple[str, ...] = ("CustomVoice",)
     """Speech tasks the model serves."""
+    engine_pid: int | None = None
+    """The engine's process where it is not the caller's (`pipeline.runtime: process`): the
+    server reports its memory and CPU too; None: the engine runs in the caller's process."""
 
 
 @dataclass(frozen=True)

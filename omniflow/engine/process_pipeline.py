@@ -51,7 +51,7 @@ class ProcessPipeline:
 
     def __init__(self, graph: StageGraph) -> None:
         self._link = EngineLink(graph)
-        self._info: PipelineInfo = self._link.ready.info
+        self._info = dataclasses.replace(self._link.ready.info, engine_pid=self.pid)
         self._last_stats: PipelineStats | None = None
         self._stopped = False
         # An interpreter leaving without stop() shuts the pipe, so the engine stops and

@@ -159,6 +159,9 @@ class Metrics:
         pipeline.set_step_observer(lambda stage, seconds: self.step.labels(stage).observe(seconds))
         r.register(StageCollector(pipeline.stats))
         ProcessCollector(registry=r)
+        engine = pipeline.info().engine_pid
+        if engine is not None:  # omniflow_engine_process_*: none once that process is gone
+            ProcessCollector(namespace="omniflow_engine", pid=lambda: engine, registry=r)
 
     def first_audio_sent(
         self, arrived: float, submitted: float, made: float, sent: float, seated: float | None

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ from tests.factories import Collector, FirstAudio, build, speech
 from tests.stages.test_flow import Reader, wait_for
 
 FUSED = ("platform=cpu", "pipeline=qwen3_tts_fused")
+M = re.MULTILINE
 PROCESS = "pipeline.runtime=process"
 SPF = 1920
 
@@ -88,7 +90,8 @@ def test_one_engine_process_answers_as_in_process():
     remote.set_step_observer(lambda stage, s: steps.append((stage, s)))
     remote.start()
     try:
-        assert remote.info() == info
+        assert remote.info() == dataclasses.replace(info, engine_pid=remote.pid)
+        assert info.engine_pid is None and remote.pid != os.getpid()
         got = run(remote, *requests)
         for g, w in zip(got, want, strict=True):
             assert np.array_equal(g.pcm, w.pcm) and g.pcm.size == w.pcm.size > 0
@@ -245,7 +248,10 @@ def test_a_voice_encoded_in_the_engine_process_equals_one_encoded_here():
     assert got.ref_codes == want.ref_codes and got.speaker_embedding == want.speaker_embedding
 
 
-def test_served_over_http_the_bytes_are_the_in_process_ones():
+def test_served_over_http_the_bytes_are_the_in_process_ones_and_the_engine_reports_itself():
+    """The same bytes either way; with the engine in its own process /metrics also gives
+    that process's memory and CPU (`omniflow_engine_process_*`), which in-process are the
+    server's own `process_*`."""
     body = {
         "model": "qwen3-tts-tiny",
         "input": "Hello there.",
@@ -262,6 +268,12 @@ def test_served_over_http_the_bytes_are_the_in_process_ones():
             r = httpx.post(f"{srv.url}/v1/audio/speech", json=body, timeout=60)
             assert r.status_code == 200, r.text
             got.append(r.content)
+            metrics = httpx.get(f"{srv.url}/metrics", timeout=30).text
+            engine = re.search(r"^omniflow_engine_process_resident_memory_bytes (\S+)$", metrics, M)
+            assert (engine is not None) == (runtime == "process")
+            if engine is not None:  # a process of its own: tens of MB at least (torch)
+                assert float(engine.group(1)) > 50e6
+            assert "\nprocess_resident_memory_bytes " in metrics  # the server's, as before
     assert got[0] == got[1] and len(got[0]) == 12 * SPF * 2
 
 
