@@ -32,6 +32,7 @@ import torch
 
 from omniflow.config.graph import StageGraph
 from omniflow.core.events import AudioEvent
+from omniflow.core.heap import IDLE_TRIM_S, IdleRelease, malloc_trim
 from omniflow.core.pipeline import NoTimer, PipelineStats
 from omniflow.engine.messages import ExtendInput
 from omniflow.engine.orchestrator import Orchestrator
@@ -223,8 +224,11 @@ class Calls:
         self.outbox = outbox
         self.stopped = False
         self.encoders = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="engine-encode")
+        self.idle = IdleRelease(malloc_trim(), IDLE_TRIM_S)
+        """This process's free heap back to the system once its requests go idle, as the
+        server's own (`serve/memory.py`) does for its process."""
         self.handlers: dict[type, Callable[..., object]] = {
-            Submit: lambda m: pipeline.submit(m.speech, outbox.event, m.limits),
+            Submit: self.submit,
             Abort: lambda m: pipeline.abort(m.request_id, m.error),
             Encode: self.encode,
             Control: self.control,
@@ -248,6 +252,22 @@ class Calls:
             self.outbox.reply(Reply(message.call, failure=Failure.of(exc)))
             return
         self.outbox.reply(Reply(message.call, value))
+
+    def submit(self, message: Submit) -> None:
+        self.idle.started()
+        accepted = False
+        try:
+            self.pipeline.submit(message.speech, self.event, message.limits)
+            accepted = True
+        finally:
+            if not accepted:  # refused before anything was queued: no event will end it
+                self.idle.ended()
+
+    def event(self, ev: AudioEvent) -> None:
+        """Every request's sink: to the server, and a terminal event ends its run here."""
+        self.outbox.event(ev)
+        if ev.finished:
+            self.idle.ended()
 
     def encode(self, message: Encode) -> object:
         encoder = self.pipeline.reference_encoder()

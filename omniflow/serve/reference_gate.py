@@ -10,7 +10,7 @@ request past them is a 429 with Retry-After at once, before its body is read whe
 declares one large enough to carry a reference (`REFERENCE_BODY_BYTES`). The work runs on
 the gate's own threads (one per place, so the allocator keeps one arena per place, not one
 per thread that ever decoded), and when the last place is given back the free heap is
-returned to the system (`memory.malloc_trim`), as the server does when requests go idle.
+returned to the system (`core/heap.py` `malloc_trim`), as the server does when requests go idle.
 """
 
 from __future__ import annotations

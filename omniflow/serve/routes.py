@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from omniflow.config.server import ServerConfig
 from omniflow.core.events import AudioEvent
+from omniflow.core.heap import malloc_trim
 from omniflow.core.pipeline import (
     Overloaded,
     Pipeline,
@@ -42,7 +43,6 @@ from omniflow.serve.encoders import mp3_stream
 from omniflow.serve.errors import ApiError, clip, overloaded, refusal_reason, unavailable
 from omniflow.serve.event_queue import LoopHandoff, event_channel
 from omniflow.serve.handlers import install_error_handlers
-from omniflow.serve.memory import malloc_trim
 from omniflow.serve.metrics import Metrics
 from omniflow.serve.openapi import json_body, speech_openapi
 from omniflow.serve.protocol import MEDIA_TYPES, SpeechBody, VoiceBody

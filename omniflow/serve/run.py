@@ -35,12 +35,13 @@ from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.server import ServerConfig
+from omniflow.core.heap import IDLE_TRIM_S, malloc_trim
 from omniflow.core.pipeline import Pipeline
 from omniflow.logs import UVICORN_LOG_CONFIG
 from omniflow.serve.connections import HeadWatch
 from omniflow.serve.http_protocol import guarded_protocol
 from omniflow.serve.intake import ACCEPT_BATCH, LISTEN_QUEUE, TURN_REQUESTS, Intake
-from omniflow.serve.memory import IDLE_TRIM_S, IdleTrim, malloc_trim
+from omniflow.serve.memory import IdleTrim
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S

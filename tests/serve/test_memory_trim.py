@@ -14,7 +14,7 @@ import threading
 
 import httpx
 
-from omniflow.serve.memory import malloc_trim
+from omniflow.core.heap import malloc_trim
 from tests.serve.conftest import LiveServer
 
 IDLE_S = 0.3

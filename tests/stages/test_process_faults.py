@@ -33,6 +33,17 @@ if _fifo:
 
     _built.build_context = _blocked  # only the engine process builds in-process
 
+_trims = os.environ.get("OMNIFLOW_TEST_TRIM_FIFO")
+if _trims:
+    import omniflow.core.heap as _heap
+
+    def _announce():
+        with open(_trims, "w") as out:
+            out.write("trimmed\\n")
+
+    _heap.malloc_trim = lambda: _announce
+    _heap.IDLE_TRIM_S = 0.05
+
 if os.environ.get("OMNIFLOW_TEST_FAIL_STOP"):
     from omniflow.engine.orchestrator import Orchestrator
 
@@ -46,7 +57,8 @@ if os.environ.get("OMNIFLOW_TEST_FAIL_STOP"):
 """
 """A `sitecustomize` for the server's interpreter and the engine's: with
 OMNIFLOW_TEST_BUILD_FIFO the engine's build announces itself on that FIFO, then never ends;
-with OMNIFLOW_TEST_FAIL_STOP the pipeline's stop raises once it has stopped."""
+with OMNIFLOW_TEST_FAIL_STOP the pipeline's stop raises once it has stopped; with
+OMNIFLOW_TEST_TRIM_FIFO the idle trim announces itself on that FIFO, after 50 ms idle."""
 
 SERVER = """
 from omniflow.build.pipeline import build_pipeline
@@ -89,18 +101,20 @@ def server_log(server: subprocess.Popen) -> str:
 
 
 @contextlib.contextmanager
-def opened(fifo: Path, server: subprocess.Popen) -> Iterator[TextIO]:
-    """The FIFO open for reading, which waits for its writer: at most 120 s (a server or
+def opened(fifo: Path, server: subprocess.Popen | None, wait_s: float = 120) -> Iterator[TextIO]:
+    """The FIFO open for reading, which waits for its writer: at most `wait_s` (a server or
     engine that failed before the build would leave the test waiting forever)."""
     ends: list[TextIO] = []
     opener = threading.Thread(target=lambda: ends.append(open(fifo)))  # noqa: SIM115 (yielded)
     opener.start()
-    opener.join(120)
+    opener.join(wait_s)
     if opener.is_alive():
         with open(fifo, "w"):  # the opener's writer, so that it returns
             pass
         opener.join()
         ends[0].close()
+        if server is None:
+            pytest.fail(f"nothing opened {fifo.name} in {wait_s:g} s")
         server.kill()
         pytest.fail(f"the engine's build never began: {server_log(server)[-2000:]}")
     with ends[0] as building:
@@ -123,3 +137,29 @@ def test_a_stop_that_fails_in_the_engine_still_ends_its_process(tmp_path, monkey
     assert "the engine process's stop failed" in caplog.text
     assert "a stop that failed on purpose" in caplog.text
     assert pipeline.exitcode == 0  # it ended itself, not killed past the stop's wait
+
+
+def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monkeypatch):
+    """As the server trims its own (`serve/memory.py`): the engine's free heap goes back to
+    the system after its last request ends (`core/heap.py` `IdleRelease`)."""
+    from omniflow.build.pipeline import build_pipeline
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+    from tests.factories import Collector, speech
+
+    (tmp_path / "sitecustomize.py").write_text(BLOCKED_BUILD)
+    fifo = tmp_path / "trims"
+    os.mkfifo(fifo)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)  # the engine's interpreter: spawned after this
+    monkeypatch.setenv("OMNIFLOW_TEST_TRIM_FIFO", str(fifo))
+    pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+    pipeline.start()
+    try:
+        sink = Collector()
+        pipeline.submit(speech("short", max_new_tokens=4, ignore_eos=True), sink)
+        assert sink.wait(60).events[-1].finish_reason == "length"
+        with opened(fifo, None, wait_s=30) as trims:  # the engine, 50 ms after the end
+            assert trims.readline() == "trimmed\n"
+    finally:
+        pipeline.stop()
