@@ -270,10 +270,16 @@ class Calls:
             self.idle.ended()
 
     def encode(self, message: Encode) -> object:
+        """A reference encode (its activations, up to ~100 MB for a long one) counts as a
+        request for the idle trim: the free heap goes back once the last of them ends."""
         encoder = self.pipeline.reference_encoder()
         if encoder is None:
             raise ValueError("this model has no reference encoders")
-        return encoder.encode(torch.from_numpy(np.asarray(message.audio, dtype=np.float32)))
+        self.idle.started()
+        try:
+            return encoder.encode(torch.from_numpy(np.asarray(message.audio, dtype=np.float32)))
+        finally:
+            self.idle.ended()
 
     def control(self, message: Control) -> object:
         if message.name == "stats":

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 import pytest
+import torch
 
 BLOCKED_BUILD = """
 import os, threading
@@ -139,9 +140,11 @@ def test_a_stop_that_fails_in_the_engine_still_ends_its_process(tmp_path, monkey
     assert pipeline.exitcode == 0  # it ended itself, not killed past the stop's wait
 
 
-def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monkeypatch):
+@pytest.mark.parametrize("work", ["request", "reference"])
+def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monkeypatch, work):
     """As the server trims its own (`serve/memory.py`): the engine's free heap goes back to
-    the system after its last request ends (`core/heap.py` `IdleRelease`)."""
+    the system after its last request or reference encode ends (`core/heap.py`
+    `IdleRelease`)."""
     from omniflow.build.pipeline import build_pipeline
     from omniflow.config.compose import compose
     from omniflow.config.resolve import build_graph
@@ -153,12 +156,19 @@ def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monke
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     monkeypatch.setenv("PYTHONPATH", path)  # the engine's interpreter: spawned after this
     monkeypatch.setenv("OMNIFLOW_TEST_TRIM_FIFO", str(fifo))
-    pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+    model = "model=qwen3_tts_tiny_base" if work == "reference" else "model=qwen3_tts_tiny"
+    spec = compose(["platform=cpu", "pipeline.runtime=process", model])
+    pipeline = build_pipeline(build_graph(spec))
     pipeline.start()
     try:
-        sink = Collector()
-        pipeline.submit(speech("short", max_new_tokens=4, ignore_eos=True), sink)
-        assert sink.wait(60).events[-1].finish_reason == "length"
+        if work == "reference":
+            encoder = pipeline.reference_encoder()
+            assert encoder is not None
+            encoder.encode(torch.zeros(24000))  # a second of silence at the codec's rate
+        else:
+            sink = Collector()
+            pipeline.submit(speech("short", max_new_tokens=4, ignore_eos=True), sink)
+            assert sink.wait(60).events[-1].finish_reason == "length"
         with opened(fifo, None, wait_s=30) as trims:  # the engine, 50 ms after the end
             assert trims.readline() == "trimmed\n"
     finally:
