@@ -3,9 +3,9 @@
 glibc's malloc keeps memory a process has freed (in its arenas, one per thread that
 allocates, for reuse) rather than returning it, so after a load a process's resident memory
 is its peak working set plus retained free heap, not what it uses (docs/reliability.md,
-"Resident memory"). `malloc_trim(0)` returns those free pages in one short call. The server
-trims its own heap when its requests go idle (`serve/memory.py`); an engine in a process of
-its own trims that process's (`IdleRelease`, `engine/process_child.py`).
+"Resident memory"). `malloc_trim(0)` returns those free pages in one short call, and
+`IdleRelease` calls it once a process's requests go idle: the server's (`serve/run.py`, told
+by its metrics) and an engine's in a process of its own (`engine/process_child.py`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def malloc_trim() -> Callable[[], object] | None:
 
 class IdleRelease:
     """Calls `release` on a timer thread once `idle_s` have passed with no request running:
-    `started` when one starts, `ended` when it ends (from any thread). A request that starts
-    meanwhile cancels the timer, so a trim never competes with a request's allocations."""
+    `busy` when one starts, `idle` when it ends (from any thread; the server's metrics call
+    them as the first starts and the last ends, `serve/metrics.py` `Activity`). A request
+    that starts meanwhile cancels the timer, so a trim never competes with a request's
+    allocations, and one idle spell releases once."""
 
     def __init__(self, release: Callable[[], object] | None, idle_s: float) -> None:
         self.release, self.idle_s = release, idle_s
@@ -46,14 +48,14 @@ class IdleRelease:
         """Whether a release is waiting for its idle time."""
         return self._timer is not None
 
-    def started(self) -> None:
+    def busy(self) -> None:
         with self._lock:
             self._running += 1
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
 
-    def ended(self) -> None:
+    def idle(self) -> None:
         with self._lock:
             self._running -= 1
             if self._running or self.release is None:

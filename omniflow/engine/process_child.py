@@ -224,9 +224,9 @@ class Calls:
         self.outbox = outbox
         self.stopped = False
         self.encoders = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="engine-encode")
-        self.idle = IdleRelease(malloc_trim(), IDLE_TRIM_S)
+        self.trim = IdleRelease(malloc_trim(), IDLE_TRIM_S)
         """This process's free heap back to the system once its requests go idle, as the
-        server's own (`serve/memory.py`) does for its process."""
+        server does for its own process."""
         self.handlers: dict[type, Callable[..., object]] = {
             Submit: self.submit,
             Abort: lambda m: pipeline.abort(m.request_id, m.error),
@@ -254,20 +254,20 @@ class Calls:
         self.outbox.reply(Reply(message.call, value))
 
     def submit(self, message: Submit) -> None:
-        self.idle.started()
+        self.trim.busy()
         accepted = False
         try:
             self.pipeline.submit(message.speech, self.event, message.limits)
             accepted = True
         finally:
             if not accepted:  # refused before anything was queued: no event will end it
-                self.idle.ended()
+                self.trim.idle()
 
     def event(self, ev: AudioEvent) -> None:
         """Every request's sink: to the server, and a terminal event ends its run here."""
         self.outbox.event(ev)
         if ev.finished:
-            self.idle.ended()
+            self.trim.idle()
 
     def encode(self, message: Encode) -> object:
         """A reference encode (its activations, up to ~100 MB for a long one) counts as a
@@ -275,11 +275,11 @@ class Calls:
         encoder = self.pipeline.reference_encoder()
         if encoder is None:
             raise ValueError("this model has no reference encoders")
-        self.idle.started()
+        self.trim.busy()
         try:
             return encoder.encode(torch.from_numpy(np.asarray(message.audio, dtype=np.float32)))
         finally:
-            self.idle.ended()
+            self.trim.idle()
 
     def control(self, message: Control) -> object:
         if message.name == "stats":

@@ -62,7 +62,7 @@ STAGE_GAUGES: tuple[tuple[str, str, Callable[[StageStats], float | None]], ...] 
 
 class Activity(Protocol):
     """Told when the server starts working (a request starts with none running) and when
-    it goes idle (the last running request ends); `memory.IdleTrim` is one."""
+    it goes idle (the last running request ends); `core/heap.py` `IdleRelease` is one."""
 
     def busy(self) -> None: ...
 

@@ -35,13 +35,12 @@ from omniflow.build.pipeline import build_pipeline
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.config.server import ServerConfig
-from omniflow.core.heap import IDLE_TRIM_S, malloc_trim
+from omniflow.core.heap import IDLE_TRIM_S, IdleRelease, malloc_trim
 from omniflow.core.pipeline import Pipeline
 from omniflow.logs import UVICORN_LOG_CONFIG
 from omniflow.serve.connections import HeadWatch
 from omniflow.serve.http_protocol import guarded_protocol
 from omniflow.serve.intake import ACCEPT_BATCH, LISTEN_QUEUE, TURN_REQUESTS, Intake
-from omniflow.serve.memory import IdleTrim
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
@@ -57,9 +56,9 @@ def make_app(
     """The app serving `pipeline`, which starts with the server and stops with it (unless
     the caller keeps it running across servers: `owns_pipeline=False`, the bench's reused
     pipeline), runs a `warmup`-frame request through it first (`serve.warmup`; 0: none),
-    and returns the allocator's free memory whenever it goes idle (`memory.IdleTrim`)."""
+    and returns the allocator's free memory whenever it goes idle (`core/heap.py` `IdleRelease`)."""
     app = build_app(pipeline, server)
-    app.state.idle_trim = IdleTrim(malloc_trim(), IDLE_TRIM_S)
+    app.state.idle_trim = IdleRelease(malloc_trim(), IDLE_TRIM_S)
     app.state.service.metrics.watchers.append(app.state.idle_trim)
 
     @contextlib.asynccontextmanager

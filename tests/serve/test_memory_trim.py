@@ -1,4 +1,4 @@
-"""The server gives the allocator's free memory back once it goes idle (`serve.memory`).
+"""The server gives the allocator's free memory back once it goes idle (`IdleRelease`).
 
 docs/reliability.md ("Resident memory") has the soak figures: resident memory levels off
 after the first rounds, and ~30-40 MB of it is heap that glibc keeps after it was freed;

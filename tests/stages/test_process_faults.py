@@ -142,7 +142,7 @@ def test_a_stop_that_fails_in_the_engine_still_ends_its_process(tmp_path, monkey
 
 @pytest.mark.parametrize("work", ["request", "reference"])
 def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monkeypatch, work):
-    """As the server trims its own (`serve/memory.py`): the engine's free heap goes back to
+    """As the server trims its own (`serve/run.py`): the engine's free heap goes back to
     the system after its last request or reference encode ends (`core/heap.py`
     `IdleRelease`)."""
     from omniflow.build.pipeline import build_pipeline
