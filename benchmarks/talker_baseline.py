@@ -125,6 +125,7 @@ def run_batch(
     overrides: tuple[str, ...] = (),
     requests: int = 0,
     timeline: str | None = None,
+    timeline_span: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
     graph = build_graph(
         compose(
@@ -153,10 +154,15 @@ def run_batch(
         prof = kernel_profiler(graph.platform.device)
     elif timeline:
         prof = timeline_profiler(graph.platform.device)
+    # The timeline's span: from the request that ends `first`, `count` more (0: to the end).
+    first, count = timeline_span if timeline else (0, 0)
+    last = first + count if count else None
+    recording = False
     orch.start()
     try:
-        if prof is not None:
+        if prof is not None and first == 0:
             prof.start()
+            recording = True
         prompts = (
             load_prompts(DEFAULT_PROMPTS, total)
             if requests
@@ -184,9 +190,15 @@ def run_batch(
                 errors.append(event.error)
             if done + batch < total:  # one ends, the next arrives: `batch` stay in flight
                 submit(done + batch)
+            if prof is not None and not recording and done + 1 == first:
+                prof.start()
+                recording = True
+            elif recording and done + 1 == last:
+                prof.stop()
+                recording = False
         prefills = prefills_since(None, stage_prefills(orch.stats(), stage.name))
     finally:
-        if prof is not None:
+        if recording:
             prof.stop()
         orch.stop()
     if prof is not None and profile:
@@ -255,6 +267,15 @@ def main() -> None:
         "phases_ms is then empty (nothing is synchronised to time them)",
     )
     ap.add_argument(
+        "--timeline-span",
+        type=int,
+        nargs=2,
+        default=(0, 0),
+        metavar=("FROM", "COUNT"),
+        help="with --timeline: record from the FROMth ended request for COUNT more (0: to "
+        "the end); a busy steady state without the ramp, in a trace small enough to read",
+    )
+    ap.add_argument(
         "overrides", nargs="*", help="further config overrides, e.g. model.codec_dtype=bfloat16"
     )
     args = ap.parse_args()
@@ -262,6 +283,11 @@ def main() -> None:
         ap.error("--profile synchronises every phase, --timeline none: pass one of them")
     if args.requests < 0 or 0 < args.requests < min(args.batch):
         ap.error(f"--requests {args.requests}: 0 (one burst) or at least the smallest --batch")
+    span_from, span_count = args.timeline_span
+    if (span_from or span_count) and not args.timeline:
+        ap.error("--timeline-span needs --timeline (it bounds the timeline's recording)")
+    if min(span_from, span_count) < 0 or span_from >= max(args.requests, min(args.batch)):
+        ap.error("--timeline-span FROM COUNT: both at least 0, FROM below the requests run")
     if args.frames < 0 or (args.frames == 0 and not args.requests):
         ap.error(f"--frames {args.frames}: at least 1, or 0 (natural lengths) with --requests")
     tree = commit()  # OMNIFLOW_COMMIT on a GPU machine's copy of the tree (no .git)
@@ -278,6 +304,7 @@ def main() -> None:
                 tuple(args.overrides),
                 args.requests,
                 args.timeline,
+                tuple(args.timeline_span),
             )
         except BatchTooLarge as exc:
             ap.error(str(exc))

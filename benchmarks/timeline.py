@@ -13,7 +13,10 @@ range (host only, nothing synchronised), and `summarize` reads the exported chro
 - `host_ms`: per phase, the summed duration of its ranges (a window's `decode_step`
   contains its `forward`/`sample`/`readback`/`audio` ranges);
 - `launches`: kernel and graph launches the host made, per name;
-- `top_ops`: the host ops called most often (count and inclusive ms), where eager work hides.
+- `top_ops`: the host ops called most often (count and inclusive ms), where eager work hides;
+- `phase_gpu`: per nest of phases (`talker.mixed_step>talker.prefill_embed`), its host ms
+  and the kernels its launches started (count and summed GPU ms, a graph replay's kernels
+  included): a phase's device work, read without synchronising anything.
 """
 
 from __future__ import annotations
@@ -117,8 +120,55 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "kernels": len(kernels),
         "launches": dict(launches),
         "host_ms": {k: {"count": count[k], "ms": round(v, 3)} for k, v in sorted(host.items())},
+        "phase_gpu": phase_gpu(events),
         "top_ops": [
             {"name": n, "count": c, "ms": round(t, 3)}
             for n, (c, t) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
         ],
+    }
+
+
+def phase_gpu(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per nest of engine phases on one thread: count, host ms, and the kernels launched
+    inside it (their correlation ids match the launch's), attributed to the innermost
+    phase."""
+    kernel_ms: dict[int, list[float]] = defaultdict(list)
+    marks: dict[Any, list[tuple[float, int, str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat, name = e.get("cat"), e.get("name", "")
+        start = float(e["ts"])
+        if cat == "kernel":
+            kernel_ms[int(e.get("args", {}).get("correlation", -1))].append(float(e["dur"]) / 1e3)
+        elif cat == "user_annotation" and name.startswith(RANGE_PREFIX):
+            phase = name[len(RANGE_PREFIX) :]
+            marks[e.get("tid")].append((start, 0, phase, float(e["dur"])))
+            marks[e.get("tid")].append((start + float(e["dur"]), 2, phase, None))
+        elif cat == "cuda_runtime" and name in LAUNCH_NAMES:
+            correlation = int(e.get("args", {}).get("correlation", -1))
+            marks[e.get("tid")].append((start, 1, "", correlation))
+    out: dict[str, dict[str, float]] = defaultdict(
+        lambda: {"count": 0, "host_ms": 0.0, "kernels": 0, "gpu_ms": 0.0}
+    )
+    for seq in marks.values():
+        stack: list[str] = []
+        # at one instant: ranges open, then launches, then ranges close
+        for _, kind, phase, value in sorted(seq, key=lambda m: (m[0], m[1])):
+            if kind == 0:
+                stack.append(phase)
+                row = out[">".join(stack)]
+                row["count"] += 1
+                row["host_ms"] += value / 1e3
+            elif kind == 2:
+                if phase in stack:
+                    del stack[len(stack) - 1 - stack[::-1].index(phase)]
+            elif stack:
+                row = out[">".join(stack)]
+                ms = kernel_ms.get(value, [])
+                row["kernels"] += len(ms)
+                row["gpu_ms"] += sum(ms)
+    return {
+        k: {**v, "host_ms": round(v["host_ms"], 3), "gpu_ms": round(v["gpu_ms"], 3)}
+        for k, v in sorted(out.items())
     }

@@ -103,3 +103,32 @@ def test_frames_0_without_requests_is_refused(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         talker_baseline.main()
     assert exit_info.value.code == 2 and "--frames 0" in capsys.readouterr().err
+
+
+def test_a_timeline_span_records_only_its_requests(tmp_path):
+    """Recording from the 2nd ended request for 2 more: fewer prefills in the trace than the
+    run made, but some (the span is neither empty nor the whole run); the whole-run timeline
+    of the same run sees them all."""
+    import gzip
+    import json
+
+    def prefills_traced(span: tuple[int, int]) -> int:
+        prefix = str(tmp_path / f"t{span[0]}")
+        r = run_batch(
+            "qwen3_tts_tiny",
+            "cpu",
+            "qwen3_tts_fused",
+            1,
+            2,
+            requests=6,
+            timeline=prefix,
+            timeline_span=span,
+        )
+        assert r["errors"] == []
+        events = json.loads(gzip.decompress((tmp_path / f"t{span[0]}.b1.json.gz").read_bytes()))
+        return sum(e.get("name") == "omniflow.talker.prefill" for e in events["traceEvents"])
+
+    whole = prefills_traced((0, 0))
+    part = prefills_traced((2, 2))
+    assert whole == 6
+    assert 0 < part < whole

@@ -9,7 +9,7 @@ import json
 import torch
 
 from benchmarks.graph_trace import replay_stats, split_replays
-from benchmarks.timeline import RangeTimer, load_trace, summarize, union_ms
+from benchmarks.timeline import RangeTimer, load_trace, phase_gpu, summarize, union_ms
 
 
 def kernel(ts: float, dur: float, name: str = "k") -> dict:
@@ -88,3 +88,69 @@ def test_graph_trace_splits_replays_and_measures_gaps():
         assert "do not split" in str(exc)
     else:
         raise AssertionError("an uneven trace must be refused")
+
+
+def test_phase_gpu_gives_each_launch_kernels_to_its_innermost_phase():
+    """Kernels belong to the phase whose thread launched them (by correlation id), not to
+    whatever ran on the host when the GPU ran them; a graph replay brings all its kernels."""
+
+    def rng(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"omniflow.talker.{name}",
+            "ts": ts,
+            "dur": dur,
+            "tid": tid,
+        }
+
+    def launch(ts: float, corr: int, tid: int = 1, name: str = "cudaLaunchKernel") -> dict:
+        return {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": name,
+            "ts": ts,
+            "dur": 1,
+            "tid": tid,
+            "args": {"correlation": corr},
+        }
+
+    def k(ts: float, dur: float, corr: int) -> dict:
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": ts,
+            "dur": dur,
+            "args": {"correlation": corr},
+        }
+
+    events = [
+        rng("mixed_step", 0, 1000),
+        rng("prefill_embed", 100, 200),
+        launch(150, 1),
+        rng("prefill", 300, 100),
+        launch(310, 2, name="cudaGraphLaunch"),
+        launch(600, 3),  # in mixed_step, outside its inner phases
+        rng("forward", 2000, 50, tid=2),
+        launch(2010, 4, tid=2),
+        launch(5000, 5),  # outside every phase: nobody's
+        k(900, 2000, 1),  # runs long after the embed's host range: still the embed's
+        k(3000, 500, 2),
+        k(3500, 500, 2),
+        k(4000, 100, 3),
+        k(4100, 300, 4),
+        k(4400, 700, 5),
+    ]
+    got = phase_gpu(events)
+    assert got["talker.mixed_step>talker.prefill_embed"] == {
+        "count": 1,
+        "host_ms": 0.2,
+        "kernels": 1,
+        "gpu_ms": 2.0,
+    }
+    assert got["talker.mixed_step>talker.prefill"]["kernels"] == 2
+    assert got["talker.mixed_step>talker.prefill"]["gpu_ms"] == 1.0
+    assert got["talker.mixed_step"] == {"count": 1, "host_ms": 1.0, "kernels": 1, "gpu_ms": 0.1}
+    assert got["talker.forward"] == {"count": 1, "host_ms": 0.05, "kernels": 1, "gpu_ms": 0.3}
+    assert sum(v["kernels"] for v in got.values()) == 5
