@@ -15,8 +15,11 @@ import functools
 import threading
 from collections.abc import Callable
 
-IDLE_TRIM_S = 1.0
-"""Seconds without a running request before the free heap is returned."""
+IDLE_TRIM_S = 10.0
+"""Seconds without a running request before the free heap is returned. The request after a
+trim pays page faults on its first step, the one its first audio waits for
+(`benchmarks/after_trim.py`, docs/performance.md): at this length a steady trickle of
+requests never meets one, and a process left idle still gives its memory back."""
 
 
 def malloc_trim() -> Callable[[], object] | None:
