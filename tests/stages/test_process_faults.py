@@ -173,3 +173,48 @@ def test_the_engine_process_trims_its_heap_once_its_requests_end(tmp_path, monke
             assert trims.readline() == "trimmed\n"
     finally:
         pipeline.stop()
+
+
+@pytest.mark.parametrize("death_first", [True, False], ids=["before-begun", "after-begun"])
+def test_an_engine_dying_as_its_submit_is_answered_ends_the_request_once(monkeypatch, death_first):
+    """The engine accepted a request and died before (or just after) the server took the
+    answer in (`EngineLink.begun`): the caller learns it once, either as the submit's
+    PipelineUnavailable (its sink then gets no terminal event) or as one error event, and
+    nothing stays in flight."""
+    from omniflow.build.pipeline import build_pipeline
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+    from omniflow.core.pipeline import PipelineUnavailable
+    from omniflow.engine.process_link import EngineLink
+    from tests.factories import Collector, speech
+    from tests.stages.test_flow import wait_for
+
+    original = EngineLink.begun
+
+    def begun(link: EngineLink, request_id: str, accepted: bool) -> None:
+        if death_first:  # the reader has ended every request it knew before this runs
+            link.process.kill()
+            wait_for(lambda: link.death is not None)
+            original(link, request_id, accepted)
+            return
+        try:
+            original(link, request_id, accepted)
+        finally:
+            link.process.kill()
+
+    monkeypatch.setattr(EngineLink, "begun", begun)
+    pipeline = build_pipeline(build_graph(compose(["platform=cpu", "pipeline.runtime=process"])))
+    pipeline.start()
+    sink = Collector()
+    try:
+        if death_first:
+            with pytest.raises(PipelineUnavailable, match="engine process exited"):
+                pipeline.submit(speech("r", max_new_tokens=4000, ignore_eos=True), sink)
+            assert not [e for e in sink.events if e.finished]
+        else:
+            pipeline.submit(speech("r", max_new_tokens=4000, ignore_eos=True), sink)
+            end = sink.wait(30).terminal
+            assert end.finish_reason == "error" and "engine process exited" in end.error
+        assert pipeline.stats().in_flight == 0
+    finally:
+        pipeline.stop()
