@@ -1,12 +1,12 @@
-"""The talker's text projection over padded rows (`Talker.project_text`, what it does on
-CUDA): each prompt is projected at one of a few row counts, so cuBLAS meets no new shape on
-an admitting step, and the rows that count are the unpadded projection's."""
+"""The talker's eager GEMMs over padded rows (`Talker.project_text` and `Talker.logits`, what
+they do on CUDA): a step runs them at one of a few row counts, so cuBLAS meets no new shape
+on an admitting step, and the rows that count are the unpadded GEMM's."""
 
 from __future__ import annotations
 
 import torch
 
-from omniflow.models.qwen3_tts.talker import TEXT_ROWS_MIN, TalkerInputs, padded_rows
+from omniflow.models.qwen3_tts.talker import ROWS_MIN, TalkerInputs, padded_rows
 from tests.factories import tiny_bundle
 
 
@@ -21,7 +21,7 @@ def test_padded_rows_are_powers_of_two_from_the_minimum():
         1024,
         2048,
     ]
-    assert TEXT_ROWS_MIN == 16
+    assert ROWS_MIN == 16
 
 
 def projected_rows(talker, n: int) -> tuple[list[int], torch.Tensor]:
@@ -44,14 +44,42 @@ def projected_rows(talker, n: int) -> tuple[list[int], torch.Tensor]:
 
 def test_padded_projection_gives_the_rows_that_count_unchanged():
     talker = tiny_bundle().talker
-    assert talker.pad_text_rows is False  # the CPU projects the rows as they are
+    assert talker.pad_rows is False  # the CPU projects the rows as they are
     for n in (1, 17, 40):
         plain_rows, plain = projected_rows(talker, n)
-        talker.pad_text_rows = True
+        talker.pad_rows = True
         try:
             padded, got = projected_rows(talker, n)
         finally:
-            talker.pad_text_rows = False
+            talker.pad_rows = False
         assert plain_rows == [n] and padded == [padded_rows(n)]
         assert got.shape == plain.shape
+        torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_logits_run_at_padded_rows_from_two_rows_and_keep_their_values(monkeypatch):
+    """Codebook 0's logits: one row stays one row (the skinny GEMM's case), more rows run at
+    `padded_rows`, and the rows that count are the unpadded GEMM's."""
+    from omniflow.models.qwen3_tts import talker as talker_module
+
+    talker = tiny_bundle().talker
+    seen: list[int] = []
+    linear = talker_module.run_linear
+
+    def recording(module, x):
+        seen.append(x.shape[0])
+        return linear(module, x)
+
+    monkeypatch.setattr(talker_module, "run_linear", recording)
+    hidden = torch.randn(40, talker.shape.hidden_size, generator=torch.Generator().manual_seed(1))
+    for n in (1, 2, 17, 40):
+        seen.clear()
+        plain = talker.logits(hidden[:n])
+        talker.pad_rows = True
+        try:
+            got = talker.logits(hidden[:n])
+        finally:
+            talker.pad_rows = False
+        assert seen == [n, n if n == 1 else padded_rows(n)]
+        assert got.shape == plain.shape == (n, talker.shape.vocab_size)
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)

@@ -23,18 +23,19 @@ from omniflow.models.qwen3_tts.modules import Qwen3TTSTalkerWeights
 from omniflow.models.qwen3_tts.vocab import CodecVocab
 from omniflow.models.shapes import ModelConfig
 
-TEXT_ROWS_MIN = 16
-TEXT_ROWS_WARM = 2048
-"""On CUDA the text projection runs over its rows padded to a power of two from 16. Eagerly
-(a prompt's embedding, before its graph), a GEMM over a row count cuBLAS has not met makes it
-choose a kernel on the host, and load one it has not used yet: time on an admitting step's
-path to first audio (measured: docs/performance.md). A few shapes then serve every prompt,
-each met once at build, up to 2048 rows."""
+ROWS_MIN = 16
+ROWS_MET = 2048
+"""On CUDA the talker's eager GEMMs over a varying row count (a prompt's text projection,
+before its graph; codebook 0's logits of a step's rows) run at a power of two from 16. A
+GEMM over a row count cuBLAS has not met makes it choose a kernel on the host, and load one
+it has not used yet: time on an admitting step's path to first audio (measured:
+docs/performance.md). A few shapes then serve every step, each met once at build, up to
+2048 rows."""
 
 
 def padded_rows(n: int) -> int:
-    """The row count `n` rows are projected at on CUDA."""
-    return max(TEXT_ROWS_MIN, 1 << (n - 1).bit_length())
+    """The row count a GEMM over `n` rows runs at on CUDA."""
+    return max(ROWS_MIN, 1 << (n - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -64,28 +65,28 @@ class Talker:
         self.num_groups = config.code_predictor.num_code_groups
         self.rotary = Rotary(self.shape.head_dim, self.shape.rope_theta)
         self.predictor = CodePredictor(t.code_predictor, config.code_predictor)
-        self.pad_text_rows = t.codec_head.weight.is_cuda
-        """Whether the text projection runs at `padded_rows` (CUDA); the CPU projects the
-        rows as they are, bit for bit the reference's."""
+        self.pad_rows = t.codec_head.weight.is_cuda
+        """Whether the text projection and codebook 0's logits run at `padded_rows` (CUDA);
+        the CPU computes the rows as they are, bit for bit the reference's."""
         if t.codec_head.weight.is_cuda:
             # On CUDA pack q/k/v and gate/up (one GEMM each): launch-bound at decode sizes.
             # The CPU keeps the separate projections, bit for bit the reference's.
             fuse_projections(t)
-            self._meet_text_rows()
+            self._meet_rows()
 
     @property
     def num_layers(self) -> int:
         return self.shape.num_layers
 
     @torch.no_grad()
-    def _meet_text_rows(self) -> None:
-        """Every padded row count up to `TEXT_ROWS_WARM` projected once, at build."""
+    def _meet_rows(self) -> None:
+        """Every padded row count up to `ROWS_MET` through both GEMMs once, at build."""
         ids = torch.zeros(
-            TEXT_ROWS_WARM, dtype=torch.int64, device=self.weights.talker.codec_head.weight.device
+            ROWS_MET, dtype=torch.int64, device=self.weights.talker.codec_head.weight.device
         )
-        rows = TEXT_ROWS_MIN
-        while rows <= TEXT_ROWS_WARM:
-            self.project_text(ids[:rows])
+        rows = ROWS_MIN
+        while rows <= ROWS_MET:
+            self.logits(self.project_text(ids[:rows]))
             rows *= 2
 
     @torch.no_grad()
@@ -93,7 +94,7 @@ class Talker:
         """The projected text embedding of `text_ids` [T] (at `padded_rows` on CUDA)."""
         t = self.weights.talker
         n = text_ids.shape[0]
-        rows = padded_rows(n) if self.pad_text_rows else n
+        rows = padded_rows(n) if self.pad_rows else n
         if rows != n:
             text_ids = F.pad(text_ids, (0, rows - n))
         return t.text_projection(t.model.text_embedding(text_ids))[:n]
@@ -134,7 +135,13 @@ class Talker:
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return run_linear(self.weights.talker.codec_head, hidden)
+        """Codebook 0's logits [B, vocab] (at `padded_rows` on CUDA from two rows; one row
+        takes the skinny GEMM, `run_linear`)."""
+        n = hidden.shape[0]
+        rows = padded_rows(n) if self.pad_rows and n > 1 else n
+        if rows != n:
+            hidden = F.pad(hidden, (0, 0, 0, rows - n))
+        return run_linear(self.weights.talker.codec_head, hidden)[:n]
 
     @torch.no_grad()
     def complete_frames(
