@@ -7,7 +7,8 @@ Why: a process that has gone idle returns glibc's free heap with `malloc_trim(0)
 allocates: page faults on its first step, the step its first audio waits for. How long a
 process waits idle before trimming is set by that cost against the resident memory it saves
 (docs/performance.md). The pipeline runs in this process (no HTTP); requests go one at a
-time, each after a short pause, in the order none, none, trim, trim, ... (so a drift cancels),
+time, each after a short pause, in the order none, trim, trim, none, ... (so a linear drift
+cancels),
 a `trim` request right after a `malloc_trim(0)`; printed: the first audio's median and mean
 per kind.
 """
@@ -63,7 +64,7 @@ def measure(
         first_audio_s(pipeline, i, frames)
     got: dict[str, list[float]] = {"none": [], "trim": []}
     for i in range(2 * pairs):
-        kind = "trim" if (i // 2) % 2 else "none"
+        kind = "trim" if i % 4 in (1, 2) else "none"
         time.sleep(PAUSE_S)  # the idle gap itself is what is measured against
         if kind == "trim":
             release()

@@ -188,14 +188,15 @@ def run_batch(
             event = ends.get(timeout=600)
             if event.error:
                 errors.append(event.error)
-            if done + batch < total:  # one ends, the next arrives: `batch` stay in flight
-                submit(done + batch)
+            # the span's edges before the next arrival, so that its admitting step is in
             if prof is not None and not recording and done + 1 == first:
                 prof.start()
                 recording = True
             elif recording and done + 1 == last:
                 prof.stop()
                 recording = False
+            if done + batch < total:  # one ends, the next arrives: `batch` stay in flight
+                submit(done + batch)
         prefills = prefills_since(None, stage_prefills(orch.stats(), stage.name))
     finally:
         if recording:

@@ -15,8 +15,9 @@ range (host only, nothing synchronised), and `summarize` reads the exported chro
 - `launches`: kernel and graph launches the host made, per name;
 - `top_ops`: the host ops called most often (count and inclusive ms), where eager work hides;
 - `phase_gpu`: per nest of phases (`talker.mixed_step>talker.prefill_embed`), its host ms
-  and the kernels its launches started (count and summed GPU ms, a graph replay's kernels
-  included): a phase's device work, read without synchronising anything.
+  (nested phases included) and the kernels its own launches started, not its nested
+  phases' (count and summed GPU ms, a graph replay's kernels included): a phase's device
+  work, read without synchronising anything.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ LAUNCH_NAMES = (
     "cuLaunchKernelEx",
     "cudaGraphLaunch",
 )
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+"""Trace categories of launches: the runtime's, and the driver's (Triton launches there)."""
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 """Trace categories of device work: what counts as the GPU being busy."""
 
@@ -105,7 +108,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         if e.get("cat") == "user_annotation" and name.startswith(RANGE_PREFIX):
             host[name[len(RANGE_PREFIX) :]] += float(e["dur"]) / 1e3
             count[name[len(RANGE_PREFIX) :]] += 1
-        elif e.get("cat") == "cuda_runtime" and name in LAUNCH_NAMES:
+        elif e.get("cat") in LAUNCH_CATS and name in LAUNCH_NAMES:
             launches[name] += 1
         elif e.get("cat") == "cpu_op":
             ops[name][0] += 1
@@ -129,38 +132,39 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def phase_gpu(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per nest of engine phases on one thread: count, host ms, and the kernels launched
-    inside it (their correlation ids match the launch's), attributed to the innermost
-    phase."""
+    """Per nest of engine phases on one thread: count, host ms (nested phases included), and
+    the kernels launched inside it (their correlation ids match the launch's), attributed to
+    the innermost phase only. A launch or kernel without a correlation id is nobody's."""
     kernel_ms: dict[int, list[float]] = defaultdict(list)
-    marks: dict[Any, list[tuple[float, int, str, Any]]] = defaultdict(list)
+    marks: dict[Any, list[tuple[float, int, float, str, Any]]] = defaultdict(list)
     for e in events:
         if e.get("ph") != "X":
             continue
         cat, name = e.get("cat"), e.get("name", "")
-        start = float(e["ts"])
-        if cat == "kernel":
-            kernel_ms[int(e.get("args", {}).get("correlation", -1))].append(float(e["dur"]) / 1e3)
+        start, dur = float(e["ts"]), float(e["dur"])
+        correlation = int(e.get("args", {}).get("correlation", -1))
+        thread = (e.get("pid"), e.get("tid"))
+        if cat == "kernel" and correlation >= 0:
+            kernel_ms[correlation].append(dur / 1e3)
         elif cat == "user_annotation" and name.startswith(RANGE_PREFIX):
             phase = name[len(RANGE_PREFIX) :]
-            marks[e.get("tid")].append((start, 0, phase, float(e["dur"])))
-            marks[e.get("tid")].append((start + float(e["dur"]), 2, phase, None))
-        elif cat == "cuda_runtime" and name in LAUNCH_NAMES:
-            correlation = int(e.get("args", {}).get("correlation", -1))
-            marks[e.get("tid")].append((start, 1, "", correlation))
+            # at one instant: ranges close, then open (the longer first), then launches
+            marks[thread].append((start, 1, -dur, phase, dur))
+            marks[thread].append((start + dur, 0, 0.0, phase, None))
+        elif cat in LAUNCH_CATS and name in LAUNCH_NAMES and correlation >= 0:
+            marks[thread].append((start, 2, 0.0, "", correlation))
     out: dict[str, dict[str, float]] = defaultdict(
         lambda: {"count": 0, "host_ms": 0.0, "kernels": 0, "gpu_ms": 0.0}
     )
     for seq in marks.values():
         stack: list[str] = []
-        # at one instant: ranges open, then launches, then ranges close
-        for _, kind, phase, value in sorted(seq, key=lambda m: (m[0], m[1])):
-            if kind == 0:
+        for _, kind, _, phase, value in sorted(seq, key=lambda m: m[:3]):
+            if kind == 1:
                 stack.append(phase)
                 row = out[">".join(stack)]
                 row["count"] += 1
                 row["host_ms"] += value / 1e3
-            elif kind == 2:
+            elif kind == 0:
                 if phase in stack:
                     del stack[len(stack) - 1 - stack[::-1].index(phase)]
             elif stack:

@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable
 
 IDLE_TRIM_S = 10.0
-"""Seconds without a running request before the free heap is returned. The request after a
-trim pays page faults on its first step, the one its first audio waits for
-(`benchmarks/after_trim.py`, docs/performance.md): at this length a steady trickle of
-requests never meets one, and a process left idle still gives its memory back."""
+"""Seconds without a running request before the free heap is returned: long enough that a
+steady trickle of requests (one a second) does not hand memory back between requests only
+to take it again, short enough that a process left idle soon gives it back. Whether the
+request after a trim pays for it: `benchmarks/after_trim.py` (docs/performance.md)."""
 
 
 def malloc_trim() -> Callable[[], object] | None:

@@ -106,9 +106,9 @@ def test_frames_0_without_requests_is_refused(monkeypatch, capsys):
 
 
 def test_a_timeline_span_records_only_its_requests(tmp_path):
-    """Recording from the 2nd ended request for 2 more: fewer prefills in the trace than the
-    run made, but some (the span is neither empty nor the whole run); the whole-run timeline
-    of the same run sees them all."""
+    """One request at a time, recording from the 2nd ended request for 2 more: exactly the
+    3rd and 4th requests' prefills are in the trace (the recording starts before the next
+    request is sent, and stops before the one after the span); the whole run's has all 6."""
     import gzip
     import json
 
@@ -131,4 +131,4 @@ def test_a_timeline_span_records_only_its_requests(tmp_path):
     whole = prefills_traced((0, 0))
     part = prefills_traced((2, 2))
     assert whole == 6
-    assert 0 < part < whole
+    assert part == 2

@@ -154,3 +154,62 @@ def test_phase_gpu_gives_each_launch_kernels_to_its_innermost_phase():
     assert got["talker.mixed_step"] == {"count": 1, "host_ms": 1.0, "kernels": 1, "gpu_ms": 0.1}
     assert got["talker.forward"] == {"count": 1, "host_ms": 0.05, "kernels": 1, "gpu_ms": 0.3}
     assert sum(v["kernels"] for v in got.values()) == 5
+
+
+def test_phase_gpu_at_shared_instants_and_without_correlation_ids():
+    """A phase that opens as its sibling closes is not nested in it; of two opening together
+    the longer holds the shorter; a driver launch (Triton's) counts; launches and kernels
+    without a correlation id are nobody's (they would otherwise all match each other)."""
+
+    def rng(name: str, ts: float, dur: float) -> dict:
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"omniflow.talker.{name}",
+            "ts": ts,
+            "dur": dur,
+            "pid": 1,
+            "tid": 1,
+        }
+
+    def launch(
+        ts: float, corr: int | None, cat: str = "cuda_runtime", name: str = "cudaLaunchKernel"
+    ) -> dict:
+        args = {} if corr is None else {"correlation": corr}
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "ts": ts,
+            "dur": 1,
+            "pid": 1,
+            "tid": 1,
+            "args": args,
+        }
+
+    def k(corr: int | None, dur: float = 100) -> dict:
+        args = {} if corr is None else {"correlation": corr}
+        return {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": dur, "args": args}
+
+    events = [
+        rng("sample", 100, 10),  # given before the longer range opening with it
+        rng("decode_step", 100, 200),
+        rng("forward", 110, 50),  # opens as `sample` closes: a sibling, not its child
+        launch(110, 1),
+        launch(120, 2, cat="cuda_driver", name="cuLaunchKernelEx"),
+        launch(130, None),
+        launch(140, None),
+        k(1),
+        k(2),
+        k(None),
+        k(None),
+    ]
+    got = phase_gpu(events)
+    assert set(got) == {
+        "talker.decode_step",
+        "talker.decode_step>talker.sample",
+        "talker.decode_step>talker.forward",
+    }
+    assert got["talker.decode_step>talker.forward"]["kernels"] == 2
+    assert got["talker.decode_step>talker.forward"]["gpu_ms"] == 0.2
+    assert sum(v["kernels"] for v in got.values()) == 2

@@ -11,7 +11,7 @@ from tests.factories import tiny_bundle
 
 
 def test_padded_rows_are_powers_of_two_from_the_minimum():
-    assert [padded_rows(n) for n in (0, 1, 16, 17, 100, 512, 513, 1800)] == [
+    assert [padded_rows(n) for n in (0, 1, 16, 17, 100, 512, 513, 1800, 2048, 2049, 5000)] == [
         16,
         16,
         16,
@@ -20,6 +20,9 @@ def test_padded_rows_are_powers_of_two_from_the_minimum():
         512,
         1024,
         2048,
+        2048,
+        2049,
+        5000,
     ]
     assert ROWS_MIN == 16
 

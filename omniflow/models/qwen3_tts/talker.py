@@ -29,12 +29,15 @@ ROWS_MET = 2048
 before its graph; codebook 0's logits of a step's rows) run at a power of two from 16. A
 GEMM over a row count cuBLAS has not met makes it choose a kernel on the host, and load one
 it has not used yet: time on an admitting step's path to first audio (measured:
-docs/performance.md). A few shapes then serve every step, each met once at build, up to
-2048 rows."""
+docs/performance.md). A few shapes then serve every step of up to 2048 rows, each met once
+at build."""
 
 
 def padded_rows(n: int) -> int:
-    """The row count a GEMM over `n` rows runs at on CUDA."""
+    """The row count a GEMM over `n` rows runs at on CUDA: above `ROWS_MET`, `n` itself (a
+    larger shape would be new anyway, and twice the work)."""
+    if n > ROWS_MET:
+        return n
     return max(ROWS_MIN, 1 << (n - 1).bit_length())
 
 
