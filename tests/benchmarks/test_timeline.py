@@ -90,40 +90,49 @@ def test_graph_trace_splits_replays_and_measures_gaps():
         raise AssertionError("an uneven trace must be refused")
 
 
+def rng(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+    """An engine phase's profiler range on thread `tid`."""
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"omniflow.talker.{name}",
+        "ts": ts,
+        "dur": dur,
+        "pid": 1,
+        "tid": tid,
+    }
+
+
+def launch(
+    ts: float,
+    corr: int | None,
+    tid: int = 1,
+    cat: str = "cuda_runtime",
+    name: str = "cudaLaunchKernel",
+) -> dict:
+    """A launch on thread `tid` with correlation id `corr` (None: the trace gave none)."""
+    args = {} if corr is None else {"correlation": corr}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "ts": ts,
+        "dur": 1,
+        "pid": 1,
+        "tid": tid,
+        "args": args,
+    }
+
+
+def k(corr: int | None, dur: float = 100, ts: float = 0) -> dict:
+    """A kernel of the launch with correlation id `corr`."""
+    args = {} if corr is None else {"correlation": corr}
+    return {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": args}
+
+
 def test_phase_gpu_gives_each_launch_kernels_to_its_innermost_phase():
     """Kernels belong to the phase whose thread launched them (by correlation id), not to
     whatever ran on the host when the GPU ran them; a graph replay brings all its kernels."""
-
-    def rng(name: str, ts: float, dur: float, tid: int = 1) -> dict:
-        return {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": f"omniflow.talker.{name}",
-            "ts": ts,
-            "dur": dur,
-            "tid": tid,
-        }
-
-    def launch(ts: float, corr: int, tid: int = 1, name: str = "cudaLaunchKernel") -> dict:
-        return {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": name,
-            "ts": ts,
-            "dur": 1,
-            "tid": tid,
-            "args": {"correlation": corr},
-        }
-
-    def k(ts: float, dur: float, corr: int) -> dict:
-        return {
-            "ph": "X",
-            "cat": "kernel",
-            "name": "k",
-            "ts": ts,
-            "dur": dur,
-            "args": {"correlation": corr},
-        }
 
     events = [
         rng("mixed_step", 0, 1000),
@@ -135,12 +144,12 @@ def test_phase_gpu_gives_each_launch_kernels_to_its_innermost_phase():
         rng("forward", 2000, 50, tid=2),
         launch(2010, 4, tid=2),
         launch(5000, 5),  # outside every phase: nobody's
-        k(900, 2000, 1),  # runs long after the embed's host range: still the embed's
-        k(3000, 500, 2),
-        k(3500, 500, 2),
-        k(4000, 100, 3),
-        k(4100, 300, 4),
-        k(4400, 700, 5),
+        k(1, 2000, ts=900),  # runs long after the embed's host range: still the embed's
+        k(2, 500, ts=3000),
+        k(2, 500, ts=3500),
+        k(3, 100, ts=4000),
+        k(4, 300, ts=4100),
+        k(5, 700, ts=4400),
     ]
     got = phase_gpu(events)
     assert got["talker.mixed_step>talker.prefill_embed"] == {
@@ -160,36 +169,6 @@ def test_phase_gpu_at_shared_instants_and_without_correlation_ids():
     """A phase that opens as its sibling closes is not nested in it; of two opening together
     the longer holds the shorter; a driver launch (Triton's) counts; launches and kernels
     without a correlation id are nobody's (they would otherwise all match each other)."""
-
-    def rng(name: str, ts: float, dur: float) -> dict:
-        return {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": f"omniflow.talker.{name}",
-            "ts": ts,
-            "dur": dur,
-            "pid": 1,
-            "tid": 1,
-        }
-
-    def launch(
-        ts: float, corr: int | None, cat: str = "cuda_runtime", name: str = "cudaLaunchKernel"
-    ) -> dict:
-        args = {} if corr is None else {"correlation": corr}
-        return {
-            "ph": "X",
-            "cat": cat,
-            "name": name,
-            "ts": ts,
-            "dur": 1,
-            "pid": 1,
-            "tid": 1,
-            "args": args,
-        }
-
-    def k(corr: int | None, dur: float = 100) -> dict:
-        args = {} if corr is None else {"correlation": corr}
-        return {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": dur, "args": args}
 
     events = [
         rng("sample", 100, 10),  # given before the longer range opening with it

@@ -10,7 +10,7 @@ import torch
 from omniflow.models.qwen3_tts.factory import build_talker
 from omniflow.models.qwen3_tts.talker import padded_rows
 from tests.factories import tiny_model_config
-from tests.models.test_text_rows import projected_rows
+from tests.models.test_text_rows import flipped, projected_rows
 
 pytestmark = pytest.mark.cuda
 
@@ -39,11 +39,6 @@ def test_cuda_pads_the_logits_rows_and_keeps_the_values():
         100, talker.shape.hidden_size, generator=gen, device="cuda", dtype=torch.bfloat16
     )
     for n in (1, 3, 100):
-        got = talker.logits(hidden[:n])
-        talker.pad_rows = False
-        try:
-            plain = talker.logits(hidden[:n])
-        finally:
-            talker.pad_rows = True
+        got, plain = flipped(talker, lambda n=n: talker.logits(hidden[:n]))
         assert got.shape == plain.shape
         torch.testing.assert_close(got.float(), plain.float(), rtol=2**-7, atol=1e-2)

@@ -60,6 +60,16 @@ def test_padded_projection_gives_the_rows_that_count_unchanged():
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
 
 
+def flipped(talker, run):
+    """`run()` with the talker's padding as it is, then with it flipped (and put back)."""
+    first = run()
+    talker.pad_rows = not talker.pad_rows
+    try:
+        return first, run()
+    finally:
+        talker.pad_rows = not talker.pad_rows
+
+
 def test_logits_run_at_padded_rows_from_two_rows_and_keep_their_values(monkeypatch):
     """Codebook 0's logits: one row stays one row (the skinny GEMM's case), more rows run at
     `padded_rows`, and the rows that count are the unpadded GEMM's."""
@@ -77,12 +87,7 @@ def test_logits_run_at_padded_rows_from_two_rows_and_keep_their_values(monkeypat
     hidden = torch.randn(40, talker.shape.hidden_size, generator=torch.Generator().manual_seed(1))
     for n in (1, 2, 17, 40):
         seen.clear()
-        plain = talker.logits(hidden[:n])
-        talker.pad_rows = True
-        try:
-            got = talker.logits(hidden[:n])
-        finally:
-            talker.pad_rows = False
+        plain, got = flipped(talker, lambda n=n: talker.logits(hidden[:n]))
         assert seen == [n, n if n == 1 else padded_rows(n)]
         assert got.shape == plain.shape == (n, talker.shape.vocab_size)
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
