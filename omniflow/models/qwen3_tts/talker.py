@@ -8,6 +8,7 @@ prefill, decode and recompute after preemption.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -92,15 +93,22 @@ class Talker:
             self.logits(self.project_text(ids[:rows]))
             rows *= 2
 
+    def _at_padded_rows(self, x: Tensor, gemm: Callable[[Tensor], Tensor], least: int) -> Tensor:
+        """`gemm(x)` over `x`'s rows padded to `padded_rows` (on CUDA, from `least` rows),
+        the padding's rows cut off again."""
+        n = x.shape[0]
+        rows = padded_rows(n) if self.pad_rows and n >= least else n
+        if rows != n:  # F.pad lists the last dimension first: only the first one grows
+            x = F.pad(x, (0, 0) * (x.dim() - 1) + (0, rows - n))
+        return gemm(x)[:n]
+
     @torch.no_grad()
     def project_text(self, text_ids: Tensor) -> Tensor:
         """The projected text embedding of `text_ids` [T] (at `padded_rows` on CUDA)."""
         t = self.weights.talker
-        n = text_ids.shape[0]
-        rows = padded_rows(n) if self.pad_rows else n
-        if rows != n:
-            text_ids = F.pad(text_ids, (0, rows - n))
-        return t.text_projection(t.model.text_embedding(text_ids))[:n]
+        return self._at_padded_rows(
+            text_ids, lambda ids: t.text_projection(t.model.text_embedding(ids)), least=0
+        )
 
     @torch.no_grad()
     def embed(self, inputs: TalkerInputs) -> torch.Tensor:
@@ -140,11 +148,8 @@ class Talker:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Codebook 0's logits [B, vocab] (at `padded_rows` on CUDA from two rows; one row
         takes the skinny GEMM, `run_linear`)."""
-        n = hidden.shape[0]
-        rows = padded_rows(n) if self.pad_rows and n > 1 else n
-        if rows != n:
-            hidden = F.pad(hidden, (0, 0, 0, rows - n))
-        return run_linear(self.weights.talker.codec_head, hidden)[:n]
+        head = self.weights.talker.codec_head
+        return self._at_padded_rows(hidden, lambda h: run_linear(head, h), least=2)
 
     @torch.no_grad()
     def complete_frames(
