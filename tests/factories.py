@@ -278,3 +278,18 @@ def sampling_batch(b: int, g: torch.Generator, **kw) -> SamplingBatch:
     )
     base.update(kw)
     return SamplingBatch(**base)
+
+
+def intercept_audio(model, through) -> None:
+    """Both decoder calls of a fused talker's model, `queue_audio` (after the read-back) and
+    `queue_audio_ahead` (before it), go through `through(request_ids, call)`: `call()`
+    queues the real one. For faults injected into, and spies on, a step's audio."""
+    queue, ahead = model.queue_audio, model.queue_audio_ahead
+
+    def after(steps):
+        return through({r for s in steps for r in s.request_ids}, lambda: queue(steps))
+
+    def before(request_ids, queued):
+        return through(set(request_ids), lambda: ahead(request_ids, queued))
+
+    model.queue_audio, model.queue_audio_ahead = after, before

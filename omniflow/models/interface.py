@@ -261,6 +261,14 @@ class ARModel(Protocol):
         window's later steps), so the caller reads the result last."""
         ...
 
+    def queue_audio_ahead(self, request_ids: Sequence[str], queued: QueuedFrames) -> PendingAudio:
+        """One sampling call's audio, every row's frame, queued before its codes are read
+        back (`read_frames`): the host's decoder calls overlap the device's sampling instead
+        of following the read-back. A row that drew a stop token has no frame: what its row
+        decodes is not audio (the caller drops it) and its request must end with this step.
+        Only for a model with stream decode (`decoder_slots`)."""
+        ...
+
     def decoder_slots(self) -> tuple[int, int] | None:
         """(in use, total) streaming-decoder slots; None without stream decode."""
         ...

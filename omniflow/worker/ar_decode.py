@@ -47,6 +47,7 @@ def decode_steps(
     parts: dict[str, list[RequestStepOutput]] = {r.request_id: [] for r in reqs}
     sampled: list[SampledStep] = []
     chunks: list[PendingAudio] = []  # audio queued before the window's end
+    single: StepAudio | None = None  # a single step's audio, queued before its read
     steps, cut = 0, False
     current: Queued | None = ops.queue_step(reqs, pending=0)
     while current is not None:
@@ -63,9 +64,14 @@ def decode_steps(
         if going:
             ops.decode_batch.advance(queued.next_tokens, queued.next_frames, going)
             ahead = ops.queue_step([reqs[i] for i in going], pending=1)
+        before_read = None
+        if steps == 1 and not going:  # a single step: its audio queued before the read
+            before_read = ops.audio_ahead(reqs, queued)
         sample = ops.read(queued)
         outs = ops.record(reqs, sample)
         sampled.append(sampled_step(reqs, sample))
+        if before_read is not None:
+            single = ops.settle(before_read, sampled[0], step_id)
         row_of = {i: j for j, i in enumerate(going)}  # a request's row in the layout
         keep = []
         for i, r in enumerate(reqs):
@@ -91,4 +97,6 @@ def decode_steps(
                 early(chunk)
             sampled = []
     outputs = {rid: concat(outs) for rid, outs in parts.items()}
+    if single is not None:
+        return outputs, single, steps, cut
     return outputs, ops.audio(sampled, chunks, step_id), steps, cut

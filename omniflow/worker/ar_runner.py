@@ -263,16 +263,20 @@ class ARModelRunner:
         sampled = self._mixed_sample(order)
         if sampled is None:
             return {}, None
-        reqs, sample = sampled
+        reqs, sample, ahead = sampled
         outputs = self.ops.record(reqs, sample)
-        return outputs, self.ops.audio([sampled_step(reqs, sample)], [], step_id)
+        step = sampled_step(reqs, sample)
+        if ahead is not None:
+            return outputs, self.ops.settle(ahead, step, step_id)
+        return outputs, self.ops.audio([step], [], step_id)
 
     def _mixed_sample(
         self, order: list[tuple[str, int]]
-    ) -> tuple[list[RunnerRequest], FrameSample] | None:
+    ) -> tuple[list[RunnerRequest], FrameSample, PendingAudio | None] | None:
         """A mixed step's forward (decoding rows on the decode path, the rest on the prefill
         path) and the frame of every row that reaches the end of its known tokens, read
-        back; None when no row does (a prompt chunk)."""
+        back, its audio queued ahead of the read where it can be; None when no row does (a
+        prompt chunk)."""
         reqs = [(self.requests[rid], n) for rid, n in order]
         decoding = [r for r, n in reqs if n == 1 and r.in_decode]
         prefill = [(r, n) for r, n in reqs if not (n == 1 and r.in_decode)]
@@ -304,7 +308,7 @@ class ARModelRunner:
         sampled = decoding + [r for r, _ in batch.sample_rows]
         if not sampled:
             return None
-        return sampled, self.ops.sample(torch.cat(hidden), sampled)
+        return sampled, *self.ops.sample(torch.cat(hidden), sampled)
 
     def _decode(
         self, ks: dict[str, int], step_id: int

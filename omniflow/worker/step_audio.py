@@ -25,6 +25,9 @@ class StepAudio:
     model: str
     """Named in the error a failed decode raises."""
     step_id: int
+    silent: frozenset[str] = frozenset()
+    """Rows decoded ahead of the read-back that drew the stop token (`StepOps.audio_ahead`):
+    their samples are not audio, and a reduced-precision overflow in them is no error."""
 
     def result(self) -> dict[str, np.ndarray]:
         """Each request's PCM, its parts joined in order (waits for the decoding);
@@ -35,7 +38,7 @@ class StepAudio:
             try:
                 parts.append(pending.result())
             except AudioFailed as exc:
-                errors.update(exc.errors)
+                errors.update((r, m) for r, m in exc.errors.items() if r not in self.silent)
                 parts.append(exc.pcm)
             except (RuntimeError, ValueError) as exc:
                 raise RuntimeError(f"{self.model} step failed: {exc}") from exc
@@ -47,6 +50,7 @@ class StepAudio:
             rid: p[0] if len(p) == 1 else np.concatenate(p)
             for rid, p in audio.items()
             if rid not in errors  # a request missing a part has no whole audio
+            and rid not in self.silent
         }
         if errors:
             raise AudioFailed(errors, joined)

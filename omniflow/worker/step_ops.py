@@ -51,11 +51,15 @@ class StepOps:
         with self.phase("forward"):
             return self.model.decode_hidden(x, meta)
 
-    def sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest]) -> FrameSample:
-        """The rows' frames sampled, recorded in the penalty history, and read back."""
+    def sample(
+        self, hidden: torch.Tensor, reqs: list[RunnerRequest]
+    ) -> tuple[FrameSample, PendingAudio | None]:
+        """The rows' frames sampled, recorded in the penalty history, their audio queued
+        ahead where it can be (`audio_ahead`), and read back."""
         batch, queued = self.queue_sample(hidden, reqs, pending=0)
         self.sampling.record(batch, queued.next_tokens)  # the penalty history, on device
-        return self.read(queued)
+        ahead = self.audio_ahead(reqs, queued)
+        return self.read(queued), ahead
 
     def queue_sample(self, hidden: torch.Tensor, reqs: list[RunnerRequest], pending: int) -> Queued:
         """The rows' frame sampling queued on the device, for their token after `pending`
@@ -98,6 +102,23 @@ class StepOps:
                 now = [self.model.queue_audio(steps)] if steps else []
                 pending = [*before, *queued, *now]
         return StepAudio(pending, self.model.name, step_id) if pending else None
+
+    def audio_ahead(self, reqs: list[RunnerRequest], queued: QueuedFrames) -> PendingAudio | None:
+        """A step's audio queued before its frames are read back (`ARModel.queue_audio_ahead`):
+        the host queues the decoder while the device still samples, instead of after the
+        read-back, where the device sat idle waiting for it. None where the audio waits for
+        the read: held frames (`held`) choose per row, and a stage without stream decode
+        makes none."""
+        if self.held is not None or self.model.decoder_slots() is None:
+            return None
+        with self.phase("audio"):
+            return self.model.queue_audio_ahead([r.request_id for r in reqs], queued)
+
+    def settle(self, ahead: PendingAudio, step: SampledStep, step_id: int) -> StepAudio:
+        """The audio queued ahead for `step`, without the rows that drew the stop token."""
+        rows = zip(step.request_ids, step.sample.outputs, strict=True)
+        silent = frozenset(r for r, f in rows if f is None)
+        return StepAudio([ahead], self.model.name, step_id, silent)
 
 
 def sampled_step(reqs: list[RunnerRequest], sample: FrameSample) -> SampledStep:

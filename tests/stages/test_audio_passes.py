@@ -45,7 +45,14 @@ def run(requests, min_new_tokens: dict[str, int] | None = None, **kw):
             calls.append(len(steps))
         return queue(steps)
 
+    ahead = slots.queue_ahead
+
+    def counted_ahead(request_ids, frames, made):
+        calls.append(1)  # one step's frames, queued before they were read back
+        return ahead(request_ids, frames, made)
+
     slots.queue = counted
+    slots.queue_ahead = counted_ahead
     for r in requests:
         made = proc.make_request(r)
         if r.request_id in (min_new_tokens or {}):

@@ -63,20 +63,28 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
     orch = build(pipeline, "model.codec_dtype=float16", start=False)
     try:
         streaming = streaming_decoder_of(orch)
-        real = streaming.decode
+        real, real_step = streaming.decode, streaming.decode_step
         made: dict[int, int] = {}
         beside: list[list[int]] = []  # the slots of each call that overflowed
 
-        def overflowing(slots, codes):  # the first slot handed out (the first request's)
-            pcm = real(slots, codes)  # overflows from its third frame on
-            for i, (slot, c) in enumerate(zip(slots, codes, strict=True)):
-                made[slot] = made.get(slot, 0) + len(c)
+        def overflow(slots, frames, pcm):  # the first slot handed out (the first request's)
+            for i, slot in enumerate(slots):  # overflows from its third frame on
+                made[slot] = made.get(slot, 0) + frames[i]
                 if slot == 0 and made[slot] > 2:
                     pcm[i] = pcm[i] * float("inf")
                     beside.append(list(slots))
             return pcm
 
+        def overflowing(slots, codes):  # the eager decoder, from host codes
+            return overflow(slots, [len(c) for c in codes], real(slots, codes))
+
+        def overflowing_step(slot_ids, codes):  # from device codes (a step's, ahead)
+            n = 1 if codes.dim() == 2 else codes.shape[1]
+            slots = slot_ids.tolist()
+            return overflow(slots, [n] * len(slots), real_step(slot_ids, codes))
+
         monkeypatch.setattr(streaming, "decode", overflowing)
+        monkeypatch.setattr(streaming, "decode_step", overflowing_step)
         sinks = {rid: Collector() for rid in ("r", "s")}
         for rid, sink in sinks.items():  # before the start: both are seated in one step
             orch.submit(speech(rid, max_new_tokens=8, ignore_eos=True), sink)
@@ -90,6 +98,7 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
         # (two-stage, code2wav batches the chunks that have arrived: under load it may take
         # r's before s's, so the call that overflows need not hold s)
         monkeypatch.setattr(streaming, "decode", real)
+        monkeypatch.setattr(streaming, "decode_step", real_step)
         sink = Collector()
         orch.submit(speech("t", max_new_tokens=6, ignore_eos=True), sink)
         assert sink.wait().terminal.error is None and len(sink.pcm) == 6 * 1920

@@ -10,7 +10,7 @@ import pytest
 
 from omniflow.core.pipeline import PipelineUnavailable
 from omniflow.engine.messages import Add, Wake
-from tests.factories import Collector, build, speech
+from tests.factories import Collector, build, intercept_audio, speech
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def test_a_stage_dying_while_waiting_for_a_steps_audio_still_ends_that_steps_req
     orch = build("qwen3_tts_fused", *overrides)
     try:
         engine = orch.engines[0]
-        engine.runner.model.queue_audio = lambda steps: BoomAudio()  # type: ignore[method-assign]
+        intercept_audio(engine.runner.model, lambda rows, call: BoomAudio())
         c = Collector()
         orch.submit(speech("one", max_new_tokens=1, ignore_eos=True), c)
         term = c.wait(timeout=20).terminal

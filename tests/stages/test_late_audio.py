@@ -13,7 +13,7 @@ import pytest
 
 from omniflow.core.audio import AudioFailed
 from omniflow.worker.step_audio import StepAudio
-from tests.factories import speech, talker_engine
+from tests.factories import intercept_audio, speech, talker_engine
 
 FRAME = 1920
 
@@ -50,7 +50,7 @@ class Executes:
         self.count = 0
         self.cond = threading.Condition()
         runner, model = engine.runner, engine.runner.model
-        execute, queue_audio = runner.execute, model.queue_audio
+        execute = runner.execute
 
         def spy(plan):
             with self.cond:
@@ -59,7 +59,7 @@ class Executes:
             return execute(plan)
 
         runner.execute = spy  # type: ignore[method-assign]
-        model.queue_audio = lambda steps: Gated(queue_audio(steps), self)  # type: ignore[method-assign]
+        intercept_audio(model, lambda rows, call: Gated(call(), self))
 
 
 class Gated:
@@ -149,16 +149,8 @@ def test_through_the_engine_a_failed_decode_ends_only_its_requests(async_schedul
     engine, proc = talker_engine(
         stream_decode=True, async_scheduling=async_scheduling, window_k=window_k
     )
-    model = engine.runner.model
-    queue_audio = model.queue_audio
     fail = {"r0"}
-
-    def queue(steps):
-        if any(fail & set(s.request_ids) for s in steps):
-            return Failing()
-        return queue_audio(steps)
-
-    model.queue_audio = queue  # type: ignore[method-assign]
+    intercept_audio(engine.runner.model, lambda rows, call: Failing() if fail & rows else call())
     assert engine.add_request(proc.make_request(requests(1, 6)[0])) == []
     outs = engine.run_until_idle()
     ends = [o for o in outs if o.finished]

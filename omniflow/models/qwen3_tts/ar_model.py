@@ -200,6 +200,9 @@ class TalkerARModel:
     def queue_audio(self, steps: Sequence[SampledStep]) -> PendingPcm:
         return self.slots.queue(steps)
 
+    def queue_audio_ahead(self, request_ids: Sequence[str], queued: QueuedFrames) -> PendingPcm:
+        return self.slots.queue_ahead(request_ids, queued.next_frames, queued.codes.copied)
+
     def decoder_slots(self) -> tuple[int, int] | None:
         return self.slots.slots_in_use()
 

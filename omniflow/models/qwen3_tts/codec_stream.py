@@ -102,6 +102,7 @@ class StreamingDecoder:
         self.padding_slot = num_slots
         self.samples_per_frame = decoder.samples_per_frame
         self.num_codebooks = decoder.shape.num_quantizers
+        self.codebook_size = decoder.shape.codebook_size
         self._shapes = decoder.state_shapes()
         rows = num_slots + 1
         self._pool = {

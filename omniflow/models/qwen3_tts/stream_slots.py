@@ -151,6 +151,30 @@ class StreamSlots:
                 ]
             return PendingPcm(tuple(frames), parts, self._stream(), dec.dtype, keep)
 
+    def queue_ahead(
+        self,
+        request_ids: Sequence[str],
+        frames: torch.Tensor,
+        made: torch.cuda.Event | None,
+    ) -> PendingPcm:
+        """One step's frame of every row, decoded from its device codes `frames` [B, G]
+        before the host has read them (`ARModel.queue_audio_ahead`; `made`: recorded behind
+        them). A row that drew the stop token decodes a frame that is not audio (the caller
+        drops its PCM) and its request ends with this step, so its slot is never decoded
+        from again. The stop token is not a code: clamped into the codebook, the decoder's
+        lookup stays in range."""
+        dec = self.decoder
+        if dec is None or not request_ids:
+            return PendingPcm((), [])
+        self._hand_over(frames, made)
+        with torch.cuda.stream(self.side):  # None: the caller's stream
+            self._take_slots(list(request_ids))
+            ids = upload_ints([self._slots[rid] for rid in request_ids], dec.device)
+            codes = frames.clamp_max(dec.codebook_size - 1)
+            pcm = self.passes[1].run(ids, codes) if self.passes else dec.decode_step(ids, codes)
+            part = (list(request_ids), to_host(pcm.float()))
+            return PendingPcm(tuple(request_ids), [part], self._stream(), dec.dtype)
+
     def _device_passes(
         self, steps: Sequence[SampledStep], counts: dict[str, int]
     ) -> tuple[list[str], torch.Tensor]:
@@ -207,17 +231,19 @@ class StreamSlots:
         not give its memory back to the caller's stream while the side stream still reads
         it. `next_frames` is a fresh tensor per step (`ARModel.queue_frames`), never
         rewritten after `made`."""
+        for step in steps:
+            self._hand_over(step.sample.next_frames, step.sample.made)
+
+    def _hand_over(self, frames: torch.Tensor, made: torch.cuda.Event | None) -> None:
+        """`_handed_over` for one step's codes."""
         side = self.side
         if side is None:
             return
-        for step in steps:
-            frames = step.sample.next_frames
-            made = step.sample.made
-            if made is None:
-                side.wait_stream(torch.cuda.current_stream(frames.device))
-            else:
-                side.wait_event(made)
-            frames.record_stream(side)
+        if made is None:
+            side.wait_stream(torch.cuda.current_stream(frames.device))
+        else:
+            side.wait_event(made)
+        frames.record_stream(side)
 
     def _decode_group(
         self, rids: list[str], frames: list[list[Frame]], n: int

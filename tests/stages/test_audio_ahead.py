@@ -1,0 +1,95 @@
+"""A single step's audio is queued before its frames are read back (`StepOps.audio_ahead`,
+`StreamSlots.queue_ahead`): every row's frame decoded from the device codes, the rows that drew
+the stop token dropped once the read shows them (`StepAudio.silent`). Held frames
+(`audio_pass_steps`) and a window's later steps keep the audio after the read. The PCM is the
+same either way: tests/stages/test_audio_passes.py compares it with held frames' (decoded
+from the host's codes), stop frames included."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from omniflow.core.audio import AudioFailed
+from omniflow.worker.step_audio import StepAudio
+from tests.factories import speech, talker_engine
+
+
+class Phases:
+    """Each phase's name as it is entered, in order."""
+
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+
+    @contextmanager
+    def phase(self, stage: str, name: str):
+        self.entered.append(name)
+        yield
+
+    def add(self, stage: str, name: str, seconds: float) -> None:
+        return None
+
+
+def phases_of(**kw) -> list[str]:
+    engine, proc = talker_engine(stream_decode=True, **kw)
+    timer = Phases()
+    engine.runner.set_timer(timer, "talker")
+    for i in range(2):
+        r = speech(f"r{i}", seed=i, max_new_tokens=5 + i, ignore_eos=True)
+        assert engine.add_request(proc.make_request(r)) == []
+    outs = engine.run_until_idle()
+    assert all(o.error is None for o in outs)
+    assert sum(o.audio.size for o in outs if o.audio is not None) == (5 + 6) * 1920
+    return timer.entered
+
+
+def before_each_read(entered: list[str]) -> list[str]:
+    return [entered[i - 1] for i, name in enumerate(entered) if name == "readback"]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_single_steps_queue_their_audio_before_the_read_back(async_scheduling):
+    """Mixed steps (a prefill's first frame) and decode steps alike."""
+    entered = phases_of(async_scheduling=async_scheduling)
+    assert "prefill" in entered and "decode_step" in entered
+    assert before_each_read(entered) == ["audio"] * entered.count("readback")
+    assert entered.count("audio") == entered.count("readback")
+
+
+def test_held_frames_wait_for_the_read_back():
+    """Which rows hold their frame is decided on the read codes."""
+    entered = phases_of(audio_pass_steps=4)
+    assert "audio" not in before_each_read(entered)
+
+
+def test_a_windows_later_steps_decode_after_their_read():
+    """A window of 4 queues its next step before reading this one; only a step that is the
+    whole call (a request's last, or a window of one) goes ahead."""
+    before = before_each_read(phases_of(window_k=4))
+    assert len(before) == 6  # the prefill's frame, a window of 4, r1's last step alone
+    assert before[0] == before[5] == "audio" and "audio" not in before[1:5]
+
+
+def test_a_silent_rows_samples_and_overflow_are_dropped():
+    """A row decoded ahead that drew the stop token made no frame: its samples are not audio,
+    and a reduced-precision overflow in them ends nothing."""
+    one = np.ones(4, np.float32)
+    finite = StepAudio([_Part({"a": one, "s": one})], "talker", 7, frozenset({"s"}))
+    assert list(finite.result()) == ["a"]
+    overflowed = StepAudio([_Part({"a": one}, {"s": "not finite"})], "talker", 7, frozenset({"s"}))
+    assert list(overflowed.result()) == ["a"]
+    with pytest.raises(AudioFailed) as err:  # a row that made a frame still fails
+        StepAudio([_Part({"s": one}, {"a": "not finite"})], "talker", 7, frozenset({"s"})).result()
+    assert err.value.errors == {"a": "not finite"} and list(err.value.pcm) == []
+
+
+class _Part:
+    def __init__(self, pcm, errors=None):
+        self.pcm, self.errors = pcm, errors or {}
+
+    def result(self):
+        if self.errors:
+            raise AudioFailed(self.errors, self.pcm)
+        return self.pcm
