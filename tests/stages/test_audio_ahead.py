@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import numpy as np
 import pytest
 
-from omniflow.core.audio import AudioFailed
-from omniflow.worker.step_audio import StepAudio
 from tests.factories import speech, talker_engine
 
 
@@ -70,26 +67,3 @@ def test_a_windows_later_steps_decode_after_their_read():
     before = before_each_read(phases_of(window_k=4))
     assert len(before) == 6  # the prefill's frame, a window of 4, r1's last step alone
     assert before[0] == before[5] == "audio" and "audio" not in before[1:5]
-
-
-def test_a_silent_rows_samples_and_overflow_are_dropped():
-    """A row decoded ahead that drew the stop token made no frame: its samples are not audio,
-    and a reduced-precision overflow in them ends nothing."""
-    one = np.ones(4, np.float32)
-    finite = StepAudio([_Part({"a": one, "s": one})], "talker", 7, frozenset({"s"}))
-    assert list(finite.result()) == ["a"]
-    overflowed = StepAudio([_Part({"a": one}, {"s": "not finite"})], "talker", 7, frozenset({"s"}))
-    assert list(overflowed.result()) == ["a"]
-    with pytest.raises(AudioFailed) as err:  # a row that made a frame still fails
-        StepAudio([_Part({"s": one}, {"a": "not finite"})], "talker", 7, frozenset({"s"})).result()
-    assert err.value.errors == {"a": "not finite"} and list(err.value.pcm) == []
-
-
-class _Part:
-    def __init__(self, pcm, errors=None):
-        self.pcm, self.errors = pcm, errors or {}
-
-    def result(self):
-        if self.errors:
-            raise AudioFailed(self.errors, self.pcm)
-        return self.pcm

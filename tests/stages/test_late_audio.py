@@ -142,6 +142,19 @@ def test_a_part_that_fails_some_rows_keeps_the_other_rows_audio_whole():
     np.testing.assert_array_equal(err.value.pcm["b"], np.r_[one, 2 * one])
 
 
+def test_a_silent_rows_samples_and_overflow_are_dropped():
+    """A row decoded ahead that drew the stop token made no frame: its samples are not audio,
+    and a reduced-precision overflow in them ends nothing."""
+    one = np.ones(4, np.float32)
+    finite = StepAudio([Parts({"a": one, "s": one})], "talker", 7, frozenset({"s"}))
+    assert list(finite.result()) == ["a"]
+    overflowed = StepAudio([Parts({"a": one}, {"s": "not finite"})], "talker", 7, frozenset({"s"}))
+    assert list(overflowed.result()) == ["a"]
+    with pytest.raises(AudioFailed) as err:  # a row that made a frame still fails
+        StepAudio([Parts({"s": one}, {"a": "not finite"})], "talker", 7, frozenset({"s"})).result()
+    assert err.value.errors == {"a": "not finite"} and list(err.value.pcm) == []
+
+
 @pytest.mark.parametrize(("async_scheduling", "window_k"), [(False, 0), (True, 0), (True, 4)])
 def test_through_the_engine_a_failed_decode_ends_only_its_requests(async_scheduling, window_k):
     """r0's audio fails when settled (its prefill step's, alone): r0 ends with one error and
