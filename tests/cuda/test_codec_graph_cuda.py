@@ -90,7 +90,7 @@ def state_diff(a: StreamingDecoder, b: StreamingDecoder, slots: list[int]) -> fl
     diffs = []
     for s in slots:
         sa, sb = a.snapshot(s), b.snapshot(s)
-        if not torch.equal(sa.pop("__pos__"), sb.pop("__pos__")):
+        if not torch.equal(sa.pop("position"), sb.pop("position")):
             return float("inf")
         diffs += [(sa[k] - sb[k]).abs().max() for k in sa]
     return torch.stack(diffs).max().item()

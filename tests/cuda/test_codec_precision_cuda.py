@@ -100,7 +100,7 @@ def test_graph_replay_equals_eager_in_the_reduced_dtype(frames, dtype):
         torch.testing.assert_close(got, want)
         for s in slots:
             sa, sb = a.snapshot(s), b.snapshot(s)
-            assert torch.equal(sa.pop("__pos__"), sb.pop("__pos__"))
+            assert torch.equal(sa.pop("position"), sb.pop("position"))
             for k in sa:
                 assert sa[k].dtype == dtype
                 torch.testing.assert_close(sa[k], sb[k])

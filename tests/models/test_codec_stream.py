@@ -6,6 +6,7 @@ import functools
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from omniflow.models.qwen3_tts.codec_modules import SpeechTokenizerWeights, init_dummy_codec
 from omniflow.models.qwen3_tts.codec_stream import SlotsExhausted, StreamingDecoder
@@ -139,3 +140,39 @@ def test_allocate_many_hands_out_zeroed_slots_in_allocate_order():
     with pytest.raises(SlotsExhausted, match="2 decoder slots asked for, 1 of 4 free"):
         dec.allocate_many(2)
     assert dec.num_free == 1 and dec.allocate_many(0) == []
+
+
+class Writes(TorchFunctionMode):
+    """The tensor calls that fill or copy, by name."""
+
+    NAMES = ("zero_", "fill_", "index_fill_", "copy_", "clone", "__setitem__")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.NAMES:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_slot_is_zeroed_saved_and_restored_in_one_op_each_whatever_its_state():
+    """The carried state is one row per slot (positions beside it): taking, parking and
+    restoring a slot costs the same few launches for the codec's dozens of state tensors,
+    on the way to a new request's first audio."""
+    dec = StreamingDecoder(decoder(), 4, torch.device("cpu"), torch.float32)
+    assert len(decoder().state_shapes()) > 10
+    for take in (lambda: [dec.allocate()], lambda: dec.allocate_many(2)):
+        with Writes() as mode:
+            slots = take()
+        assert len(mode.seen) == 2, mode.seen  # the state rows, the positions
+    dec.decode(slots, [codes(3, 1), codes(3, 2)])
+    with Writes() as mode:
+        snap = dec.snapshot(slots[0])
+    assert mode.seen == ["clone", "clone"]
+    with Writes() as mode:
+        dec.restore(slots[1], snap)
+    assert len(mode.seen) == 2, mode.seen
+    assert torch.equal(dec.snapshot(slots[1])["state"], snap["state"])

@@ -15,6 +15,7 @@ which a bucket's padding rows read and write and nothing else ever reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -105,10 +106,20 @@ class StreamingDecoder:
         self.codebook_size = decoder.shape.codebook_size
         self._shapes = decoder.state_shapes()
         rows = num_slots + 1
-        self._pool = {
-            name: torch.zeros((rows, *shape), device=device, dtype=dtype)
-            for name, shape in self._shapes.items()
-        }
+        self._rows = torch.zeros(
+            (rows, sum(math.prod(shape) for shape in self._shapes.values())),
+            device=device,
+            dtype=dtype,
+        )
+        """Every slot's carried state in one row: a slot is zeroed, saved or restored by one
+        op, not one per state tensor (dozens)."""
+        self._pool: dict[str, torch.Tensor] = {}
+        """Each state tensor of every slot: a view of its columns of `_rows`."""
+        start = 0
+        for name, shape in self._shapes.items():
+            size = math.prod(shape)
+            self._pool[name] = self._rows[:, start : start + size].view(rows, *shape)
+            start += size
         self._pos = torch.zeros(rows, dtype=torch.int64, device=device)
         self._free = list(range(num_slots - 1, -1, -1))
         self.device = device
@@ -133,10 +144,9 @@ class StreamingDecoder:
 
     def allocate_many(self, n: int) -> list[int]:
         """n zeroed slots, in the order `allocate` would hand them out; none taken when fewer
-        are free. Zeroing is one fill per state tensor for all n, not one per slot: the pool
-        holds dozens of tensors, so a step that starts many requests would launch a fill per
-        tensor per request, one by one, between reading its codes back and queueing its
-        audio, while the GPU waits."""
+        are free. Zeroing is two fills for all n (the state's rows, the positions): a fill
+        per state tensor per request would be dozens of launches on the way to a new
+        request's first audio."""
         if not self._free and n:
             raise SlotsExhausted(f"all {self.num_slots} decoder slots are in use")
         if n > len(self._free):
@@ -145,13 +155,11 @@ class StreamingDecoder:
             )
         slots = [self._free.pop() for _ in range(n)]
         if n == 1:
-            for t in self._pool.values():
-                t[slots[0]].zero_()
+            self._rows[slots[0]].zero_()
             self._pos[slots[0]] = 0
         elif n:
             idx = upload_ints(slots, self.device)
-            for t in self._pool.values():
-                t.index_fill_(0, idx, 0)
+            self._rows.index_fill_(0, idx, 0)
             self._pos.index_fill_(0, idx, 0)
         return slots
 
@@ -165,15 +173,13 @@ class StreamingDecoder:
         return int(self._pos[slot])
 
     def snapshot(self, slot: int) -> dict[str, torch.Tensor]:
-        """A copy of a slot's state (preemption saves it; `restore` puts it back)."""
-        snap = {name: t[slot].clone() for name, t in self._pool.items()}
-        snap["__pos__"] = self._pos[slot].clone()
-        return snap
+        """A copy of a slot's state (preemption saves it; `restore` puts it back): its row
+        of carried state and its position."""
+        return {"state": self._rows[slot].clone(), "position": self._pos[slot].clone()}
 
     def restore(self, slot: int, snap: dict[str, torch.Tensor]) -> None:
-        for name, t in self._pool.items():
-            t[slot].copy_(snap[name])
-        self._pos[slot] = snap["__pos__"]
+        self._rows[slot].copy_(snap["state"])
+        self._pos[slot] = snap["position"]
 
     @torch.no_grad()
     def decode(self, slots: list[int], codes: list[torch.Tensor]) -> list[torch.Tensor]:
