@@ -63,6 +63,9 @@ class TokenPolicy:
     fallback_stop_ids: tuple[int, ...]
     """Banned while a request may not stop yet (min_new_tokens, ignore_eos) when it names no
     stop ids of its own."""
+    frameless_ids: tuple[int, ...]
+    """Ids whose row makes no frame (`FrameSample.outputs` None): a request that may draw one
+    without stopping has no audio queued ahead of its read-back (`StepOps.audio_ahead`)."""
 
 
 @dataclass(frozen=True)

@@ -107,9 +107,13 @@ class StepOps:
         """A step's audio queued before its frames are read back (`ARModel.queue_audio_ahead`):
         the host queues the decoder while the device still samples, instead of after the
         read-back, where the device sat idle waiting for it. None where the audio waits for
-        the read: held frames (`held`) choose per row, and a stage without stream decode
-        makes none."""
+        the read: held frames (`held`) choose per row; a row that could draw a frameless id
+        and go on would have its slot decoded again after a frame that is not audio; a stage
+        without stream decode makes none."""
         if self.held is not None or self.model.decoder_slots() is None:
+            return None
+        frameless = self.model.token_policy.frameless_ids
+        if any(t not in r.sampling.stop_token_ids for r in reqs for t in frameless):
             return None
         with self.phase("audio"):
             return self.model.queue_audio_ahead([r.request_id for r in reqs], queued)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from omniflow.worker.step_audio import StepAudio
 from tests.factories import Collector, build, speech
 
 pytestmark = pytest.mark.cuda
@@ -55,18 +56,27 @@ def test_with_windows_on_the_side_stream_the_pcm_is_the_same_within_rounding():
     assert rms > 1e-3 and err < 1e-2 * rms
 
 
-def test_audio_ahead_on_the_side_stream_waits_for_nothing_but_its_codes():
-    """Queued behind the step's `made` event only: its PCM is ready while a long kernel
-    queued after that event still runs on the main stream, and nothing syncs the host."""
-    orch = build("qwen3_tts_fused", "platform=cuda")  # 8-step windows: a side stream
+def test_audio_ahead_on_the_side_stream_waits_for_its_codes_and_nothing_else():
+    """Queued behind the step's `made` event: codes written on the main stream behind a long
+    kernel are the ones decoded, and a long kernel queued after `made` is not waited for;
+    nothing syncs the host. Row y drew the stop token: clamped, decoded, its samples dropped
+    (`StepAudio.silent`)."""
+    orch = build("qwen3_tts_fused", "platform=cuda", start=False)  # 8-step windows: a side stream
     try:
         slots = orch.engines[0].runner.model.slots
         assert slots.side is not None
         main = torch.cuda.current_stream()
-        full = torch.zeros(2, 16, dtype=torch.int64, device="cuda")
-        full[1, 0] = 2150  # a row that drew the stop token: clamped, decoded, dropped later
-        slots.queue_ahead(("x", "y"), full, None).result()  # the slots taken, first frames
+        zeros = torch.zeros(2, 16, dtype=torch.int64, device="cuda")
+        for rows in (("x", "y"), ("p", "q")):  # two pairs of slots in the same state
+            slots.queue_ahead(rows, zeros, None).result()
+        fives = torch.full((2, 16), 5, dtype=torch.int64, device="cuda")
+        fives[1, 0] = 2150
         torch.cuda.synchronize()
+        want = audio(slots.queue_ahead(("p", "q"), fives, None), "q")["p"]
+
+        late = zeros.clone()
+        torch.cuda._sleep(200_000_000)  # the codes are written only after this kernel
+        late.copy_(fives)
         made = torch.cuda.Event()
         made.record(main)
         torch.cuda._sleep(2_000_000_000)  # ~1 s of spinning on the main stream, after `made`
@@ -74,15 +84,19 @@ def test_audio_ahead_on_the_side_stream_waits_for_nothing_but_its_codes():
         busy.record(main)
         torch.cuda.set_sync_debug_mode("error")
         try:
-            pending = slots.queue_ahead(("x", "y"), full, made)
+            pending = slots.queue_ahead(("x", "y"), late, made)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        got = pending.result()
+        got = audio(pending, "y")
         assert not busy.query()  # the main stream's kernel still runs: nothing waited for it
-        assert [got[r].shape for r in ("x", "y")] == [(1920,), (1920,)]
-        assert np.isfinite(got["x"]).all()
+        assert list(got) == ["x"] and got["x"].shape == (1920,)
+        np.testing.assert_array_equal(got["x"], want)  # the codes written behind the wait
         torch.cuda.synchronize()
-        slots.finish("x")
-        slots.finish("y")
+        for rid in ("x", "y", "p", "q"):
+            slots.finish(rid)
     finally:
         orch.stop()
+
+
+def audio(pending, silent: str) -> dict[str, np.ndarray]:
+    return StepAudio([pending], "talker", 0, frozenset({silent})).result()

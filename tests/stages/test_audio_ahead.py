@@ -7,6 +7,7 @@ from the host's codes), stop frames included."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 import pytest
@@ -29,13 +30,15 @@ class Phases:
         return None
 
 
-def phases_of(**kw) -> list[str]:
+def phases_of(stop_token_ids: tuple[int, ...] | None = None, **kw) -> list[str]:
     engine, proc = talker_engine(stream_decode=True, **kw)
     timer = Phases()
     engine.runner.set_timer(timer, "talker")
     for i in range(2):
-        r = speech(f"r{i}", seed=i, max_new_tokens=5 + i, ignore_eos=True)
-        assert engine.add_request(proc.make_request(r)) == []
+        made = proc.make_request(speech(f"r{i}", seed=i, max_new_tokens=5 + i, ignore_eos=True))
+        if stop_token_ids is not None and i == 0:  # r0, the shorter
+            made.sampling = dataclasses.replace(made.sampling, stop_token_ids=stop_token_ids)
+        assert engine.add_request(made) == []
     outs = engine.run_until_idle()
     assert all(o.error is None for o in outs)
     assert sum(o.audio.size for o in outs if o.audio is not None) == (5 + 6) * 1920
@@ -59,6 +62,15 @@ def test_held_frames_wait_for_the_read_back():
     """Which rows hold their frame is decided on the read codes."""
     entered = phases_of(audio_pass_steps=4)
     assert "audio" not in before_each_read(entered)
+
+
+def test_a_request_that_may_draw_the_stop_token_and_go_on_waits_for_the_read_back():
+    """Its row would make no frame, yet its slot would be decoded again after the frame
+    decoded ahead, which is not audio: every step with it in keeps the audio after the
+    read; once it has ended, the other request's steps go ahead again."""
+    entered = phases_of(stop_token_ids=(), window_k=0)
+    before = before_each_read(entered)
+    assert "audio" not in before[:5] and before[5] == "audio"  # r0 ran 5 steps, r1 6
 
 
 def test_a_windows_later_steps_decode_after_their_read():

@@ -19,6 +19,7 @@ POLICY = TokenPolicy(
     vocab_size=VOCAB,
     suppressed_ids=tuple(i for i in range(VOCAB - 1024, VOCAB) if i != EOS),
     fallback_stop_ids=(EOS,),
+    frameless_ids=(EOS,),
 )
 
 

@@ -85,6 +85,7 @@ class TalkerARModel:
             vocab_size=shape.vocab_size,
             suppressed_ids=talker.vocab.suppressed_ids(shape.vocab_size),
             fallback_stop_ids=(self.eos,),
+            frameless_ids=(self.eos,),
         )
         self.slots = StreamSlots(stream_decoder, decoder_passes, priming, audio_side_stream)
         # Two read-backs in flight: a window queues step n+1 before it reads step n.

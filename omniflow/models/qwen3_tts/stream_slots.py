@@ -166,9 +166,12 @@ class StreamSlots:
         dec = self.decoder
         if dec is None or not request_ids:
             return PendingPcm((), [])
-        self._hand_over(frames, made)
         with torch.cuda.stream(self.side):  # None: the caller's stream
+            # before the wait for the codes: a voice-clone slot's priming reads its reference
+            # codes to the device synchronously, which would wait for the sampling too
             self._take_slots(list(request_ids))
+        self._hand_over(frames, made)
+        with torch.cuda.stream(self.side):
             ids = upload_ints([self._slots[rid] for rid in request_ids], dec.device)
             codes = frames.clamp_max(dec.codebook_size - 1)
             pcm = self.passes[1].run(ids, codes) if self.passes else dec.decode_step(ids, codes)
@@ -235,7 +238,8 @@ class StreamSlots:
             self._hand_over(step.sample.next_frames, step.sample.made)
 
     def _hand_over(self, frames: torch.Tensor, made: torch.cuda.Event | None) -> None:
-        """`_handed_over` for one step's codes."""
+        """`_handed_over` for one step's codes: the side stream reads them once written, and
+        their memory stays theirs until it has."""
         side = self.side
         if side is None:
             return
