@@ -134,9 +134,12 @@ def _server_line(row: dict) -> str:
     made = f"{f['made_ms']:.1f}"
     if f["queued_ms"] is not None:
         made += f" = {f['queued_ms']:.1f} + {f['steps_ms']:.1f}"
+    delivery = f"{f['delivery_ms']:.1f}"
+    if f.get("handoff_ms") is not None:  # a server older than the split has none
+        delivery += f" = {f['handoff_ms']:.1f} + {f['response_ms']:.1f}"
     return (
         f"| {row['label']} | {rate} | {f['requests']} | {f['total_ms']:.1f} | "
-        f"{f['intake_ms']:.1f} | {made} | {f['delivery_ms']:.1f} | {windows} |"
+        f"{f['intake_ms']:.1f} | {made} | {delivery} | {windows} |"
     )
 
 
@@ -244,7 +247,8 @@ def table(directory: Path) -> str:
         parts += [
             "" if parts else None,
             "| variant | req/s | first audios | server's mean (ms) | intake | made = queued + "
-            "steps | delivery | arrival steps | windows cut | windows over one step |",
+            "steps | delivery = handoff + response | arrival steps | windows cut | windows over "
+            "one step |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             *map(_server_line, served),
         ]

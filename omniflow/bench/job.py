@@ -144,6 +144,12 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
                 first["queued_ms"],
                 first["steps_ms"],
             )
+        if first["handoff_ms"] is not None:
+            log.info(
+                "delivery, split: %.1f ms to the request's handler + %.1f ms of response",
+                first["handoff_ms"],
+                first["response_ms"],
+            )
     if prefills is not None:
         log.info(
             "prefills of %s: %d steps, %d tokens; %d on prompt graphs (%d replays), %d eager",

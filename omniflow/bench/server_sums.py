@@ -13,6 +13,9 @@ FIRST_AUDIO_PARTS = ("intake", "made", "delivery")
 MADE_PARTS = ("queued", "steps")
 """`made` in two (waiting for a seat, then the steps), for the requests whose source stage
 said when it seated them."""
+DELIVERY_PARTS = ("handoff", "response")
+"""`delivery` in two (the engine's side to the request's handler on the event loop, then
+the response's own work to the first bytes sent)."""
 
 
 def server_totals(samples: Samples, stage: str) -> dict[str, float]:
@@ -24,11 +27,13 @@ def server_totals(samples: Samples, stage: str) -> dict[str, float]:
         return samples.value(name, labels)
 
     first = {"total": value("omniflow_first_audio_seconds_sum")} | {
-        p: value(f"omniflow_first_audio_{p}_seconds_sum") for p in (*FIRST_AUDIO_PARTS, *MADE_PARTS)
+        p: value(f"omniflow_first_audio_{p}_seconds_sum")
+        for p in (*FIRST_AUDIO_PARTS, *MADE_PARTS, *DELIVERY_PARTS)
     }
     return first | {
         "count": value("omniflow_first_audio_seconds_count"),
         "split_count": value("omniflow_first_audio_queued_seconds_count"),
+        "handoff_count": value("omniflow_first_audio_handoff_seconds_count"),
         "step_s": value("omniflow_stage_step_seconds_sum", {"stage": stage}),
         "audio_s": value("omniflow_audio_seconds_total"),
         "tail_count": value("omniflow_ws_text_tail_seconds_count"),
@@ -56,10 +61,16 @@ def first_audio_parts(accrued: dict[str, float]) -> dict[str, Any] | None:
     before), measured by the server and split where it went (intake, the pipeline making it,
     delivery); the load generator's ttfp adds the network and its own side. None when no
     request got audio. `made` is split (`queued_ms`, `steps_ms`, over `split_requests`) where
-    the source stage said when it seated the requests; otherwise those are None."""
+    the source stage said when it seated the requests, delivery (`handoff_ms`, `response_ms`)
+    where the server could split it; otherwise those are None. A server older than a split
+    reports none of it (its metric absent: 0)."""
     n, split = accrued["count"], accrued["split_count"]
     if n <= 0:
         return None
     means = {f"{k}_ms": 1e3 * accrued[k] / n for k in ("total", *FIRST_AUDIO_PARTS)}
     made = {f"{k}_ms": 1e3 * accrued[k] / split if split > 0 else None for k in MADE_PARTS}
-    return {"requests": int(n)} | means | {"split_requests": int(split)} | made
+    handed = accrued.get("handoff_count", 0)
+    delivery = {
+        f"{k}_ms": 1e3 * accrued[k] / handed if handed > 0 else None for k in DELIVERY_PARTS
+    }
+    return {"requests": int(n)} | means | {"split_requests": int(split)} | made | delivery

@@ -120,6 +120,18 @@ class Metrics:
             "That plan to the first audio made, a whole response's last (made's second part;"
             " a request preempted before its first audio waits again in here)",
         )
+        # Delivery in two: the crossing from the engine's thread (or process) to the request's
+        # handler on the event loop, against the response's own work after it.
+        self.first_audio_handoff = part(
+            "handoff",
+            "First audio made to its request's handler taking it on the event loop (delivery's"
+            " first part: the engine's thread or process to the loop)",
+        )
+        self.first_audio_response = part(
+            "response",
+            "That handler taking it to its first bytes sent (delivery's second part: response"
+            " start, encoding, the write)",
+        )
         self.e2e = Histogram(
             "omniflow_e2e_seconds",
             "Request arrival to its last audio bytes sent (a whole response: its body ready)",
@@ -164,13 +176,19 @@ class Metrics:
             ProcessCollector(namespace="omniflow_engine", pid=lambda: engine, registry=r)
 
     def first_audio_sent(
-        self, arrived: float, submitted: float, made: float, sent: float, seated: float | None
+        self,
+        arrived: float,
+        submitted: float,
+        made: float,
+        sent: float,
+        seated: float | None,
+        taken: float,
     ) -> None:
         """A request's first audio went out: its latency from arrival, and the three parts
         (`time.perf_counter` values; `made` from the engine's thread, the same clock); `made`
-        split at `seated`, which assumes one host's monotonic clock: a source stage on another
-        host (`pipeline.runtime=ray` across machines) gives no meaningful split, and only a
-        value outside submission..made is dropped."""
+        split at `seated` and delivery at `taken` (its handler took the event), which assume
+        one host's monotonic clock: a stage on another host (`pipeline.runtime=ray` across
+        machines) gives no meaningful split, and a value outside its part is dropped."""
         self.first_audio.observe(sent - arrived)
         self.first_audio_intake.observe(submitted - arrived)
         self.first_audio_made.observe(made - submitted)
@@ -178,6 +196,9 @@ class Metrics:
         if seated is not None and submitted <= seated <= made:
             self.first_audio_queued.observe(seated - submitted)
             self.first_audio_steps.observe(made - seated)
+        if made <= taken <= sent:
+            self.first_audio_handoff.observe(taken - made)
+            self.first_audio_response.observe(sent - taken)
 
     def stalled(self, stall: Stall | None) -> None:
         """Count a stall a streamed response's player saw (None: none)."""

@@ -102,6 +102,8 @@ class SpeechResponse:
         """When the pipeline made the first audio (`AudioEvent.made_at`)."""
         self.seated: float | None = None
         """When the pipeline's source stage seated it (`AudioEvent.seated_at`), if it says."""
+        self.first_taken: float | None = None
+        """When this handler took that event off its queue, on the event loop."""
         self.stall_timeout_s = stall_timeout_s
         self.watch = DisconnectWatch(request)
         self.finished = False
@@ -147,6 +149,7 @@ class SpeechResponse:
         then answer whole or streamed."""
         try:
             first = await self.watch.next(self.events)
+            self.first_taken = time.perf_counter()
         except ClientGone:
             self.abort()
             return Response(status_code=499)
@@ -182,13 +185,14 @@ class SpeechResponse:
     def first_audio_sent(self) -> None:
         """The first audio bytes went out (a WAV stream's header goes with them): the
         first-audio latency and its three parts."""
-        assert self.first_made is not None  # set before any response is made
+        assert self.first_made is not None and self.first_taken is not None  # set by now
         self.metrics.first_audio_sent(
             self.times.arrived,
             self.times.submitted,
             self.first_made,
             time.perf_counter(),
             seated=self.seated,
+            taken=self.first_taken,
         )
 
     def last_audio_sent(self) -> None:
@@ -232,6 +236,7 @@ class SpeechResponse:
         try:
             async for ev in self.audio_events(first, True):
                 last = ev
+                self.first_taken = time.perf_counter()  # a whole response's: its last event's
                 if ev.pcm is not None:
                     parts.append(ev.pcm)
         except ClientGone:

@@ -246,6 +246,9 @@ def test_the_warm_ups_run_first_and_count_nowhere(tmp_path):
     # made, split where the talker seated them: waiting for a seat, then the steps
     assert first["split_requests"] == 2
     assert abs(first["queued_ms"] + first["steps_ms"] - first["made_ms"]) < 1e-6
+    # delivery, split where the request's handler took the audio off its queue
+    assert first["handoff_ms"] > 0 and first["response_ms"] > 0
+    assert abs(first["handoff_ms"] + first["response_ms"] - first["delivery_ms"]) < 1e-6
     # 2 requests x 4 frames: the first frame of each comes from its prefill, the other 3 from
     # windows of 2 (one window of 2 and one of 1, or merged across rows): never the warm-ups'
     assert result["windows"]["executed_steps"] <= 2 * 3

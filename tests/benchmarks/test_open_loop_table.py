@@ -68,8 +68,9 @@ def test_an_empty_directory_says_so(tmp_path):
 def metrics_text(
     first: list[tuple[float, float, float, float]], cut: int, alone: int, replica: str | None = None
 ) -> str:
-    """A server's /metrics with `first` audios as (intake, queued, steps, delivery) seconds
-    (`replica`: every series labelled as a Ray deployment's merged /metrics labels them)."""
+    """A server's /metrics with `first` audios as (intake, queued, steps, delivery) seconds,
+    delivery split 3:1 into handoff and response (`replica`: every series labelled as a Ray
+    deployment's merged /metrics labels them)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
     r = CollectorRegistry()
@@ -82,11 +83,14 @@ def metrics_text(
 
     total, intake, made, delivery = hist(""), hist("_intake"), hist("_made"), hist("_delivery")
     queued, steps = hist("_queued"), hist("_steps")
+    handoff, response = hist("_handoff"), hist("_response")
     for i, q, s, d in first:
         for h, v in ((total, i + q + s + d), (intake, i), (made, q + s), (delivery, d)):
             h.observe(v)
         queued.observe(q)
         steps.observe(s)
+        handoff.observe(0.75 * d)
+        response.observe(0.25 * d)
     for name, value in (("cut", cut), ("arrival_steps", alone), ("executed", 10 + cut)):
         c = Counter(f"omniflow_window_{name}", "c", ["stage", *names], registry=r)
         c.labels(stage="talker", **extra).inc(value)
@@ -95,7 +99,7 @@ def metrics_text(
 
 EARLIER = [(0.001, 0.5, 0.5, 0.001)]  # a slow request of an earlier rate: not this one's
 THIS = [(0.001, 0.002, 0.020, 0.003), (0.003, 0.004, 0.040, 0.001)]
-ROW = "| 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 | 4 | 5 | 5 |"
+ROW = "| 2 | 37.0 | 2.0 | 33.0 = 3.0 + 30.0 | 2.0 = 1.5 + 0.5 | 4 | 5 | 5 |"
 
 
 def test_the_servers_part_of_a_rate_is_its_readings_difference(tmp_path):
@@ -122,8 +126,9 @@ def test_a_dead_server_a_ray_deployment_and_an_older_tree(tmp_path):
     (tmp_path / "ray_rps20.before.metrics").write_text(ray_before)
     (tmp_path / "ray_rps20.metrics").write_text(ray_after)
 
-    def older(text: str) -> str:  # a tree from before the window counters
-        return "\n".join(line for line in text.splitlines() if "omniflow_window_" not in line)
+    def older(text: str) -> str:  # a tree from before the window counters and delivery split
+        gone = ("omniflow_window_", "_handoff_", "_response_")
+        return "\n".join(line for line in text.splitlines() if not any(g in line for g in gone))
 
     (tmp_path / "old_rps20.before.metrics").write_text(older(metrics_text([], 0, 0)))
     (tmp_path / "old_rps20.metrics").write_text(older(metrics_text(THIS, 0, 0)))

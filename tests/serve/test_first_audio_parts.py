@@ -1,7 +1,8 @@
 """First-audio latency and its three parts in /metrics: intake (arrival -> submitted), made
 (submitted -> the pipeline's first audio event; a whole response: its last), delivery (->
 first bytes sent). They add up to `omniflow_first_audio_seconds`; a stream records them at
-its first body bytes, and the end-to-end latency at its last."""
+its first body bytes, and the end-to-end latency at its last. Made and delivery split in two
+each (at the seat; where the request's handler took the audio)."""
 
 from __future__ import annotations
 
@@ -200,3 +201,23 @@ def test_made_splits_at_the_seat_into_queued_and_steps(server):
     made, queued, steps = (s for _, s in delta.values())
     assert queued > 0 and steps > 0
     assert queued + steps == pytest.approx(made, rel=1e-9, abs=1e-9)
+
+
+def test_delivery_splits_where_the_handler_took_the_audio(server):
+    """`delivery` = `handoff` (to the request's handler on the event loop) + `response` (to
+    the first bytes sent), each counted once per request, streamed and whole."""
+    names = ("first_audio_delivery", "first_audio_handoff", "first_audio_response")
+    now = counts(server)
+    for extra in ({"response_format": "pcm", "stream": True}, {"response_format": "wav"}):
+        before = {n: (sample(server, n, "count"), sample(server, n, "sum")) for n in names}
+        r = httpx.post(server.url + "/v1/audio/speech", json=body(3, **extra), timeout=60)
+        assert r.status_code == 200
+        now = settled(server, now)
+        delta = {
+            n: (sample(server, n, "count") - c, sample(server, n, "sum") - s)
+            for n, (c, s) in before.items()
+        }
+        assert [c for c, _ in delta.values()] == [1, 1, 1], extra
+        delivery, handoff, response = (s for _, s in delta.values())
+        assert handoff > 0 and response > 0, extra
+        assert handoff + response == pytest.approx(delivery, rel=1e-9, abs=1e-9)
