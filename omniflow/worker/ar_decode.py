@@ -97,6 +97,6 @@ def decode_steps(
                 early(chunk)
             sampled = []
     outputs = {rid: concat(outs) for rid, outs in parts.items()}
-    if single is not None:
+    if single is not None:  # (None: every row stopped, and the rest below has no frame)
         return outputs, single, steps, cut
     return outputs, ops.audio(sampled, chunks, step_id), steps, cut

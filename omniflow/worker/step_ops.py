@@ -118,10 +118,14 @@ class StepOps:
         with self.phase("audio"):
             return self.model.queue_audio_ahead([r.request_id for r in reqs], queued)
 
-    def settle(self, ahead: PendingAudio, step: SampledStep, step_id: int) -> StepAudio:
-        """The audio queued ahead for `step`, without the rows that drew the stop token."""
+    def settle(self, ahead: PendingAudio, step: SampledStep, step_id: int) -> StepAudio | None:
+        """The audio queued ahead for `step`, without the rows that drew the stop token; None
+        when every row did (a request's last step): its pass is not audio, and the step's
+        ending outputs need not wait for it."""
         rows = zip(step.request_ids, step.sample.outputs, strict=True)
         silent = frozenset(r for r, f in rows if f is None)
+        if len(silent) == len(step.request_ids):
+            return None
         return StepAudio([ahead], self.model.name, step_id, silent)
 
 

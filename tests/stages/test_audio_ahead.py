@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.factories import speech, talker_engine
+from tests.factories import eos_bundle, speech, talker_engine
 
 
 class Phases:
@@ -79,3 +79,28 @@ def test_a_windows_later_steps_decode_after_their_read():
     before = before_each_read(phases_of(window_k=4))
     assert len(before) == 6  # the prefill's frame, a window of 4, r1's last step alone
     assert before[0] == before[5] == "audio" and "audio" not in before[1:5]
+
+
+def test_a_requests_last_step_hands_out_no_audio_to_wait_for():
+    """Its only row drew the stop token: the pass decoded ahead is not audio, so the step's
+    ending output does not wait for it (`StepOps.settle` gives None); the request's audio is
+    its frames', whole."""
+    engine, proc = talker_engine(stream_decode=True, bundle=eos_bundle())
+    settled = []
+    settle = engine.runner.ops.settle
+
+    def spy(ahead, step, step_id):
+        settled.append(settle(ahead, step, step_id))
+        return settled[-1]
+
+    engine.runner.ops.settle = spy
+    made = proc.make_request(speech("s", seed=2, max_new_tokens=50))
+    made.sampling = dataclasses.replace(made.sampling, min_new_tokens=4)
+    assert engine.add_request(made) == []
+    outs = engine.run_until_idle()
+    end = next(o for o in outs if o.finished)
+    assert end.finish_reason == "stop"
+    frames = sum(f is not None for o in outs for f in o.frames)
+    assert frames == 4 and sum(o.audio.size for o in outs if o.audio is not None) == 4 * 1920
+    assert len(settled) == 5 and settled[-1] is None  # 4 frames, then the stop token's step
+    assert all(s is not None for s in settled[:-1])
