@@ -183,30 +183,18 @@ def test_a_streamed_wav_sends_its_header_with_the_first_audio():
     assert chunks[0][:4] == b"RIFF"
 
 
-def test_made_splits_at_the_seat_into_queued_and_steps(server):
-    """The tiny talker says when it seated each request: `made` = `queued` + `steps`, both
-    counted once per request (streamed and whole)."""
-    names = ("first_audio_made", "first_audio_queued", "first_audio_steps")
-    before = {n: (sample(server, n, "count"), sample(server, n, "sum")) for n in names}
-    now = counts(server)
-    for extra in ({"response_format": "pcm", "stream": True}, {"response_format": "wav"}):
-        r = httpx.post(server.url + "/v1/audio/speech", json=body(3, **extra), timeout=60)
-        assert r.status_code == 200
-        now = settled(server, now)
-    delta = {
-        n: (sample(server, n, "count") - c, sample(server, n, "sum") - s)
-        for n, (c, s) in before.items()
-    }
-    assert [c for c, _ in delta.values()] == [2, 2, 2]
-    made, queued, steps = (s for _, s in delta.values())
-    assert queued > 0 and steps > 0
-    assert queued + steps == pytest.approx(made, rel=1e-9, abs=1e-9)
+SPLITS = {
+    "made": ("first_audio_made", "first_audio_queued", "first_audio_steps"),
+    "delivery": ("first_audio_delivery", "first_audio_handoff", "first_audio_response"),
+}
 
 
-def test_delivery_splits_where_the_handler_took_the_audio(server):
-    """`delivery` = `handoff` (to the request's handler on the event loop) + `response` (to
-    the first bytes sent), each counted once per request, streamed and whole."""
-    names = ("first_audio_delivery", "first_audio_handoff", "first_audio_response")
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_part_splits_in_two_that_add_up_to_it(server, split):
+    """`made` = `queued` + `steps` (the tiny talker says when it seated each request);
+    `delivery` = `handoff` (to the request's handler on the event loop) + `response` (to
+    the first bytes sent). Each half counted once per request, streamed and whole."""
+    names = SPLITS[split]
     now = counts(server)
     for extra in ({"response_format": "pcm", "stream": True}, {"response_format": "wav"}):
         before = {n: (sample(server, n, "count"), sample(server, n, "sum")) for n in names}
@@ -218,6 +206,6 @@ def test_delivery_splits_where_the_handler_took_the_audio(server):
             for n, (c, s) in before.items()
         }
         assert [c for c, _ in delta.values()] == [1, 1, 1], extra
-        delivery, handoff, response = (s for _, s in delta.values())
-        assert handoff > 0 and response > 0, extra
-        assert handoff + response == pytest.approx(delivery, rel=1e-9, abs=1e-9)
+        whole, first, second = (s for _, s in delta.values())
+        assert first > 0 and second > 0, extra
+        assert first + second == pytest.approx(whole, rel=1e-9, abs=1e-9)
