@@ -126,7 +126,7 @@ def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[
             continue
         errors = request_errors(body, info, spec.server)
         if errors:
-            bad.append(f"line {n}: " + "; ".join(e.message for e in errors))
+            bad.append(f"line {n}: " + "; ".join(_named(e.param, e.message) for e in errors))
             continue
         if body.task_type != "Base" and body.voice is None:
             body.voice = default_voice(info.voices)
@@ -196,8 +196,22 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
 
 def _message(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{e['loc'][0] if e['loc'] else 'line'}: {e['msg']}" for e in exc.errors())
+        return "; ".join(
+            f"{_field(str(e['loc'][0])) if e['loc'] else 'line'}: {e['msg']}" for e in exc.errors()
+        )
     return str(exc)
+
+
+def _field(name: str) -> str:
+    """A request field as a line names it: the line's `text` is the request's `input`."""
+    return "text" if name == "input" else name
+
+
+def _named(param: str | None, message: str) -> str:
+    """A server rule's message about `param`, with the field named as the line names it."""
+    if param is not None and message.startswith(param + " "):
+        return _field(param) + message[len(param) :]
+    return message
 
 
 def run_batch(spec: OmniflowSpec, graph: StageGraph) -> int:
@@ -224,7 +238,8 @@ def run_batch(spec: OmniflowSpec, graph: StageGraph) -> int:
         pipeline.stop()
     rtf = wall / audio_s if audio_s else float("nan")
     print(
-        f"wrote {written} files to {spec.synth.out_dir} ({audio_s:.2f} s of audio), "
+        f"wrote {written} file{'' if written == 1 else 's'} to {spec.synth.out_dir} "
+        f"({audio_s:.2f} s of audio), "
         f"{skipped} skipped, {failed + len(bad)} failed; {wall:.2f} s wall, RTF {rtf:.3f}"
     )
     return 1 if failed or bad else 0

@@ -148,3 +148,25 @@ def test_ctrl_c_leaves_only_whole_files(tmp_path, sig):
     for n in names:
         assert soundfile.read(out / n)[0].size > 0  # each one complete
     assert len(names) < 30
+
+
+def test_a_bad_lines_text_is_named_text_as_the_line_names_it_not_input(tmp_path):
+    """The server's rules say `input` (the HTTP field); a batch line's field is `text`."""
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+    from omniflow.synth_batch import read_lines
+
+    texts = write_lines(
+        tmp_path / "in.jsonl",
+        {"id": "blank", "text": "   "},
+        {"id": "none"},
+        {"id": "long", "text": "x" * 5000},
+        {"id": "ok", "text": "Hello."},
+    )
+    spec = compose([*BASE[1:], f"synth.texts={texts}", f"synth.out_dir={tmp_path / 'out'}"])
+    items, bad = read_lines(spec, build_graph(spec))
+    assert [i.out.name for i in items] == ["ok.wav"]
+    assert bad[0].startswith("line 1: text is empty")
+    assert bad[1].startswith("line 2: text: ")
+    assert bad[2].startswith("line 3: text is 5000 characters")
+    assert not any("input" in b for b in bad)

@@ -54,6 +54,11 @@ class Prompt:
 class BadResponse(Exception):
     """The server answered, but not with the audio asked for (status, or length)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status when that was the fault (None: the audio's length)."""
+
 
 def load_prompts(path: str | Path, limit: int, max_frames: int = 0) -> list[Prompt]:
     """The first `limit` prompts of a JSONL file, each capped at `max_frames` (0: no cap)."""
@@ -84,7 +89,8 @@ async def one(
     underrun = 0.0
     async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
-            raise BadResponse(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+            body = (await r.aread())[:200]
+            raise BadResponse(f"HTTP {r.status_code}: {body!r}", r.status_code)
         async for chunk in r.aiter_bytes():
             if not chunk:
                 continue
@@ -109,10 +115,11 @@ async def measured(
     t0 = time.perf_counter()
     try:
         return await one(client, url, model, voice, p, seed)
-    except (httpx.TransportError, BadResponse) as exc:
-        text = str(exc) or "(no message)"
-        error = text if isinstance(exc, BadResponse) else f"{type(exc).__name__}: {text}"
+    except httpx.TransportError as exc:
+        error = f"{type(exc).__name__}: {exc or '(no message)'}"
         return Failure(i, error[:300], time.perf_counter() - t0)
+    except BadResponse as exc:
+        return Failure(i, str(exc)[:300], time.perf_counter() - t0, status=exc.status)
 
 
 async def run(

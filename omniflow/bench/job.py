@@ -33,6 +33,7 @@ from omniflow.bench.target import open_target
 from omniflow.bench.target_check import bench_graph
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.schema import OmniflowSpec
+from omniflow.config.server import ServerConfig
 from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
     ar = ar_stage(graph)
     rounds: list[dict[str, Any]] = []
     errors: list[str] = []
+    refused: set[int] = set()  # the statuses the server refused with
     steps = StepKindTimer(
         device_sync(graph.platform.device) if b.phase_timing == "device" else None
     )
@@ -90,8 +92,11 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             summary = summarize(outcome)
             rounds.append(summary)
             errors += [f.error for f in outcome.failures]
+            refused |= {f.status for f in outcome.failures if f.refused and f.status}
             log_round(i + 1, b.rounds, summary, outcome)
         after, unsettled_after = served.snapshot(ar.name)
+    if refused:
+        log.warning(refusal_hint(refused, spec.server))
     got = unsettled or unsettled_after or accrued(before, after)
     fields, nulls = server_fields(got, served.sample_rate, served.per_replica)
     result = {
@@ -184,28 +189,52 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
             summary["audio_throughput"],
             "" if steady is None else f"; steady state {steady_text(steady)}",
         )
-    if outcome.failures:
-        first = outcome.failures[0]
-        log.warning(
-            "round %d/%d: %d of %d requests failed (first: prompt %d after %.2f s: %s)",
-            n,
-            total,
-            summary["failed"],
-            summary["requests"],
-            first.prompt,
-            first.after_s,
-            first.error,
+    refused = [f for f in outcome.failures if f.refused]
+    other = [f for f in outcome.failures if not f.refused]
+    for what, failures in (("refused by the server", refused), ("failed", other)):
+        if failures:
+            first = failures[0]
+            log.warning(
+                "round %d/%d: %d of %d requests %s (first: prompt %d after %.2f s: %s)",
+                n,
+                total,
+                len(failures),
+                summary["requests"],
+                what,
+                first.prompt,
+                first.after_s,
+                first.error,
+            )
+
+
+def refusal_hint(statuses: set[int], server: ServerConfig) -> str:
+    """What the server's refusals (`statuses`, 429 and 503) came from, and the key that
+    changes it: a closed-loop run past what the machine serves in real time measures
+    refusals, not throughput."""
+    why = []
+    if 503 in statuses:
+        limit = server.max_first_audio_wait_s
+        why.append(
+            "503: it could not seat the request within "
+            f"server.max_first_audio_wait_s={limit} s (or it was shutting down)"
         )
+    if 429 in statuses:
+        why.append(f"429: past server.max_concurrent_requests={server.max_concurrent_requests}")
+    return (
+        "the server refused requests (" + "; ".join(why) + "); to measure throughput past "
+        "what it serves in real time, set server.max_first_audio_wait_s=null (they queue)"
+    )
 
 
 def steady_text(steady: dict[str, Any]) -> str:
     """A round's steady state in a log line (bench/steady.py)."""
-    first = steady["ttfp_mean_s"]
-    heard = "no request completed" if first is None else f"first audio {1e3 * first:.0f} ms mean"
-    failed = f", {steady['failed']} failed" if steady["failed"] else ""
+    first, failed = steady["ttfp_mean_s"], steady["failed"]
+    if first is None:
+        return f"none (the {failed} requests sent in it failed)"
+    unclean = f" (not clean: {failed} of the requests sent in it failed)" if failed else ""
     return (
-        f"{steady['audio_throughput']:.2f} audio-s/s over {steady['span_s']:.1f} s, {heard}"
-        + failed
+        f"{steady['audio_throughput']:.2f} audio-s/s over {steady['span_s']:.1f} s, first "
+        f"audio {1e3 * first:.0f} ms mean{unclean}"
     )
 
 
@@ -247,6 +276,7 @@ def _across_rounds(rounds: list[dict[str, Any]], errors: list[str]) -> dict[str,
         "requests": sum(r["requests"] for r in rounds),
         "completed": sum(r["completed"] for r in rounds),
         "failed": sum(r["failed"] for r in rounds),
+        "refused": sum(r["refused"] for r in rounds),
         "errors": error_counts(errors),
         "rtf": agg([r["rtf"]["median"] for r in done]),
         "ttfp_s": agg([r["ttfp_s"]["median"] for r in done]),

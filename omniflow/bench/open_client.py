@@ -41,8 +41,9 @@ import httpx
 from omniflow.bench.arrivals import KINDS
 from omniflow.bench.client import DEFAULT_PROMPTS, EXIT_SOME_FAILED, lane_client
 from omniflow.bench.mode import Plan
-from omniflow.bench.open_run import REJECTED, Outcome, Request, Target, Trace, drive, whole_pcm
+from omniflow.bench.open_run import Outcome, Request, Target, Trace, drive, whole_pcm
 from omniflow.bench.open_stats import summarize, write_requests
+from omniflow.bench.outcome import REJECTED
 from omniflow.bench.prompt_file import PromptFileError, read_prompt_rows
 
 

@@ -22,9 +22,6 @@ from omniflow.bench.arrivals import arrival_times
 from omniflow.bench.mode import Plan
 from omniflow.core.player import stalls
 
-REJECTED = (429, 503)
-"""Statuses of a server refusing load (too many in flight; shutting down or a stage down)."""
-
 Outcome = Literal["ok", "rejected", "failed"]
 
 

@@ -14,6 +14,9 @@ from omniflow.bench.steady import steady_state
 
 MAX_ERRORS = 5
 """Distinct error texts a summary lists (the rest are counted together)."""
+REJECTED = (429, 503)
+"""Statuses of a server refusing load (too many in flight; at capacity, shutting down or a
+stage down)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,13 @@ class Failure:
     """Seconds from sending the request until it failed."""
     sent_s: float | None = None
     """When it was sent, seconds from the round's start (None: a file from before it)."""
+    status: int | None = None
+    """The HTTP status the server answered with (None: no answer, or a 200 cut short)."""
+
+    @property
+    def refused(self) -> bool:
+        """The server refused it (429 or 503) rather than failing it."""
+        return self.status in REJECTED
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ def summarize(outcome: Outcome) -> dict:
         "requests": len(samples) + len(outcome.failures),
         "completed": len(samples),
         "failed": len(outcome.failures),
+        "refused": sum(f.refused for f in outcome.failures),  # of the failed: 429 or 503
         "errors": error_counts([f.error for f in outcome.failures]),
         "ttfp_s": stats([s.ttfp for s in samples]),
         # Each completed request's first audio in prompt order (the order sent at c1): a

@@ -37,7 +37,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_client import body, parser, plan_of, report, target_of
-from omniflow.bench.open_run import REJECTED, Outcome, Request, Target, Trace, drive, whole_pcm
+from omniflow.bench.open_run import Outcome, Request, Target, Trace, drive, whole_pcm
+from omniflow.bench.outcome import REJECTED
 
 PATH = "/v1/audio/speech/stream"
 OPEN_TIMEOUT_S = 30.0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from omniflow.core.output import StageOutput
 from omniflow.core.request import Request, RequestState
 from omniflow.core.step import RequestStepOutput
+
+log = logging.getLogger(__name__)
 
 
 def take_tokens(
@@ -63,6 +66,16 @@ def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | N
     if len(req.output_tokens) >= s.max_new_tokens:
         return RequestState.FINISHED_LENGTH
     if req.prompt_len + len(req.output_tokens) >= max_model_len:
+        # The client cannot tell (a 200 stream ends as after max_new_tokens): the log says.
+        log.warning(
+            "request %s reached max_model_len %d (a prompt of %d tokens and %d frames) before "
+            "its end: its audio is cut short; raise the stage's scheduler.max_model_len or "
+            "send shorter text",
+            req.request_id,
+            max_model_len,
+            req.prompt_len,
+            len(req.output_tokens),
+        )
         return RequestState.FINISHED_LENGTH
     return None
 

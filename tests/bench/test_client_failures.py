@@ -96,9 +96,13 @@ def test_failed_requests_are_counted_with_their_errors_and_the_run_completes():
     assert errors["drop"].startswith("RemoteProtocolError: ")
     assert errors["reset"].startswith("ReadError: ")
     assert all(f.after_s >= 0 for f in outcome.failures)
+    # the status when the server answered with one: only the 503 is a refusal
+    statuses = {KINDS[f.prompt]: f.status for f in outcome.failures}
+    assert statuses == {"503": 503, "short": None, "long": None, "drop": None, "reset": None}
+    assert [KINDS[f.prompt] for f in outcome.failures if f.refused] == ["503"]
 
     s = summarize(outcome)
-    assert (s["requests"], s["completed"], s["failed"]) == (9, 4, 5)
+    assert (s["requests"], s["completed"], s["failed"], s["refused"]) == (9, 4, 5, 1)
     assert sorted(e["error"] for e in s["errors"]) == sorted(errors.values())
     assert all(e["count"] == 1 for e in s["errors"])
     audio = 4 * WANT / BYTES_PER_SECOND  # the short/long streams' bytes do not count
@@ -155,6 +159,7 @@ def test_the_child_process_hands_its_failures_to_the_job(tmp_path):
     outcome = asyncio.run(serving(FakeSpeech(), work))
     assert [f.error.split(":")[0] for f in outcome.failures] == ["HTTP 503", "short audio"]
     assert [f.prompt for f in outcome.failures] == [1, 2]
+    assert [f.refused for f in outcome.failures] == [True, False]  # the status crosses too
     assert len(outcome.samples) == 1 and isinstance(outcome.samples[0], Sample)
 
 
@@ -175,9 +180,7 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
     outcomes = iter(
         [
             Outcome([ok, ok], [Failure(2, "ReadError: reset", 0.3)], 1.0),
-            Outcome(
-                [ok], [Failure(0, "HTTP 503: busy", 0.1), Failure(1, "HTTP 503: busy", 0.1)], 2.0
-            ),
+            Outcome([ok], [Failure(i, "HTTP 503: busy", 0.1, status=503) for i in (0, 1)], 2.0),
         ]
     )
     monkeypatch.setattr(job, "load_in_child", lambda args, bar=None: next(outcomes))
@@ -186,6 +189,8 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
         job.run_job(spec, ["bench.rounds=2"], tmp_path / "0")
     result = json.loads((tmp_path / "0" / "result.json").read_text())
     assert [r["failed"] for r in result["rounds"]] == [1, 2]
+    assert [r["refused"] for r in result["rounds"]] == [0, 2]
+    assert result["summary"]["refused"] == 2
     assert [r["completed"] for r in result["rounds"]] == [2, 1]
     assert result["summary"]["failed"] == 3 and result["summary"]["completed"] == 3
     assert result["first_audio_parts"] is None  # no request reached this job's server
@@ -199,9 +204,12 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
         for r in caplog.records
         if r.name == "omniflow.bench.job" and r.levelno == logging.WARNING
     ]
-    assert len(warnings) == 2
+    assert len(warnings) == 3
     assert "round 1/2: 1 of 3 requests failed" in warnings[0] and "ReadError: reset" in warnings[0]
-    assert "round 2/2: 2 of 3 requests failed" in warnings[1]
+    assert "round 2/2: 2 of 3 requests refused by the server" in warnings[1]
+    # once a job: where the refusals came from and the key that queues them instead
+    assert "503" in warnings[2] and "server.max_first_audio_wait_s=0.5 s" in warnings[2]
+    assert "server.max_first_audio_wait_s=null" in warnings[2] and "429" not in warnings[2]
 
     old = json.loads(json.dumps(result))  # a result from before failures were recorded
     old["overrides"] = ["bench.rounds=1"]

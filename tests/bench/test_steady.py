@@ -48,6 +48,22 @@ def test_failures_sent_in_the_span_are_counted_and_no_first_audio_is_made_up():
     assert steady_state(ROUND, [], lanes=2)["failed"] == 0
 
 
+def test_the_log_line_says_a_span_with_failures_is_not_clean_and_none_when_all_failed():
+    """The round's log line (`bench.job.steady_text`): a figure, one marked unclean, or none
+    at all, never "0.00 audio-s/s" beside requests that were only refused."""
+    from omniflow.bench.job import steady_text
+
+    clean = steady_text(steady_state(ROUND, [], lanes=2))
+    assert clean == "4.00 audio-s/s over 1.0 s, first audio 100 ms mean"
+    one = [Failure(4, "HTTP 503: busy", 0.01, sent_s=1.5)]
+    unclean = steady_text(steady_state(ROUND, one, lanes=2))
+    assert unclean.endswith("(not clean: 1 of the requests sent in it failed)")
+    failed = [Failure(2, "HTTP 503: busy", 0.01, sent_s=1.1), Failure(3, "x", 0.01, sent_s=2.1)]
+    assert steady_text(steady_state(ROUND[:2], failed, lanes=2)) == (
+        "none (the 2 requests sent in it failed)"
+    )
+
+
 @pytest.mark.parametrize(
     ("samples", "lanes"),
     [

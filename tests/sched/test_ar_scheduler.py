@@ -205,6 +205,24 @@ def test_max_new_tokens_ends_the_request():
     assert outputs[-1].finish_reason == "length"
 
 
+def test_a_request_cut_at_max_model_len_is_logged_and_one_at_max_new_tokens_is_not(caplog):
+    """Both end as "length" (a stream cannot say more); only the cut one is a surprise to
+    the client, so the server's log names it and the key."""
+    s = sched(max_model_len=20)
+    s.add_request(req("cut", prompt_len=16, max_new=10))
+    s.add_request(req("asked", prompt_len=4, max_new=3))
+    with caplog.at_level("WARNING", logger="omniflow.sched.ar_tokens"):
+        _, outputs = run(s, FakeRunner())
+    ends = {o.request_id: o.finish_reason for o in outputs if o.finished}
+    assert ends == {"cut": "length", "asked": "length"}
+    assert sum(len(o.tokens) for o in outputs if o.request_id == "cut") == 4
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "request cut reached max_model_len 20 (a prompt of 16 tokens and 4 frames) before its end"
+    )
+    assert "scheduler.max_model_len" in record.getMessage()
+
+
 def test_ignore_eos_runs_to_length():
     s = sched()
     s.add_request(req("a", max_new=4, ignore_eos=True))
