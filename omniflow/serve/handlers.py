@@ -51,7 +51,9 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
             headers={"Upgrade": "websocket", "Connection": "Upgrade"},
         )
     if exc.status_code == 404:
-        return ApiError(404, f"no route {path!r}", None, "not_found_error")
+        bare = request.url.path.rstrip("/")
+        hint = f"; did you mean {bare!r}?" if bare and _answered(app, request, bare) else ""
+        return ApiError(404, f"no route {path!r}{hint}", None, "not_found_error")
     if exc.status_code == 405:
         allowed = sorted(
             method
@@ -66,6 +68,15 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
     kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
+
+
+def _answered(app: FastAPI, request: Request, path: str) -> bool:
+    """Whether a route answers `path` (any method), by the router's own test."""
+    scope = {**request.scope, "path": path}
+    return any(
+        isinstance(route, APIRoute) and route.matches(scope)[0] != Match.NONE
+        for route in app.routes
+    )
 
 
 def _websocket_path(app: FastAPI, request: Request) -> bool:

@@ -239,7 +239,11 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
     service on the app (`endpoints.py`): FastAPI caches facts about endpoint functions in
     process-wide caches keyed by the function, so an endpoint closing over the service
     would keep this pipeline (weights, KV pools, CUDA graphs) alive after the app is gone."""
-    app = FastAPI(title="omniflow", version="0.1.0", docs_url=None, redoc_url=None)
+    # A path with a trailing slash is a 404 naming the route (handlers.py), not a bodiless
+    # 307 redirect that most clients do not follow.
+    app = FastAPI(
+        title="omniflow", version="0.1.0", docs_url=None, redoc_url=None, redirect_slashes=False
+    )
     app.state.service = SpeechService(pipeline, server)
     app.add_middleware(BodyLimit, limit=server.body_limit)
     install_error_handlers(app)

@@ -237,6 +237,10 @@ def test_errors_quote_at_most_about_100_characters_of_input(url, change, status,
 def test_404_and_405_are_api_errors(url):
     err = api_error(httpx.get(url + "/v1/nothing/" + "p" * 5000), 404)
     assert err["type"] == "not_found_error" and "p" * 101 not in err["message"]
+    assert "did you mean" not in err["message"]
+    # a trailing slash: a JSON 404 naming the route, not a bodiless redirect
+    err = api_error(httpx.post(url + "/v1/audio/speech/", json=BODY), 404)
+    assert err["message"] == "no route '/v1/audio/speech/'; did you mean '/v1/audio/speech'?"
     r = httpx.get(url + "/v1/audio/speech")
     err = api_error(r, 405)
     assert r.headers["allow"] == "POST" and "GET" in err["message"]
