@@ -195,12 +195,8 @@ def check_window(
         reasons.append(f"requires kind 'ar' (stage kind is {stage.kind!r})")
     if not cap.supports_window:
         reasons.append(f"arch {stage.arch!r} does not declare multi-step window support")
-    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
-        reasons.append("requires tensor_parallel_size == pipeline_parallel_size == 1")
-    if stage.enable_prefix_caching:
-        reasons.append("requires enable_prefix_caching: false")
-    if stage.speculative_tokens:
-        reasons.append("cannot be combined with speculative decoding")
+    # parallel sizes, prefix caching and speculative tokens are refused on their own while
+    # not implemented (`stage_rules.check_unsupported`): one error each, not one per rule
     errors.extend(ConfigError(wkey, r) for r in reasons)
 
 

@@ -44,10 +44,7 @@ def check_stream_decode(
         errors.append(ConfigError(skey, f"arch {stage.arch!r} does not declare stream decode"))
     if not is_final:
         errors.append(ConfigError(skey, "requires the stage to be the pipeline's final stage"))
-    if stage.tensor_parallel_size != 1 or stage.pipeline_parallel_size != 1:
-        errors.append(ConfigError(skey, "requires parallel size 1"))
-    if stage.enable_prefix_caching:
-        errors.append(ConfigError(skey, "requires enable_prefix_caching: false"))
+    # parallel sizes and prefix caching: refused on their own (`check_unsupported`), not again
 
 
 def resolve_ref_context(
