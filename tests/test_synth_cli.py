@@ -186,3 +186,12 @@ def test_synth_clones_a_voice_from_a_reference_file(tmp_path, monkeypatch):
         assert exc.value.key == "synth.ref_audio"
         assert "does not support voice cloning" in exc.value.reason
     assert not (tmp_path / "c.wav").exists()
+
+
+def test_synth_help_names_every_extension_synth_takes():
+    """`omniflow synth --help` lists the formats out's extension picks (`synth.FORMATS`)."""
+    from omniflow.cli_help import command_help
+    from omniflow.synth import FORMATS
+
+    head = command_help("synth", None).split("keys")[0]
+    assert FORMATS and all(ext in head for ext in FORMATS), head
