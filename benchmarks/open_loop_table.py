@@ -158,9 +158,15 @@ def _open_line(row: dict) -> str:
     build = f"{(server.get('commit') or '?')[:7]} / {server.get('tree', '?')}"
     stalled = f"{s['underrun_requests']} of {s['succeeded']}"
     return (
-        f"| {row['label']} | {rate} | {s['requests']} | {s['rejected']} | "
+        f"| {row['label']} | {rate} | {s['requests']} | {_refused(s)} | "
         f"{_ms(s.get('first_audio_ms'))} | {stalled} | {build} |"
     )
+
+
+def _refused(s: dict) -> str:
+    """The refusals, and how fast the p95 one came (a summary from before it: the count)."""
+    p95 = (s.get("rejected_ms") or {}).get("p95")
+    return str(s["rejected"]) if p95 is None else f"{s['rejected']} (p95 {p95:.0f} ms)"
 
 
 def _spread(values: list[float]) -> str:

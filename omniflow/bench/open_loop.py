@@ -216,10 +216,14 @@ def log_open_loop(s: dict[str, Any]) -> None:
             ms(after["p99"]),
         )
     if s["errors"]:
+        refused = s.get("rejected_ms") or {}
         log.warning(
-            "open loop %g req/s: %d rejected, %d failed of %d measured requests (first: %s)",
+            "open loop %g req/s: %d rejected (answered in p50/p95 %s/%s ms), %d failed of %d "
+            "measured requests (first: %s)",
             s["rps"],
             s["rejected"],
+            ms(refused.get("p50")),
+            ms(refused.get("p95")),
             s["failed"],
             s["requests"],
             s["errors"][0]["error"],

@@ -74,6 +74,8 @@ def summarize(requests: Sequence[Request], plan: Plan) -> dict[str, Any]:
         "failed": len(failed),
         "errors": error_counts([r.error or "" for r in rejected + failed]),
         "first_audio_ms": _ms(percentiles([r.first_audio_s for r in ok if r.first_audio_s])),
+        # sending -> the refusal's answer: past capacity a refusal should come at once
+        "rejected_ms": _ms(percentiles([r.e2e_s for r in rejected])),
         "e2e_ms": _ms(percentiles([r.e2e_s for r in ok])),
         "underrun_requests": len(stalled),
         "underrun_fraction": len(stalled) / len(ok) if ok else None,

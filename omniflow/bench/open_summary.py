@@ -47,7 +47,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
                 f"{o['rps']:g}",
                 str(o["requests"]),
                 str(o["succeeded"]),
-                str(o["rejected"]),
+                _rejected(o),
                 str(o["failed"]),
                 " / ".join(_ms(first[p]) for p in ("p50", "p95", "p99")),
                 "-" if fraction is None else f"{o['underrun_requests']} ({fraction:.3f})",
@@ -100,3 +100,9 @@ def _over(o: dict[str, Any]) -> str:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
+
+
+def _rejected(o: dict[str, Any]) -> str:
+    """The refusals, and how fast the p95 one came (a result from before it: the count)."""
+    p95 = (o.get("rejected_ms") or {}).get("p95")
+    return str(o["rejected"]) if p95 is None else f"{o['rejected']} (p95 {p95:.0f} ms)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 
@@ -15,6 +16,7 @@ import uvicorn
 
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_client import run
+from omniflow.bench.open_loop import log_open_loop
 from omniflow.bench.open_run import Request, Target
 from omniflow.bench.open_stats import (
     peak_in_flight,
@@ -23,6 +25,7 @@ from omniflow.bench.open_stats import (
     summarize,
     write_requests,
 )
+from omniflow.bench.open_summary import open_loop_section
 
 TENTH = 4800  # 0.1 s of 24 kHz s16le audio
 
@@ -151,7 +154,7 @@ def record(i: int, **kw) -> Request:
     return Request(**(base | kw))
 
 
-def test_the_open_loop_object_adds_up_hand_made_requests():
+def test_the_open_loop_object_adds_up_hand_made_requests(caplog, tmp_path):
     plan = Plan(rps=1.0, duration_s=4.0, warmup_s=1.0)
     reqs = [
         record(0, counted=False, ended_s=2.5, window_bytes=24000),  # warm-up, still playing
@@ -162,6 +165,13 @@ def test_the_open_loop_object_adds_up_hand_made_requests():
     ]
     s = summarize(reqs, plan)
     assert (s["requests"], s["succeeded"], s["rejected"], s["failed"]) == (4, 3, 1, 0)
+    assert s["rejected_ms"]["p95"] == pytest.approx(1e3)  # the refused one's e2e: its answer
+    with caplog.at_level(logging.WARNING, logger="omniflow.bench.open_loop"):
+        log_open_loop(s)
+    assert "1 rejected (answered in p50/p95 1000/1000 ms)" in caplog.text
+    config = {"model": "m", "pipeline": "fused", "platform": "cpu", "dtype": "float32"}
+    result = {"overrides": ["bench.rps=1"], "config": config, "open_loop": s}
+    assert "| 1 | 4 | 3 | 1 (p95 1000 ms) | 0 |" in open_loop_section([result], tmp_path, "# S")
     assert s["first_audio_ms"]["p50"] == pytest.approx(200.0)
     assert s["first_audio_ms"]["p95"] == pytest.approx(290.0)  # linear between 200 and 300
     assert s["underrun_requests"] == 2 and s["underrun_fraction"] == pytest.approx(2 / 3)

@@ -21,6 +21,7 @@ FIELDS = {
     "requests",
     "succeeded",
     "rejected",
+    "rejected_ms",
     "first_audio_ms",
     "underrun_requests",
     "underrun_fraction",

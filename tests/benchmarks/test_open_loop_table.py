@@ -10,8 +10,8 @@ import pytest
 from benchmarks.open_loop_table import closed_rows, table
 
 
-def open_summary(p50: float, stalled: int, rejected: int = 0) -> dict:
-    return {
+def open_summary(p50: float, stalled: int, rejected: int = 0, **more) -> dict:
+    return more | {
         "requests": 100,
         "succeeded": 100 - rejected,
         "rejected": rejected,
@@ -30,7 +30,9 @@ def closed(throughput: float, failed: int = 0, steady: float | None = None) -> d
 
 def test_open_and_closed_rows(tmp_path):
     (tmp_path / "new_rps20.json").write_text(json.dumps(open_summary(30.0, 0)))
-    (tmp_path / "new_rps5.json").write_text(json.dumps(open_summary(10.0, 1, rejected=4)))
+    (tmp_path / "new_rps5.json").write_text(
+        json.dumps(open_summary(10.0, 1, rejected=4, rejected_ms={"p50": 3.0, "p95": 12.3}))
+    )
     (tmp_path / "new_rps20_requests.json").write_text("{}")  # timelines: not a row
     (tmp_path / "hc_ac8_rps40.json").write_text("")  # the client died: no summary
     for r, t in ((1, 500.0), (2, 520.0), (3, 510.0)):
@@ -41,9 +43,10 @@ def test_open_and_closed_rows(tmp_path):
     (tmp_path / "old_c1_r2.json").write_text("")
     lines = table(tmp_path).splitlines()
     assert lines[2] == "| hc_ac8 | 40 | failed: no summary (see its .err) | | | | |"
-    # rates in numeric order within a variant, refusals and stalls of the succeeded
-    assert (
-        lines[3] == "| new | 5 | 100 | 4 | 10.0 / 20.0 / 30.0 | 1 of 96 | 3e9f80a / a873d4c96261 |"
+    # rates in numeric order within a variant, refusals (and how fast, where the summary has
+    # it) and stalls of the succeeded
+    assert lines[3] == (
+        "| new | 5 | 100 | 4 (p95 12 ms) | 10.0 / 20.0 / 30.0 | 1 of 96 | 3e9f80a / a873d4c96261 |"
     )
     assert lines[4].startswith("| new | 20 | 100 | 0 | 30.0 / 60.0 / 90.0 | 0 of 100 |")
     # steady state: median (spread) of the rounds' figures, their mean first audio (61 ms)
