@@ -19,6 +19,7 @@ import re
 import statistics
 from pathlib import Path
 
+from omniflow.bench.open_summary import rejected_text
 from omniflow.bench.samples import reading_of_text
 from omniflow.bench.server_sums import first_audio_parts, server_totals
 
@@ -158,15 +159,9 @@ def _open_line(row: dict) -> str:
     build = f"{(server.get('commit') or '?')[:7]} / {server.get('tree', '?')}"
     stalled = f"{s['underrun_requests']} of {s['succeeded']}"
     return (
-        f"| {row['label']} | {rate} | {s['requests']} | {_refused(s)} | "
+        f"| {row['label']} | {rate} | {s['requests']} | {rejected_text(s)} | "
         f"{_ms(s.get('first_audio_ms'))} | {stalled} | {build} |"
     )
-
-
-def _refused(s: dict) -> str:
-    """The refusals, and how fast the p95 one came (a summary from before it: the count)."""
-    p95 = (s.get("rejected_ms") or {}).get("p95")
-    return str(s["rejected"]) if p95 is None else f"{s['rejected']} (p95 {p95:.0f} ms)"
 
 
 def _spread(values: list[float]) -> str:

@@ -89,8 +89,8 @@ async def one(
     underrun = 0.0
     async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
-            body = (await r.aread())[:200]
-            raise BadResponse(f"HTTP {r.status_code}: {body!r}", r.status_code)
+            detail = (await r.aread())[:200]
+            raise BadResponse(f"HTTP {r.status_code}: {detail!r}", r.status_code)
         async for chunk in r.aiter_bytes():
             if not chunk:
                 continue

@@ -208,22 +208,24 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
 
 
 def refusal_hint(statuses: set[int], server: ServerConfig) -> str:
-    """What the server's refusals (`statuses`, 429 and 503) came from, and the key that
-    changes it: a closed-loop run past what the machine serves in real time measures
+    """Where the server's refusals (`statuses`, 429 and 503) came from and the key that
+    changes each: a closed-loop run past what the machine serves in real time measures
     refusals, not throughput."""
     why = []
     if 503 in statuses:
         limit = server.max_first_audio_wait_s
         why.append(
-            "503: it could not seat the request within "
-            f"server.max_first_audio_wait_s={limit} s (or it was shutting down)"
+            "503: shutting down or a stage down (server.max_first_audio_wait_s is null)"
+            if limit is None
+            else f"503: it could not seat a request within server.max_first_audio_wait_s={limit}"
+            " s; =null queues them instead, to measure throughput past real time"
         )
     if 429 in statuses:
-        why.append(f"429: past server.max_concurrent_requests={server.max_concurrent_requests}")
-    return (
-        "the server refused requests (" + "; ".join(why) + "); to measure throughput past "
-        "what it serves in real time, set server.max_first_audio_wait_s=null (they queue)"
-    )
+        why.append(
+            f"429: past server.max_concurrent_requests={server.max_concurrent_requests}; raise "
+            "it or lower bench.concurrency"
+        )
+    return "the server refused requests (" + "; ".join(why) + ")"
 
 
 def steady_text(steady: dict[str, Any]) -> str:

@@ -216,14 +216,17 @@ def log_open_loop(s: dict[str, Any]) -> None:
             ms(after["p99"]),
         )
     if s["errors"]:
-        refused = s.get("rejected_ms") or {}
+        timed = s.get("rejected_ms") or {}
+        answered = (
+            f" (answered in p50/p95 {ms(timed['p50'])}/{ms(timed['p95'])} ms)"
+            if s["rejected"] and timed
+            else ""
+        )
         log.warning(
-            "open loop %g req/s: %d rejected (answered in p50/p95 %s/%s ms), %d failed of %d "
-            "measured requests (first: %s)",
+            "open loop %g req/s: %d rejected%s, %d failed of %d measured requests (first: %s)",
             s["rps"],
             s["rejected"],
-            ms(refused.get("p50")),
-            ms(refused.get("p95")),
+            answered,
             s["failed"],
             s["requests"],
             s["errors"][0]["error"],

@@ -74,8 +74,6 @@ def summarize(requests: Sequence[Request], plan: Plan) -> dict[str, Any]:
         "failed": len(failed),
         "errors": error_counts([r.error or "" for r in rejected + failed]),
         "first_audio_ms": _ms(percentiles([r.first_audio_s for r in ok if r.first_audio_s])),
-        # sending -> the refusal's answer: past capacity a refusal should come at once
-        "rejected_ms": _ms(percentiles([r.e2e_s for r in rejected])),
         "e2e_ms": _ms(percentiles([r.e2e_s for r in ok])),
         "underrun_requests": len(stalled),
         "underrun_fraction": len(stalled) / len(ok) if ok else None,
@@ -93,6 +91,9 @@ def summarize(requests: Sequence[Request], plan: Plan) -> dict[str, Any]:
         "frames_per_request": _per_request_frames(ok),
         "send_lag_ms_max": ms * max((r.sent_s - r.arrival_s for r in requests), default=0.0),
     }
+    if plan.transport == "http":  # sending -> the refusal's answer: past capacity, at once
+        out["rejected_ms"] = _ms(percentiles([r.e2e_s for r in rejected]))
+    # (over WebSocket a session is timed from its first word, and a refusal can come before)
     if plan.transport == "websocket":  # the text's pace, and what the model took after it
         after = [r.after_done_s for r in ok if r.after_done_s is not None]
         out["word_interval_ms"] = plan.word_interval_ms

@@ -47,7 +47,7 @@ def open_loop_section(results: list[dict[str, Any]], directory: Path, heading: s
                 f"{o['rps']:g}",
                 str(o["requests"]),
                 str(o["succeeded"]),
-                _rejected(o),
+                rejected_text(o),
                 str(o["failed"]),
                 " / ".join(_ms(first[p]) for p in ("p50", "p95", "p99")),
                 "-" if fraction is None else f"{o['underrun_requests']} ({fraction:.3f})",
@@ -102,7 +102,8 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
-def _rejected(o: dict[str, Any]) -> str:
-    """The refusals, and how fast the p95 one came (a result from before it: the count)."""
+def rejected_text(o: dict[str, Any]) -> str:
+    """The refusals, and how fast the p95 one came (over WebSocket, or a result from before
+    it: the count); summary.md's and `benchmarks.open_loop_table`'s column."""
     p95 = (o.get("rejected_ms") or {}).get("p95")
     return str(o["rejected"]) if p95 is None else f"{o['rejected']} (p95 {p95:.0f} ms)"

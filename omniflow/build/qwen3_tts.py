@@ -208,6 +208,7 @@ def build_talker_stage(stage: ResolvedStage, ctx: BuildContext) -> StageParts:
             window_k=stage.window_k,
             playback=playback_clock(stage, ctx),
             audio_pass_steps=stage.audio_pass_steps,
+            limit_key=f"pipeline.stages.{stage.name}.scheduler.max_model_len",
         ),
         runner=runner,
         make_request=make_request,

@@ -64,8 +64,10 @@ class ARScheduler:
         playback: PlaybackClock | None = None,
         clock: Callable[[], float] = time.monotonic,
         audio_pass_steps: int = 0,
+        limit_key: str = "scheduler.max_model_len",
     ) -> None:
         self.config = config
+        self.limit_key = limit_key  # as `omniflow config` prints it: the cut warning names it
         self.audio_cycle = AudioCycle(audio_pass_steps, playback)
         """Single steps whose audio rows may hold and decode in one pass (`audio_cycle.py`)."""
         self.seats = SeatGaps(clock)
@@ -371,7 +373,7 @@ class ARScheduler:
                 continue
             if self.playback is not None:
                 self.playback.frames_made(rid, len(req.output_tokens), now)
-            output, state = take_tokens(req, out, self.config.max_model_len)
+            output, state = take_tokens(req, out, self.config.max_model_len, self.limit_key)
             if state is not None:
                 self._finish(req, state)
             outputs.append(output)

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def take_tokens(
-    req: Request, out: RequestStepOutput, max_model_len: int
+    req: Request, out: RequestStepOutput, max_model_len: int, limit_key: str
 ) -> tuple[StageOutput, RequestState | None]:
     """Append the step's tokens and frames to the request, up to the first that ends it (a
     window may have sampled past it); the stage output, and the finished state if one did."""
@@ -26,7 +26,7 @@ def take_tokens(
         req.output_frames.append(frame)
         tokens.append(tok)
         frames.append(frame)
-        state = stop_state(req, tok, max_model_len)
+        state = stop_state(req, tok, max_model_len, limit_key)
         if state is not None:
             break
     taken = text_taken(req)
@@ -58,8 +58,9 @@ def text_taken(req: Request) -> tuple[float, int] | None:
     return req.text_done_at, len(req.output_tokens) - (end + 2)
 
 
-def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | None:
-    """The finished state `token` (just appended) puts the request in; None: it goes on."""
+def stop_state(req: Request, token: int, max_model_len: int, limit_key: str) -> RequestState | None:
+    """The finished state `token` (just appended) puts the request in; None: it goes on.
+    `limit_key`: the key that sets max_model_len, named when it cuts a request short."""
     s = req.sampling
     if token in s.stop_token_ids and not s.ignore_eos and len(req.output_tokens) > s.min_new_tokens:
         return RequestState.FINISHED_STOPPED
@@ -69,12 +70,12 @@ def stop_state(req: Request, token: int, max_model_len: int) -> RequestState | N
         # The client cannot tell (a 200 stream ends as after max_new_tokens): the log says.
         log.warning(
             "request %s reached max_model_len %d (a prompt of %d tokens and %d frames) before "
-            "its end: its audio is cut short; raise the stage's scheduler.max_model_len or "
-            "send shorter text",
+            "its end: its audio is cut short; raise %s or send shorter text",
             req.request_id,
             max_model_len,
             req.prompt_len,
             len(req.output_tokens),
+            limit_key,
         )
         return RequestState.FINISHED_LENGTH
     return None

@@ -52,7 +52,7 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         )
     if exc.status_code == 404:
         bare = request.url.path.rstrip("/")
-        hint = f"; did you mean {bare!r}?" if bare and _answered(app, request, bare) else ""
+        hint = f"; did you mean {clip(bare)!r}?" if bare and _answers(app, request, bare) else ""
         return ApiError(404, f"no route {path!r}{hint}", None, "not_found_error")
     if exc.status_code == 405:
         allowed = sorted(
@@ -70,11 +70,12 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
 
 
-def _answered(app: FastAPI, request: Request, path: str) -> bool:
-    """Whether a route answers `path` (any method), by the router's own test."""
+def _answers(app: FastAPI, request: Request, path: str) -> bool:
+    """Whether a route answers the request's method at `path`, by the router's own test: a
+    hint to a path that answers another method would only lead to a 405."""
     scope = {**request.scope, "path": path}
     return any(
-        isinstance(route, APIRoute) and route.matches(scope)[0] != Match.NONE
+        isinstance(route, APIRoute) and route.matches(scope)[0] == Match.FULL
         for route in app.routes
     )
 

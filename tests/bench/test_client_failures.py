@@ -209,7 +209,7 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
     assert "round 2/2: 2 of 3 requests refused by the server" in warnings[1]
     # once a job: where the refusals came from and the key that queues them instead
     assert "503" in warnings[2] and "server.max_first_audio_wait_s=0.5 s" in warnings[2]
-    assert "server.max_first_audio_wait_s=null" in warnings[2] and "429" not in warnings[2]
+    assert "=null queues them" in warnings[2] and "429" not in warnings[2]
 
     old = json.loads(json.dumps(result))  # a result from before failures were recorded
     old["overrides"] = ["bench.rounds=1"]
@@ -220,6 +220,19 @@ def test_job_result_and_sweep_summary_show_the_failures(tmp_path, monkeypatch, c
     rows = _table(summarize_sweep(tmp_path))
     assert [row["failed"] for row in rows] == ["3", "0"]
     assert rows[0]["RTF median (min-max)"] == "0.500 (0.500-0.500)"
+
+
+def test_the_refusal_hint_names_the_key_behind_each_status():
+    from omniflow.bench.job import refusal_hint
+    from omniflow.config.server import ServerConfig
+
+    cap = refusal_hint({429}, ServerConfig(max_concurrent_requests=8))
+    assert "server.max_concurrent_requests=8" in cap and "max_first_audio_wait_s" not in cap
+    # no admission limit: a 503 is a shutdown or a dead stage, and null is no advice
+    down = refusal_hint({503}, ServerConfig(max_first_audio_wait_s=None))
+    assert "shutting down or a stage down" in down and "=null" not in down
+    both = refusal_hint({429, 503}, ServerConfig())
+    assert "=null queues them" in both and "server.max_concurrent_requests" in both
 
 
 def test_a_job_where_no_request_completed_fails_after_writing_its_result(tmp_path, monkeypatch):

@@ -241,6 +241,12 @@ def test_404_and_405_are_api_errors(url):
     # a trailing slash: a JSON 404 naming the route, not a bodiless redirect
     err = api_error(httpx.post(url + "/v1/audio/speech/", json=BODY), 404)
     assert err["message"] == "no route '/v1/audio/speech/'; did you mean '/v1/audio/speech'?"
+    # only to a route that answers the method (GET there is a 405), quoted at most ~100 chars
+    err = api_error(httpx.get(url + "/v1/audio/speech/"), 404)
+    assert "did you mean" not in err["message"]
+    err = api_error(httpx.get(url + "/v1/audio/voices/" + "p" * 5000 + "/"), 404)
+    assert "did you mean '/v1/audio/voices/ppp" in err["message"]
+    assert "p" * 101 not in err["message"] and len(err["message"]) < 300
     r = httpx.get(url + "/v1/audio/speech")
     err = api_error(r, 405)
     assert r.headers["allow"] == "POST" and "GET" in err["message"]
