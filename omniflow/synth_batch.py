@@ -114,19 +114,23 @@ def read_lines(spec: OmniflowSpec, graph: StageGraph) -> tuple[list[Item], list[
         if not text.strip():
             continue
         try:
-            item = _parse(n, text, s, seen)
-            rid = item.pop("id")
-            # the served task unless the line clones (as synth's one request: synth.py)
-            task = info.task_types[0]
-            fmt = s.format or BATCH_FORMAT
-            fields = {"model": info.model, "response_format": fmt, "task_type": task, **item}
-            body = SpeechBody.model_validate(fields)
-        except (ValueError, ValidationError) as exc:
-            bad.append(f"line {n}: {_message(exc)}")
+            obj = _line_object(text)
+        except ValueError as exc:
+            bad.append(f"line {n}: {exc}")
             continue
-        errors = request_errors(body, info, spec.server)
-        if errors:
-            bad.append(f"line {n}: " + "; ".join(_named(e.param, e.message) for e in errors))
+        wrong = _id_errors(obj, seen)  # with the request's own, every broken rule at once
+        rid = obj.get("id")
+        # the served task unless the line clones (as synth's one request: synth.py)
+        task, fmt = info.task_types[0], s.format or BATCH_FORMAT
+        fields = {"model": info.model, "response_format": fmt, "task_type": task}
+        try:
+            body = SpeechBody.model_validate(fields | _request_fields(obj, s))
+        except ValidationError as exc:
+            bad.append(f"line {n}: " + "; ".join([*wrong, _message(exc)]))
+            continue
+        wrong += [_named(e.param, e.message) for e in request_errors(body, info, spec.server)]
+        if wrong:
+            bad.append(f"line {n}: " + "; ".join(wrong))
             continue
         if body.task_type != "Base" and body.voice is None:
             body.voice = default_voice(info.voices)
@@ -156,7 +160,8 @@ def _reference(body: SpeechBody, rate: int) -> torch.Tensor | None:
         raise ValueError(f"{body.ref_audio!r} {exc}") from None
 
 
-def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
+def _line_object(text: str) -> dict[str, Any]:
+    """The line as a JSON object of known keys (ValueError naming what is wrong)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -169,14 +174,24 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
     if unknown:
         missing = " (and no 'id')" if "id" not in obj else ""
         raise ValueError(f"unknown keys {unknown}{missing}; a line takes {sorted(LINE_KEYS)}")
+    return obj
+
+
+def _id_errors(obj: dict[str, Any], seen: set[str]) -> list[str]:
+    """What is wrong with the line's `id` (its file's name); a good one joins `seen`."""
     rid = obj.get("id")
     if rid is None:
-        raise ValueError('no \'id\': each line names its file, e.g. {"id": "n1", "text": ...}')
+        return ['no \'id\': each line names its file, e.g. {"id": "n1", "text": ...}']
     if not isinstance(rid, str) or not SAFE_ID.fullmatch(rid):
-        raise ValueError("id must be a file name: letters, digits, '.', '_', '-' (<= 128)")
+        return ["id must be a file name: letters, digits, '.', '_', '-' (<= 128)"]
     if rid in seen:
-        raise ValueError(f"id {rid!r} repeats an earlier line's")
+        return [f"id {rid!r} repeats an earlier line's"]
     seen.add(rid)
+    return []
+
+
+def _request_fields(obj: dict[str, Any], s: SynthConfig) -> dict[str, Any]:
+    """The line's request: synth's keys as every line's defaults, the line's own winning."""
     defaults = {
         "voice": s.voice,
         "language": s.language,
@@ -186,9 +201,10 @@ def _parse(n: int, text: str, s: SynthConfig, seen: set[str]) -> dict[str, Any]:
         "max_new_tokens": s.max_new_tokens,
         "ignore_eos": s.ignore_eos,
         "x_vector_only_mode": s.x_vector_only_mode or None,
-    }  # every synth key a request takes, for each line (a line's own value wins)
+    }
     fields = {**defaults, **obj, "input": obj.get("text")}
     fields.pop("text", None)
+    fields.pop("id", None)
     if "ref_audio" in obj:
         fields["task_type"] = "Base"
     return fields

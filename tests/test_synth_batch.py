@@ -170,3 +170,24 @@ def test_a_bad_lines_text_is_named_text_as_the_line_names_it_not_input(tmp_path)
     assert bad[1].startswith("line 2: text: ")
     assert bad[2].startswith("line 3: text is 5000 characters")
     assert not any("input" in b for b in bad)
+
+
+def test_a_bad_line_reports_its_id_and_its_requests_broken_rules_at_once(tmp_path):
+    from omniflow.config.compose import compose
+    from omniflow.config.resolve import build_graph
+    from omniflow.synth_batch import read_lines
+
+    texts = write_lines(
+        tmp_path / "in.jsonl",
+        {"id": "ok", "text": "Hello."},
+        {"id": "bad voice", "text": "Hi.", "voice": "nobody"},
+        {"id": "ok", "text": "   ", "language": "klingon"},
+        {"text": "no id"},
+    )
+    spec = compose([*BASE[1:], f"synth.texts={texts}", f"synth.out_dir={tmp_path / 'out'}"])
+    items, bad = read_lines(spec, build_graph(spec))
+    assert [i.out.name for i in items] == ["ok.wav"]
+    assert bad[0].startswith("line 2: id must be a file name") and "'nobody'" in bad[0]
+    assert bad[1].startswith("line 3: id 'ok' repeats") and "text is empty" in bad[1]
+    assert "klingon" in bad[1]
+    assert bad[2] == 'line 4: no \'id\': each line names its file, e.g. {"id": "n1", "text": ...}'
