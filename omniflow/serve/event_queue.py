@@ -23,39 +23,51 @@ class LoopHandoff:
     on the engine thread, and an engine step emits one event per request, so at high
     concurrency waking the loop once per event takes a visible share of every step. Here an
     event is appended under a lock and only the first of a burst schedules the drain; each
-    request's events keep their order."""
+    request's events keep their order.
+
+    A request's first event goes ahead of the burst's others: the loop wakes the waiting
+    handlers in the order their queues are fed, so a new stream's first audio would
+    otherwise wait for every running stream's write of that step; running streams are ahead
+    of their playback by then, and its listener is waiting."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         """The loop whose queues this feeds (a server builds one per serving loop)."""
         self._lock = threading.Lock()
+        self._first: list[tuple[asyncio.Queue[AudioEvent], AudioEvent]] = []
         self._pending: list[tuple[asyncio.Queue[AudioEvent], AudioEvent]] = []
 
-    def put(self, events: asyncio.Queue[AudioEvent], ev: AudioEvent) -> None:
+    def put(self, events: asyncio.Queue[AudioEvent], ev: AudioEvent, first: bool = False) -> None:
+        """`first`: the request's first event (nothing of it is pending to be overtaken)."""
         with self._lock:
-            self._pending.append((events, ev))
-            if len(self._pending) > 1:
+            (self._first if first else self._pending).append((events, ev))
+            if len(self._first) + len(self._pending) > 1:
                 return  # a drain is already scheduled
         try:
             self.loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nothing will drain, say so every time
             with self._lock:
+                self._first.clear()
                 self._pending.clear()
             raise
 
     def _drain(self) -> None:
         with self._lock:
+            first, self._first = self._first, []
             pending, self._pending = self._pending, []
-        for events, ev in pending:
+        for events, ev in first + pending:
             events.put_nowait(ev)
 
 
 def event_channel(handoff: LoopHandoff) -> tuple[asyncio.Queue[AudioEvent], Sink]:
     """A queue on the handoff's loop and a sink any thread may call to feed it."""
     events: asyncio.Queue[AudioEvent] = asyncio.Queue()
+    heard = False  # one thread feeds a request's sink (its router or the engine link's reader)
 
     def sink(ev: AudioEvent) -> None:
-        handoff.put(events, ev)
+        nonlocal heard
+        handoff.put(events, ev, first=not heard)
+        heard = True
 
     return events, sink
 

@@ -52,6 +52,42 @@ def test_a_burst_of_events_wakes_the_loop_once_and_keeps_each_requests_order():
     assert qa.get_nowait().frames == 5
 
 
+def test_a_requests_first_event_goes_ahead_of_the_bursts_others():
+    """One step's events of running streams, then a new stream's first audio: the new one is
+    drained first, so its handler wakes first on the loop; each request keeps its order."""
+
+    async def main() -> list[str]:
+        handoff = LoopHandoff(asyncio.get_running_loop())
+        queue, sink = event_channel(handoff)  # the new stream's channel
+        running = {rid: asyncio.Queue() for rid in ("a", "b")}
+        queues = {"new": queue, **running}
+        woke: list[str] = []
+        waiting = {rid: asyncio.Event() for rid in queues}
+
+        async def handler(rid: str, n: int) -> None:
+            for _ in range(n):
+                waiting[rid].set()  # parked on its queue from here (nothing awaited between)
+                got = await queues[rid].get()
+                woke.append(f"{rid}{got.frames}")
+
+        tasks = [asyncio.create_task(handler(r, n)) for r, n in (("a", 1), ("b", 1), ("new", 2))]
+        for w in waiting.values():
+            await w.wait()
+        # one burst: the running streams' frames (not their first), then the new stream's
+        # first and second events, through its sink
+        handoff.put(running["a"], ev("a", 1))
+        handoff.put(running["b"], ev("b", 1))
+        sink(ev("new", 0))
+        sink(ev("new", 1))
+        await asyncio.gather(*tasks)
+        return woke
+
+    woke = asyncio.run(main())
+    assert woke[0] == "new0"  # ahead of a1 and b1, fed before it
+    assert woke.index("new0") < woke.index("new1")  # its own order kept
+    assert sorted(woke) == ["a1", "b1", "new0", "new1"]
+
+
 def test_events_from_several_threads_all_arrive_on_a_real_loop():
     async def main() -> list[int]:
         handoff = LoopHandoff(asyncio.get_running_loop())
