@@ -54,31 +54,36 @@ def test_a_burst_of_events_wakes_the_loop_once_and_keeps_each_requests_order():
 
 def test_a_requests_first_event_goes_ahead_of_the_bursts_others():
     """One step's events of running streams, then a new stream's first audio: the new one is
-    drained first, so its handler wakes first on the loop; each request keeps its order."""
+    drained first, so its handler wakes first on the loop; each request keeps its order.
+    Every stream is fed through its own sink, which marks only its first event."""
 
     async def main() -> list[str]:
         handoff = LoopHandoff(asyncio.get_running_loop())
-        queue, sink = event_channel(handoff)  # the new stream's channel
-        running = {rid: asyncio.Queue() for rid in ("a", "b")}
-        queues = {"new": queue, **running}
+        channels = {rid: event_channel(handoff) for rid in ("a", "b", "new")}
+        gets = {"a": 2, "b": 2, "new": 2}
+        # parked[rid][i]: the handler waits for its i-th event (nothing awaited in between)
+        parked = {rid: [asyncio.Event() for _ in range(n)] for rid, n in gets.items()}
         woke: list[str] = []
-        waiting = {rid: asyncio.Event() for rid in queues}
 
-        async def handler(rid: str, n: int) -> None:
-            for _ in range(n):
-                waiting[rid].set()  # parked on its queue from here (nothing awaited between)
-                got = await queues[rid].get()
+        async def handler(rid: str) -> None:
+            for i in range(gets[rid]):
+                parked[rid][i].set()
+                got = await channels[rid][0].get()
                 woke.append(f"{rid}{got.frames}")
 
-        tasks = [asyncio.create_task(handler(r, n)) for r, n in (("a", 1), ("b", 1), ("new", 2))]
-        for w in waiting.values():
-            await w.wait()
-        # one burst: the running streams' frames (not their first), then the new stream's
-        # first and second events, through its sink
-        handoff.put(running["a"], ev("a", 1))
-        handoff.put(running["b"], ev("b", 1))
-        sink(ev("new", 0))
-        sink(ev("new", 1))
+        tasks = [asyncio.create_task(handler(rid)) for rid in gets]
+        for rid in ("a", "b"):  # the running streams' first events, taken before the burst
+            await parked[rid][0].wait()
+            channels[rid][1](ev(rid, 0))
+        for rid in ("a", "b"):
+            await parked[rid][1].wait()  # its first event taken, waiting for the next
+        await parked["new"][0].wait()
+        woke.clear()
+        # one burst: the running streams' next frames, then the new stream's first and second
+        channels["a"][1](ev("a", 1))
+        channels["b"][1](ev("b", 1))
+        channels["new"][1](ev("new", 0))
+        channels["new"][1](ev("new", 1))
         await asyncio.gather(*tasks)
         return woke
 
