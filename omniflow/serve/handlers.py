@@ -42,7 +42,10 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     `/v1/audio/voices/abc`): the router's own test, where the method decides only between a
     full and a partial match."""
     path = clip(request.url.path)
-    if exc.status_code == 404 and _websocket_path(app, request):
+    # the router matched no HTTP route: a WebSocket route at the path says it was plain HTTP
+    if exc.status_code == 404 and _answers(
+        app, {**request.scope, "type": "websocket"}, WebSocketRoute
+    ):
         return ApiError(
             426,
             f"{path!r} is a WebSocket endpoint: connect to it with a WebSocket client "
@@ -52,7 +55,9 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         )
     if exc.status_code == 404:
         bare = request.url.path.rstrip("/")
-        hint = f"; did you mean {clip(bare)!r}?" if bare and _answers(app, request, bare) else ""
+        # only to a path answering this method: another method's would only lead to a 405
+        answered = bare and _answers(app, {**request.scope, "path": bare}, APIRoute)
+        hint = f"; did you mean {clip(bare)!r}?" if answered else ""
         return ApiError(404, f"no route {path!r}{hint}", None, "not_found_error")
     if exc.status_code == 405:
         allowed = sorted(
@@ -70,21 +75,9 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
 
 
-def _answers(app: FastAPI, request: Request, path: str) -> bool:
-    """Whether a route answers the request's method at `path`, by the router's own test: a
-    hint to a path that answers another method would only lead to a 405."""
-    scope = {**request.scope, "path": path}
+def _answers(app: FastAPI, scope: dict, kind: type[APIRoute] | type[WebSocketRoute]) -> bool:
+    """Whether a route of `kind` fully matches `scope`, by the router's own test (a root_path
+    prefix included): the path, and for an HTTP route the method."""
     return any(
-        isinstance(route, APIRoute) and route.matches(scope)[0] == Match.FULL
-        for route in app.routes
-    )
-
-
-def _websocket_path(app: FastAPI, request: Request) -> bool:
-    """Whether a WebSocket route answers the request's path (the router matched none: it was
-    plain HTTP), by the router's own test (a root_path prefix included)."""
-    scope = {**request.scope, "type": "websocket"}
-    return any(
-        isinstance(route, WebSocketRoute) and route.matches(scope)[0] == Match.FULL
-        for route in app.routes
+        isinstance(route, kind) and route.matches(scope)[0] == Match.FULL for route in app.routes
     )
