@@ -2,13 +2,15 @@
 
 A platform says which torch device it drives, its default dtype, whether it can capture
 graphs and whether decode attention is batched. `auto` is resolved here (cuda when
-a CUDA device is visible, else cpu); `npu` needs the torch_npu package.
+a CUDA device is visible, else cpu; torch is not imported for it where its build has no GPU
+backend); `npu` needs the torch_npu package.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 PlatformName = Literal["cpu", "cuda", "npu"]
@@ -46,8 +48,27 @@ def module_available(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+def torch_build_has_gpu() -> bool:
+    """Whether the installed torch was built for a GPU (CUDA or ROCm), read from its generated
+    `torch/version.py` without importing torch (a second of every CLI start on a CPU build)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    version = importlib.util.spec_from_file_location(
+        "omniflow_torch_version", Path(spec.origin).with_name("version.py")
+    )
+    if version is None or version.loader is None:
+        return True  # no build record to read: let torch itself answer
+    module = importlib.util.module_from_spec(version)
+    version.loader.exec_module(module)
+    return module.cuda is not None or module.hip is not None
+
+
 def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (imports torch lazily: the config layer stays light)."""
+    """Whether torch sees a CUDA device. torch is imported only where its build has a GPU
+    backend: the config layer stays light on a CPU build."""
+    if not torch_build_has_gpu():
+        return False
     import torch
 
     return torch.cuda.is_available()
