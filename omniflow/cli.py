@@ -22,6 +22,7 @@ from omniflow.cli_help import (
     commands_with_help,
     common_help,
 )
+from omniflow.config.command_keys import check_command_keys, named_sections
 from omniflow.config.compose import compose
 from omniflow.config.resolve import build_graph
 from omniflow.errors import ConfigError
@@ -134,6 +135,8 @@ def cmd_config(args: Args) -> int:
         from omniflow.deploy.settings import printed, resolve_deploy
 
         data |= printed(resolve_deploy(spec.deploy, graph))
+    for section in named_sections(args.overrides):  # a command's section, as overridden
+        data[section] = getattr(spec, section).model_dump(mode="json")
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
     return 0
 
@@ -233,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         if args.help:
             return _command_help(args)
+        if args.command != "sweep":
+            check_command_keys(args.command, args.overrides)
         return handler(args)
     except ConfigError as exc:
         print(f"omniflow: invalid configuration: {exc}", file=sys.stderr)

@@ -34,6 +34,7 @@ from omniflow.bench.target_check import bench_graph
 from omniflow.config.graph import ResolvedStage, StageGraph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.config.server import ServerConfig
+from omniflow.logs import setup_logging
 from omniflow.provenance import build
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def device_name(device: str) -> str:
 def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> dict[str, Any]:
     """Run the job; write out_dir/result.json when out_dir is given; return the result.
     With `bench.rps` the job is open loop (bench/open_loop.py)."""
+    setup_logging(spec.server.log_level)  # the served app's loggers are this process's
     check_mode(spec.bench)  # a key the job's loop would not read is refused, named
     check_bench_prompts(spec.bench)  # before the build: one line, not after a minute's capture
     if spec.bench.rps is not None:

@@ -133,8 +133,8 @@ def test_schema_error_is_a_config_error():
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["synth", "deploy=ray"], "deploy: not a synth key"),
-        (["synth", "deploy.replicas=2"], "deploy.replicas: acts only with deploy=ray"),
+        (["synth", "deploy=ray"], "deploy: does not act in `omniflow synth`"),
+        (["synth", "deploy.replicas=2"], "deploy.replicas: does not act in `omniflow synth`"),
     ],
 )
 def test_commands_that_run_their_own_pipeline_refuse_deploy_ray(capsys, argv, words):
