@@ -202,6 +202,7 @@ class ARScheduler:
         rows = self.config.max_num_seqs
         hold = arrival_hold(*self._queue(), self.config, self.playback).steps
         free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
+        self.seats.planned(len(self.waiting), len(self.running), free, self.playback, rows)
         kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         held = self._outstanding.keys() | self._paused

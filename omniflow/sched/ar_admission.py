@@ -38,6 +38,25 @@ class SeatGaps:
         self.interval_s: float | None = None
         self._last: float | None = None
 
+    def contended(self, yes: bool) -> None:
+        """Whether a request added now would wait for a seat (told each planned step). Gaps
+        are measured only between frees of one contended spell: across an idle spell, or
+        one with seats to spare, seats are not slow to free, only not needed."""
+        if not yes:
+            self._last = None
+
+    def planned(
+        self,
+        waiting: int,
+        running: int,
+        free: int,
+        playback: PlaybackClock | None,
+        rows: int,
+    ) -> None:
+        """A step is planned with `waiting` queued, `running` seated and `free` seats: is it
+        contended (would a request added now wait for a seat, `usable_seats`)?"""
+        self.contended(waiting >= usable_seats(free, running, playback, rows))
+
     def freed(self) -> None:
         now = self.clock()
         if self._last is not None:
@@ -75,8 +94,7 @@ def first_audio_wait_s(
     if hold_s:
         wait = first_audio_wait_s(waiting, running, free, seats, playback, rows)
         return None if wait is None else wait + hold_s
-    if playback is not None and free > 0 and not keeps_time(playback, len(running) + 1, rows):
-        free = 0
+    free = usable_seats(free, len(running), playback, rows)
     wait = seats.wait_s(len(waiting) + 1 - free)
     if playback is None:
         return wait
@@ -85,6 +103,14 @@ def first_audio_wait_s(
         wait += 2 * step
     late = playback.late_s(playing(running))
     return late if late > (wait or 0.0) else wait
+
+
+def usable_seats(free: int, running: int, playback: PlaybackClock | None, rows: int) -> int:
+    """The free seats a request added now could take: none while one more stream would not
+    keep time (`keeps_time`), since seated it would make every stream late."""
+    if playback is not None and free > 0 and not keeps_time(playback, running + 1, rows):
+        return 0
+    return free
 
 
 def keeps_time(playback: PlaybackClock, streams: int, rows: int) -> bool:

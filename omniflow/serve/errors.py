@@ -69,9 +69,14 @@ def unavailable(message: str) -> ApiError:
     return ApiError(503, message, None, "service_unavailable")
 
 
+MAX_RETRY_AFTER_S = 60
+"""The longest Retry-After a refusal names: the wait is an estimate from recent turnover,
+not a promise to keep a client away for longer."""
+
+
 def overloaded(message: str, retry_after_s: float) -> ApiError:
     """503 now, with when to come back: the request could not be seated in time."""
-    seconds = max(1, math.ceil(retry_after_s))
+    seconds = min(MAX_RETRY_AFTER_S, max(1, math.ceil(retry_after_s)))
     return ApiError(503, message, None, "overloaded_error", {"Retry-After": str(seconds)})
 
 

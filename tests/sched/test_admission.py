@@ -160,3 +160,56 @@ def test_an_idle_stage_never_refuses():
     s.add_request(req("r0", prompt_len=4, max_new=50))
     s.schedule()  # one running: the next request waits for a stream to leave, then 2 steps
     assert s.first_audio_wait_s() == pytest.approx(1.0 + 2 * 0.5)
+
+
+def test_seat_gaps_span_only_a_contended_spell():
+    """An idle spell between frees is not seat turnover: the reference is dropped whenever a
+    step is planned with a seat to spare, so the next gap starts at the next free."""
+    now = [0.0]
+    gaps = SeatGaps(lambda: now[0])
+    gaps.contended(True)
+    gaps.freed()
+    now[0] = 2.0
+    gaps.freed()  # one gap of 2 s
+    gaps.contended(False)  # seats to spare, then 100 s of nothing
+    now[0] = 102.0
+    gaps.contended(True)
+    gaps.freed()  # the spell's first free: a reference, no gap
+    assert gaps.interval_s == pytest.approx(2.0)
+    now[0] = 103.0
+    gaps.freed()
+    assert gaps.interval_s == pytest.approx(0.9 * 2.0 + 0.1 * 1.0)
+
+
+def test_a_burst_after_an_idle_spell_is_not_refused_for_it():
+    """Two bursts 100 s apart: the second's estimate is its own turnover (0.5 s a seat), not
+    the idle time since the first burst's last free (it read ~10 s a seat: wrong 503s)."""
+    now = [0.0]
+    cfg = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, num_kv_blocks=64)
+    s = ARScheduler(cfg, clock=lambda: now[0])
+
+    def burst(at: float, name: str) -> None:
+        now[0] = at
+        for i in range(4):
+            s.add_request(req(f"{name}{i}", prompt_len=4, max_new=50))
+        s.schedule()  # two seated, two wait
+        for i in range(4):
+            now[0] = at + 0.5 * (i + 1)
+            s.finish(f"{name}{i}", "abort")
+            s.schedule()
+
+    burst(0.0, "a")
+    assert s.seats.interval_s == pytest.approx(0.5)
+    burst(100.0, "b")
+    assert s.seats.interval_s == pytest.approx(0.5)
+    for i in range(3):
+        s.add_request(req(f"c{i}", prompt_len=4, max_new=50))
+    s.schedule()  # c0 and c1 seated, c2 waits
+    assert s.first_audio_wait_s() == pytest.approx(2 * 0.5)
+
+
+def test_retry_after_is_capped():
+    from omniflow.serve.errors import MAX_RETRY_AFTER_S, overloaded
+
+    assert overloaded("full", 1955.7).headers["Retry-After"] == str(MAX_RETRY_AFTER_S)
+    assert overloaded("full", 2.2).headers["Retry-After"] == "3"
