@@ -82,6 +82,14 @@ class ServerConfig(Frozen):
         "kept-alive connection; past it the server closes it (with a 408 JSON if part of a "
         "head came). Waiting, it holds no turn of other connections.",
     )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A request body must arrive whole within this many seconds of its head; "
+        "past it the request is answered with a 408 JSON and the connection closed (a body "
+        "that never ends would otherwise hold its connection for ever).",
+    )
     max_header_bytes: int = Field(
         16 * 1024,
         ge=1024,

@@ -1,5 +1,6 @@
-"""The request body limit (`server.max_body_bytes`): a body over it is refused with a 413 in
-the API's JSON shape, and the connection closed, before the rest of it is read
+"""The request body limits: a body over `server.max_body_bytes` is refused with a 413 in the
+API's JSON shape, and the connection closed, before the rest of it is read; one not whole
+within `server.body_timeout_s` of its head is answered with a 408 the same way
 (docs/reliability.md, "Clients that misbehave").
 
 An ASGI middleware in front of every route: a declared `Content-Length` over the limit is
@@ -7,10 +8,14 @@ answered before the app runs, so nothing of the body is read, whatever the route
 body (no length declared) is counted as the route reads it and refused once it passes the
 limit. The 413 says `Connection: close`: otherwise uvicorn would go on reading the rest of
 the body to find the next request. (FastAPI's own `max_body_size` acts only once a route
-reads the body, and the connection stays open for the rest of it.)
+reads the body, and the connection stays open for the rest of it.) The deadline is the
+route's read failing too: uvicorn's head timeout ends before the body, and nothing else would
+end a body that never completes.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,11 +39,20 @@ def declared_length(scope: Scope) -> int | None:
     return None
 
 
-class BodyLimit:
-    """Refuses request bodies over `limit` bytes (413 JSON, connection closed)."""
+def too_slow(timeout_s: float) -> ApiError:
+    return ApiError(
+        408,
+        f"the request body did not arrive whole within {timeout_s:g} s (server.body_timeout_s)",
+        headers={"Connection": "close"},
+    )
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+
+class BodyLimit:
+    """Refuses request bodies over `limit` bytes (413 JSON) or not whole `timeout_s` after
+    the app is called (408 JSON), the connection closed."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,12 +62,20 @@ class BodyLimit:
         if declared is not None and declared > self.limit:
             await error_response(too_large(self.limit, declared))(scope, receive, send)
             return
-        received = 0
+        received, whole = 0, False
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
         async def counted() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, whole
+            if whole:  # after the body: a disconnect, waited for as long as it takes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise too_slow(self.timeout_s) from None  # the route's read fails
             received += len(message.get("body", b""))
+            whole = not message.get("more_body", False)
             if received > self.limit:
                 raise too_large(self.limit)  # the route's read fails: its handler answers
             return message

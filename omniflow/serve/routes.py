@@ -245,7 +245,7 @@ def build_app(pipeline: Pipeline, server: ServerConfig) -> FastAPI:
         title="omniflow", version="0.1.0", docs_url=None, redoc_url=None, redirect_slashes=False
     )
     app.state.service = SpeechService(pipeline, server)
-    app.add_middleware(BodyLimit, limit=server.body_limit)
+    app.add_middleware(BodyLimit, limit=server.body_limit, timeout_s=server.body_timeout_s)
     install_error_handlers(app)
     install_docs(app)
     add_get(app, "/health", endpoints.health)

@@ -147,6 +147,7 @@ SERVER_READ: dict[str, tuple[str, str]] = {
     "server.max_unheard_per_client": ("serve/run.py", "max_unheard_per_client"),
     "server.max_unheard_connections": ("serve/run.py", "max_unheard_connections"),
     "server.max_body_bytes": ("serve/routes.py", "body_limit"),  # config/server.py derives it
+    "server.body_timeout_s": ("serve/routes.py", "body_timeout_s"),
     "server.max_concurrent_references": ("serve/routes.py", "max_concurrent_references"),
     "server.ws_idle_timeout_s": ("serve/ws.py", "ws_idle_timeout_s"),
     "server.warmup_frames": ("serve/warmup.py", "warmup_frames"),

@@ -6,8 +6,11 @@ a declared 1 GiB that never came: no answer at all, the server waiting for it)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import threading
+import time
 
 import httpx
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from omniflow.config.compose import compose
 from omniflow.serve.run import ServerThread
 from tests.serve.fake_pipeline import FakePipeline
-from tests.serve.test_idle_connections import closed_within
+from tests.serve.test_idle_connections import closed_within, until
 
 BODY = {"model": "qwen3-tts-tiny", "voice": "vivian", "input": "Hi.", "max_new_tokens": 2}
 LIMIT = 4096
@@ -113,3 +116,73 @@ def test_the_derived_limit_takes_the_largest_valid_request():
     }
     assert len(json.dumps(body).encode()) <= server.body_limit < 2 * len(json.dumps(body))
     assert compose(["platform=cpu", "server.max_body_bytes=123"]).server.body_limit == 123
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 1000\r\n\r\n", b"Transfer-Encoding: chunked\r\n\r\n5\r\n"],
+    ids=["short_of_its_length", "chunked_without_its_last_chunk"],
+)
+def test_a_body_that_never_ends_is_answered_408_at_the_body_timeout(framing):
+    """The head came, the body began and stopped: a 408 JSON at `server.body_timeout_s` and
+    the connection closed (before, it stayed open for as long as the client liked)."""
+    spec = compose(["platform=cpu", "server.body_timeout_s=0.5"]).server
+    with ServerThread(FakePipeline(), spec) as s:
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + framing
+            + b'{"mod'
+        )
+        answer = closed_within(sock, 5.0)
+        sock.close()
+        assert answer is not None, "still open: the body is waited for without end"
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head, head
+        error = json.loads(body)["error"]
+        assert "within 0.5 s (server.body_timeout_s)" in error["message"]
+        assert httpx.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
+
+
+def test_a_response_that_outlasts_the_body_timeout_is_not_cut():
+    """The deadline bounds the body alone: a request whose audio starts after it (the route
+    still reads the connection then, for a disconnect) is answered whole."""
+    spec = compose(["platform=cpu", "server.body_timeout_s=0.2"]).server
+    fake = FakePipeline()
+    fake.gate.clear()  # admitted, no audio yet
+    with ServerThread(fake, spec) as s:
+        body = {**BODY, "stream": True, "response_format": "pcm"}
+        got: list[httpx.Response] = []
+        sender = threading.Thread(
+            target=lambda: got.append(httpx.post(s.url + "/v1/audio/speech", json=body, timeout=30))
+        )
+        sender.start()
+        until(lambda: fake.submits == 1)  # its body read whole
+        time.sleep(0.4)  # the condition under test: twice the body timeout passes
+        fake.gate.set()
+        sender.join(timeout=30)
+    assert got and got[0].status_code == 200 and len(got[0].content) > 0
+
+
+def test_after_the_whole_body_the_deadline_no_longer_applies():
+    """A route reads the connection after its body too (a disconnect, while it waits for
+    audio): those reads wait as long as they must, past the body's deadline."""
+    from omniflow.serve.body_limit import BodyLimit
+
+    async def scenario() -> list[dict]:
+        messages: asyncio.Queue[dict] = asyncio.Queue()
+        messages.put_nowait({"type": "http.request", "body": b"{}", "more_body": False})
+        seen: list[dict] = []
+
+        async def app(scope, receive, send) -> None:
+            seen.append(await receive())
+            await asyncio.sleep(0.15)  # the condition under test: past the 0.1 s deadline
+            loop = asyncio.get_running_loop()  # the client leaves while the read waits
+            loop.call_soon(messages.put_nowait, {"type": "http.disconnect"})
+            seen.append(await receive())
+
+        limited = BodyLimit(app, limit=100, timeout_s=0.1)
+        await limited({"type": "http", "headers": []}, messages.get, None)
+        return seen
+
+    assert [m["type"] for m in asyncio.run(scenario())] == ["http.request", "http.disconnect"]
