@@ -32,8 +32,16 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-from omniflow.bench.outcome import Failure, Outcome, Sample, summarize, write_outcome
+from omniflow.bench.outcome import (
+    Failure,
+    Outcome,
+    Sample,
+    http_error,
+    summarize,
+    write_outcome,
+)
 from omniflow.bench.prompt_file import DEFAULT_PROMPTS, PromptFileError, read_prompt_rows
+from omniflow.logs import BAR_DISABLE
 
 FRAME_RATE = 12.5
 SAMPLE_RATE = 24000
@@ -89,8 +97,7 @@ async def one(
     underrun = 0.0
     async with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
-            detail = (await r.aread())[:200]
-            raise BadResponse(f"HTTP {r.status_code}: {detail!r}", r.status_code)
+            raise BadResponse(http_error(r.status_code, await r.aread()), r.status_code)
         async for chunk in r.aiter_bytes():
             if not chunk:
                 continue
@@ -153,7 +160,8 @@ async def run(
                 bar.update(1)
 
     t0 = time.perf_counter()
-    with tqdm(total=len(prompts), desc="requests", unit=" req", leave=False) as bar:
+    bar = tqdm(total=len(prompts), desc="requests", unit=" req", leave=False, disable=BAR_DISABLE)
+    with bar:
         await asyncio.gather(*(lane(bar) for _ in range(min(concurrency, len(prompts)))))
     wall = time.perf_counter() - t0
     samples = [r for r in results if isinstance(r, Sample)]

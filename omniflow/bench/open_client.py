@@ -43,7 +43,7 @@ from omniflow.bench.client import DEFAULT_PROMPTS, EXIT_SOME_FAILED, lane_client
 from omniflow.bench.mode import Plan
 from omniflow.bench.open_run import Outcome, Request, Target, Trace, drive, whole_pcm
 from omniflow.bench.open_stats import summarize, write_requests
-from omniflow.bench.outcome import REJECTED
+from omniflow.bench.outcome import REJECTED, http_error
 from omniflow.bench.prompt_file import PromptFileError, read_prompt_rows
 
 
@@ -75,7 +75,7 @@ async def send(
     try:
         async with client.stream("POST", url + "/v1/audio/speech", json=payload) as r:
             if r.status_code != 200:
-                text = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+                text = http_error(r.status_code, await r.aread())
                 return ("rejected" if r.status_code in REJECTED else "failed"), text
             async for chunk in r.aiter_bytes():
                 if chunk:

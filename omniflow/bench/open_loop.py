@@ -35,10 +35,18 @@ from typing import Any
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.bench.client import DEFAULT_PROMPTS, completed
-from omniflow.bench.job import VOICE, ar_stage, device_name, graph_config, load_in_child
+from omniflow.bench.job import (
+    VOICE,
+    ar_stage,
+    device_name,
+    graph_config,
+    load_in_child,
+    refusal_hint,
+)
 from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_run import Request
 from omniflow.bench.open_stats import read_requests, summarize
+from omniflow.bench.outcome import http_status
 from omniflow.bench.server_view import accrued, server_fields
 from omniflow.bench.step_kinds import StepKindTimer, device_sync
 from omniflow.bench.target import open_target
@@ -123,6 +131,9 @@ def run_open_loop_job(
         **record,
     }
     log_open_loop(summary)
+    refused = {http_status(r.error) for r in requests if r.counted and r.outcome == "rejected"}
+    if refused - {None}:  # which limit refused them, and the key that sets it
+        log.warning("open loop: %s", refusal_hint(refused - {None}, spec.server))
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(result, indent=2))

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from omniflow.bench.arrivals import arrival_times
 from omniflow.bench.mode import Plan
 from omniflow.core.player import stalls
+from omniflow.logs import BAR_DISABLE
 
 Outcome = Literal["ok", "rejected", "failed"]
 
@@ -145,7 +146,9 @@ async def drive(plan: Plan, attempt: Attempt) -> list[Request]:
     times = arrival_times(plan.rps, plan.window[1], plan.arrivals, plan.seed)
     records: list[Request | None] = [None] * len(times)
     in_flight = 0
-    bar = tqdm(total=len(times), desc="open loop: warm-up", unit=" req", leave=False)
+    bar = tqdm(
+        total=len(times), desc="open loop: warm-up", unit=" req", leave=False, disable=BAR_DISABLE
+    )
     t0 = time.perf_counter()
 
     async def one(i: int, at: float) -> None:
@@ -169,12 +172,14 @@ async def drive(plan: Plan, attempt: Attempt) -> list[Request]:
             bar.set_postfix(in_flight=in_flight, refresh=False)
 
     tasks: list[asyncio.Task[None]] = []
+    measuring = False  # (a bar off a terminal is disabled: it keeps no description)
     try:
         for i, at in enumerate(times):
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if at >= plan.warmup_s and bar.desc.endswith("warm-up"):
+            if at >= plan.warmup_s and not measuring:
+                measuring = True
                 bar.set_description("open loop: measured")
             tasks.append(asyncio.create_task(one(i, at)))
         bar.set_description("open loop: drain")

@@ -19,6 +19,19 @@ REJECTED = (429, 503)
 stage down)."""
 
 
+def http_error(status: int, body: bytes) -> str:
+    """A response other than 200 as one line: its status and the start of its body, as text
+    (the server's JSON error), not a Python bytes literal."""
+    return f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+
+
+def http_status(error: str | None) -> int | None:
+    """The status an `http_error` line names (None: another kind of failure)."""
+    head = (error or "").partition(":")[0]
+    number = head.removeprefix("HTTP ")
+    return int(number) if head.startswith("HTTP ") and number.isdigit() else None
+
+
 @dataclass(frozen=True)
 class Sample:
     ttfp: float

@@ -189,3 +189,30 @@ def test_the_open_loop_keys_are_listed_and_can_be_set_as_printed():
     assert "bench.warmup_s=null" in printed and "bench.seed=null" in printed
     again = compose(printed).bench
     assert again == spec.bench  # every printed line is a valid override giving the same value
+
+
+def test_refused_requests_name_the_limit_and_its_key(tmp_path, caplog, monkeypatch):
+    """As the closed loop does: a 503 names server.max_first_audio_wait_s and how to queue
+    instead; the error is the server's text, not a Python bytes literal."""
+    from omniflow.bench import open_loop
+    from omniflow.bench.outcome import http_error
+    from tests.bench.test_open_loop_client import record
+
+    refusal = http_error(503, b'{"error":{"message":"the server is at capacity"}}')
+    made = [record(0), record(1, outcome="rejected", error=refusal, first_audio_s=None)]
+    monkeypatch.setattr(open_loop, "open_loop_in_child", lambda *a, **k: made)
+    argv = ["bench", "platform=cpu", "bench.warmup=0", "bench.rps=2", "bench.duration_s=2"]
+    with caplog.at_level("WARNING", logger="omniflow"):
+        assert cli.main([*argv, "bench.warmup_s=0", "server.max_first_audio_wait_s=0.25"]) == 0
+    warned = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "server.max_first_audio_wait_s=0.25" in warned and "=null" in warned, warned
+    assert '(first: HTTP 503: {"error"' in warned and "b'" not in warned, warned
+
+
+def test_an_error_line_is_text_and_names_its_status():
+    from omniflow.bench.outcome import http_error, http_status
+
+    line = http_error(429, "trop de requêtes".encode() + b"\xff" + b"x" * 300)
+    assert line.startswith("HTTP 429: trop de requêtes\ufffd") and len(line) < 220
+    assert http_status(line) == 429
+    assert http_status("ConnectError: refused") is None and http_status(None) is None
