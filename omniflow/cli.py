@@ -169,7 +169,8 @@ def cmd_bench(args: Args) -> int:
 
 
 def cmd_sweep(args: Args) -> int:
-    """`sweep summarize DIR`: table (summary.md) and plot (rtf.png) of a sweep directory."""
+    """`sweep summarize DIR`: table (summary.md) and plot (rtf.png, or open_loop.png) of a
+    sweep directory."""
     from pathlib import Path
 
     from omniflow.bench.sweep import summarize

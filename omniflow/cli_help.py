@@ -74,7 +74,8 @@ _HEADS = {
     "bench": "usage: omniflow bench [-m] [hydra flags] [key=value ...]\n\nServe the "
     "configured pipeline on loopback and load it over HTTP with the shipped LibriSpeech "
     "prompts\n(fixed length: EOS ignored). With -m, a Hydra multirun: comma-separated values "
-    "sweep,\none job per combination, then DIR/summary.md and DIR/rtf.png. Hydra's flags "
+    "sweep,\none job per combination, then DIR/summary.md and DIR/rtf.png (open loop, "
+    "bench.rps: DIR/open_loop.png). Hydra's flags "
     "work:\n--cfg job (print a job's config), --hydra-help, hydra/launcher=joblib (needs the "
     "[bench] extra),\nhydra.sweep.dir=DIR (default multirun/DATE_TIME; an existing results "
     "directory is refused).\n\nkeys:",
@@ -83,10 +84,11 @@ _HEADS = {
 SWEEP_HELP = """usage: omniflow sweep summarize DIR
 
 Summarise a sweep directory (what `omniflow bench -m` writes: DIR/<n>/result.json per job):
-write DIR/summary.md (a table of the jobs, the swept keys as columns) and DIR/rtf.png
-(median RTF and worst player underrun per job; needs matplotlib, the [bench] extra), and
-print the table. A sweep writes both itself when it ends; this redoes them, e.g. for a
-committed sweep in sweeps/.
+write DIR/summary.md (a table of the jobs, the swept keys as columns) and a plot (needs
+matplotlib, the [bench] extra): DIR/rtf.png, median RTF and worst player underrun per job,
+or for an open-loop sweep (bench.rps) DIR/open_loop.png, p95 first audio and stalled
+fraction against req/s; and print the table. A sweep writes both itself when it ends;
+this redoes them, e.g. for a committed sweep in sweeps/.
 """
 
 _SECTIONS: dict[str, tuple[str, type[BaseModel], str]] = {

@@ -45,6 +45,8 @@ def setup_logging(level: str) -> None:
     root.setLevel(numeric)
     logging.getLogger("omniflow").setLevel(numeric)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    # torch's own INFO lines (FakeTensor cache stats at exit) under omniflow's format read as ours
+    logging.getLogger("torch").setLevel(max(numeric, logging.WARNING))
 
 
 UVICORN_LOG_CONFIG: dict[str, Any] = {

@@ -248,7 +248,12 @@ def run_batch(spec: OmniflowSpec, graph: StageGraph) -> int:
     try:
         written, failed, audio_s, wall = _generate_all(pipeline, todo, spec.synth)
     except KeyboardInterrupt:
-        print("omniflow synth: interrupted; only complete files were written", file=sys.stderr)
+        done = sum(item.out.exists() for item in todo)  # none was there before this run
+        print(
+            f"omniflow synth: interrupted; {done} of {len(todo)} files written, each whole "
+            "(a rerun resumes)",
+            file=sys.stderr,
+        )
         return 2
     finally:
         pipeline.stop()

@@ -7,6 +7,8 @@ import sys
 
 import yaml
 
+from omniflow import cli
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -97,3 +99,13 @@ def test_the_console_script_is_installed_and_runs():
     assert script.is_file(), "pip install -e . installs the `omniflow` console script"
     r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "usage: omniflow COMMAND" in r.stdout
+
+
+def test_sweep_help_names_the_plot_of_either_kind_of_sweep(capsys):
+    """A closed-loop sweep plots rtf.png, an open-loop one open_loop.png (both written:
+    tests/bench/test_bench_sweep.py, tests/bench/test_open_loop_job.py)."""
+    assert cli.main(["sweep", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "DIR/rtf.png" in text and "DIR/open_loop.png" in text
+    assert cli.main(["bench", "--help"]) == 0
+    assert "DIR/open_loop.png" in capsys.readouterr().out

@@ -34,3 +34,20 @@ def test_a_log_line_prints_above_a_drawn_bar():
 def test_bars_are_not_drawn_into_a_file():
     with tqdm(total=2, file=io.StringIO(), disable=BAR_DISABLE) as bar:
         assert bar.disable
+
+
+def test_torchs_info_lines_stay_out_of_omniflows_log():
+    """torch logs at INFO at exit (FakeTensor cache stats) through the root handler: with
+    omniflow at info, torch's loggers stay at warning; at debug too (they are not ours)."""
+    from omniflow.logs import setup_logging
+
+    torch_log, before = logging.getLogger("torch"), logging.getLogger("torch").level
+    try:
+        setup_logging("info")
+        assert not torch_log.isEnabledFor(logging.INFO)
+        assert torch_log.isEnabledFor(logging.WARNING)
+        setup_logging("error")
+        assert not torch_log.isEnabledFor(logging.WARNING)
+    finally:
+        torch_log.setLevel(before)
+        setup_logging("info")

@@ -168,8 +168,7 @@ def run_job(spec: OmniflowSpec, overrides: list[str], out_dir: Path | None) -> d
             prefills["eager"],
         )
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+        write_result(out_dir, result)
     if not any(r["completed"] for r in rounds):
         raise RuntimeError(
             f"no request completed: all {len(errors)} failed (first: {errors[0]})"
@@ -207,6 +206,14 @@ def log_round(n: int, total: int, summary: dict[str, Any], outcome: Outcome) -> 
                 first.after_s,
                 first.error,
             )
+
+
+def write_result(out_dir: Path, result: dict[str, Any]) -> None:
+    """out_dir/result.json (the directory made, parents and all), and where it went."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "result.json"
+    path.write_text(json.dumps(result, indent=2))
+    log.info("wrote %s", path)
 
 
 def refusal_hint(statuses: set[int], server: ServerConfig) -> str:

@@ -22,7 +22,6 @@ requests only.
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import subprocess
@@ -42,6 +41,7 @@ from omniflow.bench.job import (
     graph_config,
     load_in_child,
     refusal_hint,
+    write_result,
 )
 from omniflow.bench.mode import Plan, open_plan
 from omniflow.bench.open_run import Request
@@ -135,8 +135,7 @@ def run_open_loop_job(
     if refused - {None}:  # which limit refused them, and the key that sets it
         log.warning("open loop: %s", refusal_hint(refused - {None}, spec.server))
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+        write_result(out_dir, result)
     if not summary["succeeded"]:
         first = summary["errors"][0]["error"] if summary["errors"] else "none arrived"
         raise RuntimeError(

@@ -202,8 +202,11 @@ def test_refused_requests_name_the_limit_and_its_key(tmp_path, caplog, monkeypat
     made = [record(0), record(1, outcome="rejected", error=refusal, first_audio_s=None)]
     monkeypatch.setattr(open_loop, "open_loop_in_child", lambda *a, **k: made)
     argv = ["bench", "platform=cpu", "bench.warmup=0", "bench.rps=2", "bench.duration_s=2"]
-    with caplog.at_level("WARNING", logger="omniflow"):
-        assert cli.main([*argv, "bench.warmup_s=0", "server.max_first_audio_wait_s=0.25"]) == 0
+    out = tmp_path / "new" / "job"  # made, parents and all, and named in the log
+    argv += [f"bench.out_dir={out}", "bench.warmup_s=0", "server.max_first_audio_wait_s=0.25"]
+    with caplog.at_level("INFO", logger="omniflow"):
+        assert cli.main(argv) == 0
+    assert f"wrote {out / 'result.json'}" in caplog.text and (out / "result.json").is_file()
     warned = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert "server.max_first_audio_wait_s=0.25" in warned and "=null" in warned, warned
     assert '(first: HTTP 503: {"error"' in warned and "b'" not in warned, warned
