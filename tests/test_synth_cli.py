@@ -195,3 +195,13 @@ def test_synth_help_names_every_extension_synth_takes():
 
     head = command_help("synth", None).split("keys")[0]
     assert FORMATS and all(ext in head for ext in FORMATS), head
+
+
+def test_a_speed_out_of_range_is_reported_with_the_other_key_errors(capsys):
+    """Checked by the schema with the rest (it was checked after them, by the request's
+    rules, and so reported alone, or not at all beside another key's error)."""
+    from omniflow import cli
+
+    assert cli.main(["synth", "text=Hi", "speed=9", "seed=abc"]) == 2
+    err = capsys.readouterr().err
+    assert "2 configuration errors" in err and "synth.speed:" in err and "synth.seed:" in err

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from omniflow.core.frozen import Frozen
+from omniflow.core.request import MAX_SPEED, MIN_SPEED
 
 
 class SynthConfig(Frozen):
@@ -37,7 +38,10 @@ class SynthConfig(Frozen):
     max_new_tokens: int | None = Field(None, ge=1, description="Most frames to generate.")
     ignore_eos: bool = Field(False, description="Generate exactly max_new_tokens frames.")
     speed: float = Field(
-        1.0, description="0.25-4.0: the speech faster or slower, its pitch kept (README, Speed)."
+        1.0,
+        ge=MIN_SPEED,
+        le=MAX_SPEED,
+        description="0.25-4.0: the speech faster or slower, its pitch kept (README, Speed).",
     )
     texts: str | None = Field(
         None,

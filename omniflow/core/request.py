@@ -46,6 +46,9 @@ _FINISHED = frozenset(_REASONS)
 FINISHED_BY_REASON: dict[FinishReason, RequestState] = {v: k for k, v in _REASONS.items()}
 
 
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+"""A request's `speed` (the HTTP field, synth's key, the time-scaling's bounds)."""
+
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest finite float32: sampling settings above it become inf on the device."""
 

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from omniflow.core.request import MAX_SPEED, MIN_SPEED
+
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 """OpenAI's list but `aac` (no well-kept encoder here): refused with the list of these."""
 STREAMABLE = ("wav", "pcm", "mp3")
@@ -64,8 +66,8 @@ class SpeechBody(BaseModel):
     response_format: ResponseFormat = Field("wav", description="Audio container/encoding.")
     speed: float = Field(
         1.0,
-        ge=0.25,
-        le=4.0,
+        ge=MIN_SPEED,
+        le=MAX_SPEED,
         strict=True,
         description="Playback speed, 0.25-4.0: the speech time-scaled, its pitch kept "
         "(whole and streamed responses alike; README, Speed).",

@@ -22,9 +22,8 @@ from audiotsm import wsola
 from audiotsm.io.array import ArrayReader, ArrayWriter
 
 from omniflow.core.events import AudioEvent
+from omniflow.core.request import MAX_SPEED, MIN_SPEED
 
-MIN_SPEED = 0.25
-MAX_SPEED = 4.0
 FRAME_SECONDS = 0.032
 """WSOLA's frame (768 samples at 24 kHz: three periods of a 100 Hz voice), overlapped 4
 times. The measured best of the lengths tried on speech-like audio (docs/speed.md); it also
