@@ -32,7 +32,6 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.config.commands import SynthConfig
-from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.suggest import closest
@@ -42,7 +41,12 @@ from omniflow.serve.encoders import encode_whole
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.speed import stretch
 from omniflow.serve.voices import Clone, speech_request
-from omniflow.synth_checks import check_request_fields, request_and_reference
+from omniflow.synth_checks import (
+    check_request_fields,
+    compose_synth,
+    refused_with,
+    request_and_reference,
+)
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
@@ -136,19 +140,20 @@ def run_synth(overrides: list[str], config_dir: str | None) -> int:
 
 def _run_synth(overrides: list[str], config_dir: str | None) -> int:
     mapped = synth_overrides(overrides)
-    spec = compose(mapped, config_dir)
+    spec, refused = compose_synth(mapped, config_dir)  # refused: reported with the rest
     graph = build_graph(spec, engine_here=True)  # no server to share the interpreter with
     check_device(graph)
     s = spec.synth
     from omniflow.synth_batch import check_batch_keys, run_batch
 
     given = {o.partition("=")[0].lstrip("+~").removeprefix("synth.") for o in mapped}
-    check_batch_keys(s, frozenset(given))
     if s.texts is not None:
+        refused_with(refused, lambda: check_batch_keys(s, frozenset(given)))
         check_memory(graph)
         return run_batch(spec, graph)
+    check_batch_keys(s, frozenset(given))
     fmt = output_format(s.out)
-    body, reference = request_and_reference(graph, spec, fmt)
+    body, reference = refused_with(refused, lambda: request_and_reference(graph, spec, fmt))
     check_request_fields(graph, body.voice if reference is None else None, s)
     check_memory(graph)  # after the request's own, cheaper checks (counting weights is not)
     tmp = reserve(s.out)

@@ -6,16 +6,20 @@ Each broken rule is a `ConfigError` keyed `synth.KEY`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
 from omniflow.config.commands import SynthConfig
+from omniflow.config.compose import compose
 from omniflow.config.graph import StageGraph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError, ConfigErrors
 from omniflow.serve.protocol import SpeechBody
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # torch loads with the model, after the checks (a mistake fails fast)
     import torch
@@ -147,3 +151,37 @@ def request_and_reference(
     if errors or body is None:
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     return body, reference
+
+
+def compose_synth(
+    mapped: list[str], config_dir: str | None
+) -> tuple[OmniflowSpec, list[ConfigError]]:
+    """The spec, and the schema's refusals of synth's own keys (`seed=abc`, `speed=9`):
+    those keys are left at their defaults so that the request's rules still check the rest
+    (`voice=nobody`), and `refused_with` reports every error at once."""
+    try:
+        return compose(mapped, config_dir), []
+    except ConfigError as exc:
+        refused = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        keys = {e.key for e in refused}
+        if not all(k.startswith("synth.") for k in keys):
+            raise
+        kept = [o for o in mapped if o.partition("=")[0].lstrip("+~") not in keys]
+        try:
+            return compose(kept, config_dir), refused
+        except ConfigError:
+            raise exc from None
+
+
+def refused_with(refused: list[ConfigError], check: Callable[[], T]) -> T:
+    """`check()`'s result; with keys refused before (`compose_synth`), its errors and
+    theirs at once."""
+    try:
+        result = check()
+    except ConfigErrors as exc:
+        refused = [*refused, *exc.errors]
+    except ConfigError as exc:
+        refused = [*refused, exc]
+    if refused:
+        raise _one_or_all(refused)
+    return result

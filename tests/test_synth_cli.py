@@ -199,9 +199,11 @@ def test_synth_help_names_every_extension_synth_takes():
 
 def test_a_speed_out_of_range_is_reported_with_the_other_key_errors(capsys):
     """Checked by the schema with the rest (it was checked after them, by the request's
-    rules, and so reported alone, or not at all beside another key's error)."""
+    rules, so a seed's type error hid it); the keys the schema refused are left at their
+    defaults while the model's rules check the others, so all three come at once."""
     from omniflow import cli
 
-    assert cli.main(["synth", "text=Hi", "speed=9", "seed=abc"]) == 2
+    assert cli.main(["synth", "text=Hi", "speed=9", "seed=abc", "voice=nobody"]) == 2
     err = capsys.readouterr().err
-    assert "2 configuration errors" in err and "synth.speed:" in err and "synth.seed:" in err
+    assert "3 configuration errors" in err and "synth.speed:" in err and "synth.seed:" in err
+    assert "synth.voice: unknown voice 'nobody'" in err  # the served model's rule, too
