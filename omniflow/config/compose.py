@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 
 from omniflow.config.schema import STAGE_KINDS, OmniflowSpec
 from omniflow.config.suggest import hint_for_field, hint_for_key, hint_for_option
+from omniflow.core.capabilities import ARCH_CAPABILITIES
 from omniflow.errors import ConfigError, ConfigErrors
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -213,7 +214,31 @@ def to_data(cfg: DictConfig) -> dict[str, Any]:
 
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> OmniflowSpec:
     """Compose `omniflow/conf/` with Hydra overrides and validate it."""
-    return validate(to_data(compose_cfg(overrides, config_dir)))
+    data = to_data(compose_cfg(overrides, config_dir))
+    refuse_foreign_kind(data, overrides)
+    return validate(data)
+
+
+def refuse_foreign_kind(data: dict[str, Any], overrides: Sequence[str]) -> None:
+    """A stage's `kind` overridden to another than its arch's, in one line: validated, the
+    other kind's schema would refuse each of the stage's keys it lacks (ten lines for the
+    talker). (An overridden `arch` of another kind is the build rules' one line.)"""
+    stages = data.get("pipeline", {}).get("stages") or {}
+    set_kinds = {
+        k.split(".")[2]
+        for k in (o.partition("=")[0].lstrip("+~") for o in overrides)
+        if k.startswith("pipeline.stages.") and k.endswith(".kind") and k.count(".") == 3
+    }
+    for name, stage in stages.items() if isinstance(stages, dict) else ():
+        if name not in set_kinds:
+            continue
+        cap = ARCH_CAPABILITIES.get(stage.get("arch")) if isinstance(stage, dict) else None
+        if cap is not None and stage.get("kind") not in (None, cap.stage_kind):
+            raise ConfigError(
+                f"pipeline.stages.{name}.kind",
+                f"{stage['kind']!r}: arch {stage['arch']!r} runs in a {cap.stage_kind!r} stage "
+                f"(a stage's kind follows its arch); set pipeline.stages.{name}.arch",
+            )
 
 
 def _error(err: ErrorDetails, data: dict[str, Any]) -> ConfigError:

@@ -365,3 +365,13 @@ def test_the_removed_window_admits_key_is_refused_by_name():
         compose([*FUSED, "pipeline.stages.talker.window_admits=true"])
     assert "pipeline.stages.talker.window_admits" in str(exc.value)
     assert "no such key" in str(exc.value)
+
+
+def test_a_stage_kind_other_than_its_archs_is_one_error():
+    """Set on the command line, a kind the arch does not run in is one line naming the key
+    (the other kind's schema answered with one error per key it lacks: ten for the talker)."""
+    with pytest.raises(ConfigError) as err:
+        compose([*FUSED, "pipeline.stages.talker.kind=generation"])
+    assert not isinstance(err.value, ConfigErrors)
+    assert err.value.key == "pipeline.stages.talker.kind"
+    assert "runs in a 'ar' stage" in str(err.value)
