@@ -35,7 +35,8 @@ def hint_for_key(key: str, data: dict[str, Any]) -> str:
         if part in listed or part in schema:
             node = node.get(part) if isinstance(node, dict) else None
             continue
-        exact = _elsewhere(parts, data) if i == 0 else ""  # `seed=3`: not "server"
+        # `seed=3`: not "server"; `pipeline.stages.talker.async_scheduling`: under scheduler
+        exact = _elsewhere(parts, data) if i == 0 else _below(parts[:i], parts[i:], node)
         if exact:
             return exact
         guess = closest(part, listed | schema)
@@ -56,6 +57,16 @@ def _elsewhere(parts: list[str], data: dict[str, Any]) -> str:
     if not found or len(found) > 3:
         return ""
     return f"; did you mean {' or '.join(found)}?"
+
+
+def _below(parent: list[str], tail: list[str], node: Any) -> str:
+    """A key written a level or more too high: the paths under `parent` that end with it."""
+    found = sorted(
+        ".".join([*parent, *p])
+        for p in _paths(node)
+        if len(p) > len(tail) and p[-len(tail) :] == tuple(tail)
+    )
+    return f"; did you mean {' or '.join(found)}?" if 0 < len(found) <= 3 else ""
 
 
 def _paths(node: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:

@@ -98,3 +98,23 @@ def test_a_config_group_without_an_option_is_refused_naming_its_options(item):
     assert "takes one of its options" in str(exc.value) and "leave it out" in str(exc.value)
     if group == "experiment":
         assert "high_concurrency, window_k12" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "meant"),
+    [
+        (
+            "pipeline.stages.talker.max_resident_seqs=null",
+            "pipeline.stages.talker.scheduler.max_resident_seqs",
+        ),
+        (
+            "pipeline.stages.talker.async_scheduling=false",
+            "pipeline.stages.talker.scheduler.async_scheduling",
+        ),
+        ("model.num_layers=2", "model.code_predictor.num_layers or model.codec.num_layers"),
+    ],
+)
+def test_a_key_written_a_level_too_high_is_found_below(override, meant):
+    """Not only a near spelling at the key's own level: the same name further down."""
+    with pytest.raises(ConfigError, match=f"did you mean {meant}"):
+        compose(["platform=cpu", override])
