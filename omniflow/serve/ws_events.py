@@ -12,6 +12,15 @@ from omniflow.serve.errors import ApiError, clip, encodable
 
 PATH = "/v1/audio/speech/stream"
 MESSAGE_TYPES = ("session.config", "input.text", "input.done", "input.cancel", "session.close")
+MESSAGE_FIELDS = {
+    "input.text": ("type", "text"),
+    "input.done": ("type",),
+    "input.cancel": ("type",),
+    "session.close": ("type",),
+}
+"""The fields of each message type but session.config (whose fields the request's schema
+checks): any other is refused, not ignored (a `voice` sent with a piece of text would seem to
+act)."""
 CONFIG_ONLY = ("stream_audio", "incremental")
 """session.config's own fields; the others are the speech request's."""
 NOT_IN_CONFIG = {

@@ -23,6 +23,7 @@ from omniflow.serve.ws_config import session_config
 from omniflow.serve.ws_events import (
     CLOSE_NORMAL,
     DONE,
+    MESSAGE_FIELDS,
     MESSAGE_TYPES,
     SessionEnded,
     _Done,
@@ -159,6 +160,13 @@ class Session(Speaker):
             known = ", ".join(MESSAGE_TYPES)
             what = "no type" if kind is None else f"unknown type {clip(str(kind))!r}"
             raise ApiError(400, f"message of {what}; known: {known}", "type")
+        extra = sorted(set(payload) - set(MESSAGE_FIELDS.get(kind, payload)))
+        if extra:
+            names = ", ".join(repr(clip(str(k))) for k in extra[:5])
+            fields = ", ".join(MESSAGE_FIELDS[kind])
+            raise ApiError(
+                400, f"{kind} has no field {names} (its fields: {fields})", clip(extra[0])
+            )
         if kind == "session.close":
             await self.close(CLOSE_NORMAL, "closed by the client")
             raise SessionEnded("session.close")

@@ -183,6 +183,11 @@ def test_bad_messages_are_errors_and_the_session_goes_on(live):
         ws.send(json.dumps({"type": "input.cancel"}))  # nothing under way: ignored
         ws.send(json.dumps({"type": "input.text", "text": 5}))
         assert event(ws)["param"] == "text"
+        ws.send(json.dumps({"type": "input.text", "text": "Dropped.", "voice": "ryan"}))
+        err = event(ws)  # a field the message lacks: refused, the piece dropped, not ignored
+        assert err["param"] == "voice" and "input.text has no field 'voice'" in err["message"]
+        ws.send(json.dumps({"type": "input.done", "now": True}))
+        assert "input.done has no field 'now' (its fields: type)" in event(ws)["message"]
         text(ws, "Still here.")
         done(ws)
         events, audio, end = utterance(ws)
