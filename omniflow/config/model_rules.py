@@ -3,11 +3,12 @@ the shapes that must agree with each other, and the opt-in for large dummy weigh
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from omniflow.config.graph import ResolvedPlatform
 from omniflow.errors import ConfigError
-from omniflow.models.shapes import ModelConfig
+from omniflow.models.shapes import CODE_FRAME_RATE, ModelConfig
 
 
 def resolve_model(
@@ -50,6 +51,17 @@ def resolve_model(
             ConfigError(
                 "model.code_predictor.codebook_size",
                 f"must equal model.codec.codebook_size ({model.codec.codebook_size})",
+            )
+        )
+    codec = model.codec
+    per_frame = math.prod(codec.upsampling_ratios) * math.prod(codec.upsample_rates)
+    if codec.sample_rate != per_frame * CODE_FRAME_RATE:
+        errors.append(
+            ConfigError(
+                "model.codec.sample_rate",
+                f"{codec.sample_rate} Hz, but the decoder makes {per_frame} samples a frame "
+                f"(upsampling_ratios x upsample_rates) at {CODE_FRAME_RATE:g} frames a second: "
+                f"{per_frame * CODE_FRAME_RATE:g} Hz; the PCM would play at the wrong speed",
             )
         )
     if model.voice_design:

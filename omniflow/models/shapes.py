@@ -12,6 +12,9 @@ from pydantic import Field
 
 from omniflow.core.frozen import Dtype, Frozen
 
+CODE_FRAME_RATE = 12.5
+"""Qwen3-TTS's code frames a second (talker steps, codec frames)."""
+
 
 class TransformerShape(Frozen):
     """A Qwen3 decoder stack's shape."""

@@ -375,3 +375,16 @@ def test_a_stage_kind_other_than_its_archs_is_one_error():
     assert not isinstance(err.value, ConfigErrors)
     assert err.value.key == "pipeline.stages.talker.kind"
     assert "runs in a 'ar' stage" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "hz"),
+    [
+        ("model.codec.sample_rate=16000", "24000 Hz"),
+        ("model.codec.upsample_rates=[8,5,4,4]", "32000 Hz"),
+    ],
+)
+def test_a_codec_rate_its_upsampling_does_not_make_is_refused(override, hz):
+    """The dummy decoder's PCM relabelled at another rate would play at the wrong speed."""
+    with pytest.raises(ConfigError, match=f"model.codec.sample_rate: .*: {hz}"):
+        build_graph(compose([*FUSED, override]))
