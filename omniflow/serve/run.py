@@ -43,6 +43,7 @@ from omniflow.serve.http_protocol import guarded_protocol
 from omniflow.serve.intake import ACCEPT_BATCH, LISTEN_QUEUE, TURN_REQUESTS, Intake
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
+from omniflow.serve.sending import quiet_purposeful_ends
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
 from omniflow.serve.warmup import run_warmup, warmup_frames
 
@@ -105,7 +106,7 @@ def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicor
     loop is asyncio's, not uvicorn's "auto" (uvloop wherever some other package installed
     it): the intake's turns are passes of asyncio's loop (`serve.intake`), and the server's
     timing under a burst was measured on it."""
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,
         loop="asyncio",
         log_config=UVICORN_LOG_CONFIG,  # one format for omniflow's and uvicorn's lines
@@ -114,6 +115,8 @@ def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicor
         ws_max_size=server.body_limit,  # a session.config may carry a reference, as a body may
         **options,
     )
+    quiet_purposeful_ends()  # after the config's logging set-up
+    return config
 
 
 class Server(uvicorn.Server):

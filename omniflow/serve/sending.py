@@ -13,8 +13,9 @@
   the server past its grace period.
 
 In the two ending cases `on_end` is called at once, so the request is aborted now rather
-than when the body generator is collected. uvicorn then closes the connection and logs one
-line saying the response was not completed.
+than when the body generator is collected, and one WARNING says why. uvicorn then closes the
+connection; its ERROR line saying the response was not completed is left out for these ends
+(`EndedOnPurpose`), and kept for any other.
 """
 
 from __future__ import annotations
@@ -22,11 +23,34 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 
 from fastapi.responses import StreamingResponse
-from starlette.types import Message, Send
+from starlette.types import Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
+
+
+UVICORN_INCOMPLETE = "ASGI callable returned without completing response."
+"""What uvicorn logs (ERROR, on `uvicorn.error`) when an app returns mid-response."""
+_ENDED_ON_PURPOSE: ContextVar[bool] = ContextVar("ended_on_purpose", default=False)
+"""Set in a request's task when `PacedStream` ended its body early on purpose; uvicorn logs
+the incomplete response in that same task, after the app returns."""
+
+
+class EndedOnPurpose(logging.Filter):
+    """Drops uvicorn's incomplete-response ERROR for a stream this module ended (a stalled
+    client, a broken stream, shutdown): it logged a WARNING of its own, with the reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_ENDED_ON_PURPOSE.get() and record.getMessage() == UVICORN_INCOMPLETE)
+
+
+def quiet_purposeful_ends() -> None:
+    """Install `EndedOnPurpose` on uvicorn's error logger (once)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, EndedOnPurpose) for f in logger.filters):
+        logger.addFilter(EndedOnPurpose())
 
 
 class StreamBroken(Exception):
@@ -57,6 +81,8 @@ class PacedStream(StreamingResponse):
         self._timeout: asyncio.Timeout | None = None
         self._cap: float | None = None
         """Loop time past which no send may wait (set by `hurry`)."""
+        self.ended_early = False
+        """The body ended before its end on purpose (a stalled client, a broken stream)."""
 
     def hurry(self, grace_s: float) -> None:
         """No send waits more than `grace_s` from now (the server is stopping). Called on
@@ -98,7 +124,14 @@ class PacedStream(StreamingResponse):
                 log.warning("client read nothing for %g s: request aborted", self.stall_timeout_s)
             else:
                 log.warning("server stopping: a client that is not reading was dropped")
+            self.ended_early = True
             self.on_end()
         except StreamBroken as exc:
             log.warning("stream ended early: %s", exc)
+            self.ended_early = True
             self.on_end()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+        if self.ended_early:  # in the request's task (the body may stream in a child task)
+            _ENDED_ON_PURPOSE.set(True)

@@ -95,8 +95,10 @@ def test_a_client_that_stops_reading_pauses_its_request_until_it_reads_again():
         assert metric(text, "omniflow_buffered_audio_seconds") == 0
 
 
-def test_a_client_that_takes_nothing_past_the_timeout_is_dropped_and_its_request_freed():
+def test_a_client_that_takes_nothing_past_the_timeout_is_dropped_and_its_request_freed(caplog):
+    """With one WARNING naming why, and not uvicorn's ERROR for an incomplete response."""
     overrides = ("server.max_buffered_audio_s=0.5", "server.stalled_client_timeout_s=0.5")
+    caplog.set_level("WARNING")
     with small_buffer_server(*overrides) as server:
         response = slow_client(server, 2000)
         server.wait_idle()  # aborted by the server, not by the client
@@ -104,7 +106,9 @@ def test_a_client_that_takes_nothing_past_the_timeout_is_dropped_and_its_request
         text = httpx.get(server.url + "/metrics").text
         assert metric(text, 'omniflow_requests_total{outcome="abort"}') == 1
         with pytest.raises(http.client.IncompleteRead):
-            response.read()  # the server closed the connection mid-body
+            response.read()  # the server closed the connection mid-body (after logging)
+        assert "client read nothing for 0.5 s: request aborted" in caplog.text
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
         ok = httpx.post(server.url + "/v1/audio/speech", json={**BODY, "max_new_tokens": 3})
         assert ok.status_code == 200 and len(ok.content) == 3 * SPF * 2
 
@@ -122,3 +126,15 @@ def test_backpressure_settings_are_validated_with_their_key_path(override):
     with pytest.raises(ConfigError) as exc:
         compose([override])
     assert override.split("=")[0] in str(exc.value)
+
+
+def test_the_incomplete_response_error_is_kept_for_any_other_end():
+    """Only a stream `PacedStream` ended on purpose (in that request's task) drops it."""
+    import logging
+
+    from omniflow.serve.sending import UVICORN_INCOMPLETE, EndedOnPurpose
+
+    record = logging.LogRecord(
+        "uvicorn.error", logging.ERROR, "", 0, UVICORN_INCOMPLETE, None, None
+    )
+    assert EndedOnPurpose().filter(record)
