@@ -35,10 +35,23 @@ def check_printable(text: str, field: str) -> None:
         )
 
 
+BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Characters of a letter or symbol category that draw nothing: the Hangul fillers and the
+blank braille pattern (used to pass "not empty" checks)."""
+INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
+"""Format characters (zero-width space, joiners, marks of direction) and combining marks,
+which have nothing to speak without a letter to sit on."""
+
+
 def has_visible(text: str) -> bool:
-    """Whether `text` has a character to speak: not whitespace, not a format character
-    (zero-width space, joiners, marks of direction)."""
-    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+    """Whether `text` has a character to speak: not whitespace, not a format character or
+    a lone combining mark, not a blank letter."""
+    return any(
+        not ch.isspace()
+        and ch not in BLANK_LETTERS
+        and unicodedata.category(ch) not in INVISIBLE_CATEGORIES
+        for ch in text
+    )
 
 
 def check_speakable(text: str, field: str) -> None:
@@ -47,7 +60,7 @@ def check_speakable(text: str, field: str) -> None:
     if not has_visible(text):
         raise ApiError(
             400,
-            f"{field} is empty: it has no visible characters (only whitespace or "
-            "zero-width/format characters)",
+            f"{field} is empty: it has no visible characters (only whitespace, "
+            "zero-width/format characters, combining marks or blank letters)",
             field,
         )

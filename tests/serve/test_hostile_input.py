@@ -75,6 +75,10 @@ def rejected(url: str) -> float:
         " \t\n\r ",
         "\u200b",
         "\u200b\u200c\u200d\u2060\ufeff \u00a0",
+        "\u3164",  # Hangul filler: a letter that draws nothing
+        "\u2800\u2800",  # blank braille pattern
+        "\u115f\u1160 \uffa0",
+        "\u0301\u20dd",  # combining marks with nothing to sit on
     ],
 )
 def test_control_characters_and_invisible_text_are_refused(url, text):
