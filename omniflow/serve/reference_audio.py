@@ -66,6 +66,8 @@ def payload_bytes(value: str, max_bytes: int | None) -> bytes:
                 "(data:audio/<type>;base64,<data>)"
             )
         data = value[uri.end() :]
+    if any(ch in data for ch in "\n\r"):  # wrapped lines (`base64` without -w0, MIME's 76)
+        data = "".join(data.split())
     if max_bytes is not None and len(data) * 3 // 4 > max_bytes + 2:
         raise ReferenceAudioError(f"is over {max_bytes} bytes (server.max_ref_audio_bytes)")
     try:

@@ -80,6 +80,17 @@ def test_a_data_uri_of_another_media_type_is_refused():
     assert payload_bytes("data:audio/x-wav;base64," + b64(b"RIFF"), None) == b"RIFF"
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_line_wrapped_base64_is_the_same_audio(newline):
+    """As the `base64` command writes it (76 columns) or a MIME body: the line breaks are
+    not data (it was refused as "neither base64 nor a base64 data URI")."""
+    data = b64(audio_file())
+    wrapped = newline.join(data[i : i + 76] for i in range(0, len(data), 76)) + newline
+    assert payload_bytes(wrapped, None) == payload_bytes(data, None) == audio_file()
+    uri = "data:audio/wav;base64," + wrapped
+    assert payload_bytes(uri, None) == audio_file()
+
+
 def test_over_http_each_is_a_400_naming_ref_audio():
     fake = CloningFake()
     with ServerThread(fake, compose(["platform=cpu"]).server) as server:
