@@ -16,7 +16,7 @@ naming the field, so nothing a client sends is silently ignored.
 
 from __future__ import annotations
 
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, quoted
 from omniflow.serve.protocol import SpeechBody
 
 VOICE_CLONE = ("ref_audio", "ref_text", "x_vector_only_mode")
@@ -70,7 +70,7 @@ def _design_errors(body: SpeechBody) -> list[ApiError]:
         errors.append(
             ApiError(
                 400,
-                f"voice {clip(body.voice)!r} is not used with task_type 'VoiceDesign': a "
+                f"voice {quoted(body.voice)} is not used with task_type 'VoiceDesign': a "
                 "VoiceDesign model has no preset voices, instructions describe the voice; "
                 "leave out voice",
                 "voice",
@@ -121,7 +121,7 @@ def _registered_voice_errors(body: SpeechBody, registered: bool) -> list[ApiErro
         return [
             ApiError(
                 400,
-                f"voice {clip(body.voice or '')!r} is not a registered voice; a Base model has "
+                f"voice {quoted(body.voice or '')} is not a registered voice; a Base model has "
                 "no preset speakers: clone from ref_audio (the server also takes the id of a "
                 "voice registered with POST /v1/audio/voices, listed by GET /v1/audio/voices)",
                 "voice",

@@ -58,6 +58,12 @@ def clip(text: str, limit: int = ECHO_LIMIT) -> str:
     return encodable(text if len(text) <= limit else text[:limit] + "…")
 
 
+def quoted(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` quoted as Python's repr does (lone surrogates as one `\\ud800` escape, not
+    escaped twice as `clip`'s escape would be by the quoting), at most `limit` characters."""
+    return encodable(repr(text if len(text) <= limit else text[:limit] + "…"))
+
+
 def encodable(text: str) -> str:
     """`text` with lone surrogates (valid in a Python str and in a JSON `\\ud800` escape,
     not in UTF-8) written as backslash escapes, so that writing the body cannot fail."""

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, WebSocketRoute
 
-from omniflow.serve.errors import ApiError, clip, error_response
+from omniflow.serve.errors import ApiError, clip, error_response, quoted
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -57,7 +57,7 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
         bare = request.url.path.rstrip("/")
         # only to a path answering this method: another method's would only lead to a 405
         answered = bare and _answers(app, {**request.scope, "path": bare}, APIRoute)
-        hint = f"; did you mean {clip(bare)!r}?" if answered else ""
+        hint = f"; did you mean {quoted(bare)}?" if answered else ""
         return ApiError(404, f"no route {path!r}{hint}", None, "not_found_error")
     if exc.status_code == 405:
         allowed = sorted(

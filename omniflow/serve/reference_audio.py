@@ -18,7 +18,7 @@ import re
 import soundfile
 import torch
 
-from omniflow.serve.errors import clip
+from omniflow.serve.errors import quoted
 
 SILENCE_PEAK = 1e-4
 """A reference whose loudest sample is below this (-80 dBFS) is silence: nothing to clone."""
@@ -62,7 +62,7 @@ def payload_bytes(value: str, max_bytes: int | None) -> bytes:
         media = uri.group(1).strip().lower()
         if not media.startswith("audio/"):
             raise ReferenceAudioError(
-                f"is a data URI of {clip(media or 'no type')!r}, not audio "
+                f"is a data URI of {quoted(media or 'no type')}, not audio "
                 "(data:audio/<type>;base64,<data>)"
             )
         data = value[uri.end() :]

@@ -15,7 +15,7 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
-from omniflow.serve.errors import ApiError, all_of, clip
+from omniflow.serve.errors import ApiError, all_of, clip, quoted
 
 log = logging.getLogger("omniflow.serve")
 Body = TypeVar("Body", bound=BaseModel)
@@ -47,13 +47,13 @@ def check_media_type(request: Request) -> None:
     ):
         raise ApiError(
             415,
-            f"the body must be JSON (Content-Type: application/json), not {clip(media)!r}",
+            f"the body must be JSON (Content-Type: application/json), not {quoted(media)}",
         )
     for param in params:
         name, _, value = param.partition("=")
         charset = value.strip().strip('"').lower()
         if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
-            raise ApiError(415, f"a JSON body is UTF-8, not {clip(charset)!r}")
+            raise ApiError(415, f"a JSON body is UTF-8, not {quoted(charset)}")
 
 
 async def read_body(request: Request) -> bytes:

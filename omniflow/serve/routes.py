@@ -40,7 +40,7 @@ from omniflow.serve import endpoints
 from omniflow.serve.body_limit import BodyLimit
 from omniflow.serve.docs_pages import install_docs
 from omniflow.serve.encoders import mp3_stream
-from omniflow.serve.errors import ApiError, clip, overloaded, refusal_reason, unavailable
+from omniflow.serve.errors import ApiError, clip, overloaded, quoted, refusal_reason, unavailable
 from omniflow.serve.event_queue import LoopHandoff, event_channel
 from omniflow.serve.handlers import install_error_handlers
 from omniflow.serve.metrics import Metrics
@@ -193,7 +193,7 @@ class SpeechService:
         if model_id != self.info.model:
             raise ApiError(
                 404,
-                f"model {clip(model_id)!r} is not served; this server serves {self.info.model!r}",
+                f"model {quoted(model_id)} is not served; this server serves {self.info.model!r}",
                 "model",
                 "not_found_error",
             )

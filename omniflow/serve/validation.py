@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from omniflow.config.server import ServerConfig
 from omniflow.core.pipeline import PipelineInfo, PipelineStats
 from omniflow.serve.compat import task_field_errors
-from omniflow.serve.errors import ApiError, all_of, clip, unavailable
+from omniflow.serve.errors import ApiError, all_of, quoted, unavailable
 from omniflow.serve.protocol import SSE_FORMATS, STREAMABLE, SpeechBody
 from omniflow.serve.request_body import FieldErrors
 from omniflow.serve.text import check_printable, check_speakable
@@ -128,7 +128,7 @@ def _check_model(body: SpeechBody, info: PipelineInfo) -> None:
     if body.model != info.model:
         raise ApiError(
             404,
-            f"model {clip(body.model)!r} is not served; this server serves {info.model!r}",
+            f"model {quoted(body.model)} is not served; this server serves {info.model!r}",
             "model",
             "not_found_error",
         )
@@ -183,14 +183,14 @@ def _check_voice(body: SpeechBody, info: PipelineInfo) -> None:
     # the others' voice was checked with their task; an unserved task is refused as such
     preset = body.task_type == "CustomVoice" and "CustomVoice" in info.task_types
     if preset and body.voice is not None and body.voice.lower() not in voices:
-        raise ApiError(400, f"unknown voice {clip(body.voice)!r}; known: {voices}", "voice")
+        raise ApiError(400, f"unknown voice {quoted(body.voice)}; known: {voices}", "voice")
 
 
 def _check_language(body: SpeechBody, info: PipelineInfo) -> None:
     languages = list(info.languages)
     if body.language.lower() not in languages:
         raise ApiError(
-            400, f"unknown language {clip(body.language)!r}; known: {languages}", "language"
+            400, f"unknown language {quoted(body.language)}; known: {languages}", "language"
         )
 
 

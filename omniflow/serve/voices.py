@@ -28,7 +28,7 @@ from omniflow.core.pipeline import PipelineInfo
 from omniflow.core.speech import SpeechRequest
 from omniflow.core.voice import EncodedVoice
 from omniflow.serve.compat import check_ref_text
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, quoted
 from omniflow.serve.protocol import SpeechBody, VoiceBody
 from omniflow.serve.reference_gate import Place
 from omniflow.serve.text import check_printable, check_speakable
@@ -249,7 +249,7 @@ class VoiceService:
     def _unknown(voice_id: str) -> ApiError:
         return ApiError(
             404,
-            f"no registered voice {clip(voice_id)!r} (GET /v1/audio/voices lists them)",
+            f"no registered voice {quoted(voice_id)} (GET /v1/audio/voices lists them)",
             "voice_id",
             "not_found_error",
         )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from omniflow.serve.errors import ApiError, clip
+from omniflow.serve.errors import ApiError, clip, quoted
 from omniflow.serve.protocol import SpeechBody
 from omniflow.serve.reference_gate import REFERENCE_BODY_BYTES, Place
 from omniflow.serve.request_body import parse_json
@@ -158,11 +158,11 @@ class Session(Speaker):
         kind = payload.get("type")
         if kind not in MESSAGE_TYPES:
             known = ", ".join(MESSAGE_TYPES)
-            what = "no type" if kind is None else f"unknown type {clip(str(kind))!r}"
+            what = "no type" if kind is None else f"unknown type {quoted(str(kind))}"
             raise ApiError(400, f"message of {what}; known: {known}", "type")
         extra = sorted(set(payload) - set(MESSAGE_FIELDS.get(kind, payload)))
         if extra:
-            names = ", ".join(repr(clip(str(k))) for k in extra[:5])
+            names = ", ".join(quoted(str(k)) for k in extra[:5])
             fields = ", ".join(MESSAGE_FIELDS[kind])
             raise ApiError(
                 400, f"{kind} has no field {names} (its fields: {fields})", clip(extra[0])

@@ -93,6 +93,7 @@ def test_lone_surrogate_in_input_is_refused_and_the_reply_is_utf8(url):
     # echoed in a message (the unknown model), a lone surrogate is escaped, not a 500
     err = api_error(post_raw(url, json.dumps({**BODY, "model": "m\udfff"}).encode()), 404)
     assert err["param"] == "model" and "udfff" in err["message"]
+    assert "'m\\udfff'" in err["message"], err["message"]  # one escape, not two
 
 
 def test_text_with_tabs_newlines_and_a_zero_width_space_inside_is_spoken(url):
