@@ -42,37 +42,47 @@ def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError
     `/v1/audio/voices/abc`): the router's own test, where the method decides only between a
     full and a partial match."""
     path = clip(request.url.path)
+    shown = quoted(request.url.path)
     # the router matched no HTTP route: a WebSocket route at the path says it was plain HTTP
     if exc.status_code == 404 and _answers(
         app, {**request.scope, "type": "websocket"}, WebSocketRoute
     ):
         return ApiError(
             426,
-            f"{path!r} is a WebSocket endpoint: connect to it with a WebSocket client "
+            f"{shown} is a WebSocket endpoint: connect to it with a WebSocket client "
             "(ws://HOST:PORT" + path + "; docs/websocket.md), not a plain HTTP request",
             None,
             headers={"Upgrade": "websocket", "Connection": "Upgrade"},
         )
     if exc.status_code == 404:
         bare = request.url.path.rstrip("/")
-        # only to a path answering this method: another method's would only lead to a 405
-        answered = bare and _answers(app, {**request.scope, "path": bare}, APIRoute)
-        hint = f"; did you mean {quoted(bare)}?" if answered else ""
-        return ApiError(404, f"no route {path!r}{hint}", None, "not_found_error")
+        methods = _methods(app, {**request.scope, "path": bare}) if bare else []
+        if request.method in methods:
+            hint = f"; did you mean {quoted(bare)}?"
+        elif methods:  # the path without its slash answers other methods: say which
+            hint = f"; {quoted(bare)} answers {', '.join(methods)}"
+        else:
+            hint = ""
+        return ApiError(404, f"no route {shown}{hint}", None, "not_found_error")
     if exc.status_code == 405:
-        allowed = sorted(
-            method
-            for route in app.routes
-            if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE
-            for method in route.methods
-        )
+        allowed = _methods(app, request.scope)
         message = (
-            f"method {clip(request.method)} is not allowed on {path!r}; "
+            f"method {clip(request.method)} is not allowed on {shown}; "
             f"it answers {', '.join(allowed)}"
         )
         return ApiError(405, message, None, headers={"Allow": ", ".join(allowed)})
     kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
     return ApiError(exc.status_code, clip(str(exc.detail), 300), None, kind, exc.headers)
+
+
+def _methods(app: FastAPI, scope: dict) -> list[str]:
+    """The methods of the HTTP routes whose path matches `scope`'s, sorted."""
+    return sorted(
+        method
+        for route in app.routes
+        if isinstance(route, APIRoute) and route.matches(scope)[0] != Match.NONE
+        for method in route.methods
+    )
 
 
 def _answers(app: FastAPI, scope: dict, kind: type[APIRoute] | type[WebSocketRoute]) -> bool:

@@ -246,9 +246,10 @@ def test_404_and_405_are_api_errors(url):
     # a trailing slash: a JSON 404 naming the route, not a bodiless redirect
     err = api_error(httpx.post(url + "/v1/audio/speech/", json=BODY), 404)
     assert err["message"] == "no route '/v1/audio/speech/'; did you mean '/v1/audio/speech'?"
-    # only to a route that answers the method (GET there is a 405), quoted at most ~100 chars
+    # to a route that answers another method: which it answers (GET there would be a 405)
     err = api_error(httpx.get(url + "/v1/audio/speech/"), 404)
-    assert "did you mean" not in err["message"]
+    assert err["message"] == "no route '/v1/audio/speech/'; '/v1/audio/speech' answers POST"
+    # quoted at most ~100 characters
     err = api_error(httpx.get(url + "/v1/audio/voices/" + "p" * 5000 + "/"), 404)
     assert "did you mean '/v1/audio/voices/ppp" in err["message"]
     assert "p" * 101 not in err["message"] and len(err["message"]) < 300
