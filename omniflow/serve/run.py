@@ -38,12 +38,12 @@ from omniflow.config.server import ServerConfig
 from omniflow.core.heap import IDLE_TRIM_S, IdleRelease, malloc_trim
 from omniflow.core.pipeline import Pipeline
 from omniflow.logs import UVICORN_LOG_CONFIG
+from omniflow.serve import uvicorn_logs
 from omniflow.serve.connections import HeadWatch
 from omniflow.serve.http_protocol import guarded_protocol
 from omniflow.serve.intake import ACCEPT_BATCH, LISTEN_QUEUE, TURN_REQUESTS, Intake
 from omniflow.serve.ready import READY, url_of
 from omniflow.serve.routes import SpeechService, build_app
-from omniflow.serve.sending import quiet_purposeful_ends
 from omniflow.serve.streaming import SHUTDOWN_SEND_GRACE_S
 from omniflow.serve.warmup import run_warmup, warmup_frames
 
@@ -115,7 +115,7 @@ def uvicorn_config(app: FastAPI, server: ServerConfig, **options: Any) -> uvicor
         ws_max_size=server.body_limit,  # a session.config may carry a reference, as a body may
         **options,
     )
-    quiet_purposeful_ends()  # after the config's logging set-up
+    uvicorn_logs.install()  # after the config's logging set-up
     return config
 
 

@@ -15,7 +15,7 @@
 In the two ending cases `on_end` is called at once, so the request is aborted now rather
 than when the body generator is collected, and one WARNING says why. uvicorn then closes the
 connection; its ERROR line saying the response was not completed is left out for these ends
-(`EndedOnPurpose`), and kept for any other.
+(`serve/uvicorn_logs.py`), and kept for any other.
 """
 
 from __future__ import annotations
@@ -23,34 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
 
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from omniflow.serve.uvicorn_logs import mark_ended_on_purpose
+
 log = logging.getLogger(__name__)
-
-
-UVICORN_INCOMPLETE = "ASGI callable returned without completing response."
-"""What uvicorn logs (ERROR, on `uvicorn.error`) when an app returns mid-response."""
-_ENDED_ON_PURPOSE: ContextVar[bool] = ContextVar("ended_on_purpose", default=False)
-"""Set in a request's task when `PacedStream` ended its body early on purpose; uvicorn logs
-the incomplete response in that same task, after the app returns."""
-
-
-class EndedOnPurpose(logging.Filter):
-    """Drops uvicorn's incomplete-response ERROR for a stream this module ended (a stalled
-    client, a broken stream, shutdown): it logged a WARNING of its own, with the reason."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (_ENDED_ON_PURPOSE.get() and record.getMessage() == UVICORN_INCOMPLETE)
-
-
-def quiet_purposeful_ends() -> None:
-    """Install `EndedOnPurpose` on uvicorn's error logger (once)."""
-    logger = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, EndedOnPurpose) for f in logger.filters):
-        logger.addFilter(EndedOnPurpose())
 
 
 class StreamBroken(Exception):
@@ -134,4 +113,4 @@ class PacedStream(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)
         if self.ended_early:  # in the request's task (the body may stream in a child task)
-            _ENDED_ON_PURPOSE.set(True)
+            mark_ended_on_purpose()

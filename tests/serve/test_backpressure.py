@@ -132,9 +132,9 @@ def test_the_incomplete_response_error_is_kept_for_any_other_end():
     """Only a stream `PacedStream` ended on purpose (in that request's task) drops it."""
     import logging
 
-    from omniflow.serve.sending import UVICORN_INCOMPLETE, EndedOnPurpose
+    from omniflow.serve.uvicorn_logs import UVICORN_INCOMPLETE, UvicornNoise
 
     record = logging.LogRecord(
         "uvicorn.error", logging.ERROR, "", 0, UVICORN_INCOMPLETE, None, None
     )
-    assert EndedOnPurpose().filter(record)
+    assert UvicornNoise().filter(record)

@@ -373,3 +373,21 @@ def test_vllm_omni_field_names_are_taken(live):
         done(ws)
         events, audio, end = utterance(ws)
         assert end["total_sentences"] == 1 and audio[0] > 0
+
+
+def test_a_text_frame_that_is_not_utf8_closes_1007_with_one_warning(live, caplog):
+    """uvicorn logged the decoder's traceback at ERROR for each such frame (a client could
+    fill the log at will); now one WARNING line, and the client is closed 1007 as before."""
+    from websockets.exceptions import ConnectionClosed
+
+    caplog.set_level("WARNING")
+    with connect(ws_url(live)) as ws:
+        ws.send(b"\xff\xfe not utf-8", text=True)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    lines = [r for r in caplog.records if r.name == "uvicorn.error"]
+    assert [(r.levelname, r.getMessage()) for r in lines] == [
+        ("WARNING", "a WebSocket client sent a text frame that is not UTF-8: closed (1007)")
+    ]
+    assert all(r.exc_info is None for r in lines)
