@@ -36,7 +36,15 @@ class FieldErrors(ApiError):
 
 def check_media_type(request: Request) -> None:
     """A body declared as anything but JSON (`application/json`, or a `+json` type) in
-    UTF-8 is a 415. No Content-Type at all is taken as JSON (curl without `-H`, scripts)."""
+    UTF-8, or compressed (`Content-Encoding`), is a 415. No Content-Type at all is taken as
+    JSON (curl without `-H`, scripts)."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # a compressed body would read as bad JSON or UTF-8
+        raise ApiError(
+            415,
+            f"request bodies are not decoded: Content-Encoding {quoted(encoding)} is not "
+            "accepted; send the JSON as it is",
+        )
     header = request.headers.get("content-type")
     if header is None:
         return

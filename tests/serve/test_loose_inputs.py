@@ -39,6 +39,23 @@ def test_a_body_declared_as_anything_but_json_is_a_415(url, content_type):
     assert r.json()["error"]["code"] == "415"
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "br", "Deflate"])
+def test_a_compressed_body_is_a_415_naming_its_encoding(url, encoding):
+    """Not decoded: gzip's bytes would read as "not valid UTF-8" (and an uncompressed body
+    labelled gzip was taken as it came)."""
+    import gzip
+
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    for body in (BODY, gzip.compress(BODY)):
+        r = httpx.post(url + "/v1/audio/speech", content=body, headers=headers)
+        assert r.status_code == 415, r.text
+        assert (
+            f"Content-Encoding '{encoding.lower()}' is not accepted" in r.json()["error"]["message"]
+        )
+    headers["content-encoding"] = "identity"
+    assert httpx.post(url + "/v1/audio/speech", content=BODY, headers=headers).status_code == 200
+
+
 @pytest.mark.parametrize(
     "content_type", [None, "application/json", "Application/JSON; charset=UTF-8"]
 )
