@@ -1,7 +1,7 @@
 """Every error the app answers, in the API's JSON shape (errors.py): its own `ApiError`s,
 the request schema's, and the router's (404 for an unknown path, 405 for a method a path
 does not answer, with the Allow header listing the methods it does; 426 for plain HTTP to a
-WebSocket endpoint)."""
+WebSocket endpoint; a WebSocket handshake to a path that is not one, a 404)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from omniflow.serve.errors import ApiError, clip, error_response, quoted
+from omniflow.serve.ws_events import PATH as WS_PATH
+
+DENIAL = "websocket.http.response"
+"""The ASGI extension for answering a WebSocket handshake with an HTTP response."""
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -33,6 +39,25 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return error_response(router_error(app, request, exc))
+
+    app.router.default = websocket_not_found(app.router.default)
+
+
+def websocket_not_found(default: ASGIApp) -> ASGIApp:
+    """The router's answer to a path no route matches. A WebSocket handshake to one (`/health`,
+    a typo) is denied with a JSON 404 naming the WebSocket endpoint, where the router's own
+    close made the server answer a bodiless 403; a server without the denial-response
+    extension keeps that."""
+
+    async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket" or DENIAL not in scope.get("extensions", {}):
+            await default(scope, receive, send)
+            return
+        message = f"no WebSocket endpoint {quoted(scope['path'])}; it is {quoted(WS_PATH)}"
+        err = ApiError(404, message, None, "not_found_error")
+        await WebSocket(scope, receive, send).send_denial_response(error_response(err))
+
+    return not_found
 
 
 def router_error(app: FastAPI, request: Request, exc: HTTPException) -> ApiError:

@@ -304,3 +304,17 @@ def test_an_error_body_is_always_encodable():
     r = error_response(ApiError(400, "bad \ud800 text", "f\udfff"))
     err = json.loads(r.body)["error"]
     assert err["message"] == "bad \\ud800 text" and err["param"] == "f\\udfff"
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/audio/speech", "/nowhere"])
+def test_a_websocket_handshake_to_another_path_is_a_json_404_naming_the_endpoint(url, path):
+    """It was a bodiless 403 (the router closing a socket it could not route)."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    with pytest.raises(InvalidStatus) as denied:
+        connect(url.replace("http://", "ws://") + path, open_timeout=10)
+    response = denied.value.response
+    assert response.status_code == 404
+    error = json.loads(response.body)["error"]
+    assert error["message"] == f"no WebSocket endpoint '{path}'; it is '/v1/audio/speech/stream'"
