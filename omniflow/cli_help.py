@@ -65,9 +65,10 @@ bench's keys: omniflow serve|synth|bench --help.
 _HEADS = {
     "serve": "usage: omniflow serve [key=value ...]\n\nServe the OpenAI-compatible speech API "
     "(POST /v1/audio/speech, GET /v1/models,\n/health, /metrics, /docs).\n\nkeys:",
-    "synth": 'usage: omniflow synth text="..." out=FILE [key=value ...]\n\nSynthesise one text '
-    "to an audio file; the format follows out's extension\n(.wav, .flac, .mp3, .opus, .ogg, "
-    ".pcm or .raw).\nProgress goes to stderr; the summary line to stdout.\nVoice clone (a Base "
+    "synth": 'usage: omniflow synth [text="..."] [out=FILE] [key=value ...]\n\nSynthesise one '
+    "text to an audio file; the format follows out's extension\n(.wav, .flac, .mp3, .opus, "
+    ".ogg, .pcm or .raw). text and out default to the values below\n(an existing out "
+    "is replaced). Progress goes to stderr; the summary line to stdout.\nVoice clone (a Base "
     'model):\nref_audio=FILE ref_text="..." or ref_audio=FILE x_vector_only_mode=true.\n\nkeys '
     "(bare, or as "
     "synth.KEY):",

@@ -109,3 +109,12 @@ def test_sweep_help_names_the_plot_of_either_kind_of_sweep(capsys):
     assert "DIR/rtf.png" in text and "DIR/open_loop.png" in text
     assert cli.main(["bench", "--help"]) == 0
     assert "DIR/open_loop.png" in capsys.readouterr().out
+
+
+def test_synth_usage_shows_text_and_out_are_optional(capsys):
+    """Both have defaults (a bare `omniflow synth` speaks "Hello there." into out.wav): the
+    usage line said they were required."""
+    assert cli.main(["synth", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith('usage: omniflow synth [text="..."] [out=FILE]')
+    assert "text and out default to the values below" in text and "  out=out.wav" in text
