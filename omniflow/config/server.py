@@ -86,9 +86,9 @@ class ServerConfig(Frozen):
         60.0,
         gt=0,
         allow_inf_nan=False,
-        description="A request body must arrive whole within this many seconds of its head; "
-        "past it the request is answered with a 408 JSON and the connection closed (a body "
-        "that never ends would otherwise hold its connection for ever).",
+        description="A request body that stops arriving (nothing for this many seconds) is "
+        "answered with a 408 JSON and the connection closed (a body that never ends would "
+        "otherwise hold its connection for ever); a slow upload that keeps coming is not cut.",
     )
     max_header_bytes: int = Field(
         16 * 1024,

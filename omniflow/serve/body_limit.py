@@ -1,6 +1,6 @@
 """The request body limits: a body over `server.max_body_bytes` is refused with a 413 in the
-API's JSON shape, and the connection closed, before the rest of it is read; one not whole
-within `server.body_timeout_s` of its head is answered with a 408 the same way
+API's JSON shape, and the connection closed, before the rest of it is read; one from which
+nothing arrives for `server.body_timeout_s` is answered with a 408 the same way
 (docs/reliability.md, "Clients that misbehave").
 
 An ASGI middleware in front of every route: a declared `Content-Length` over the limit is
@@ -42,14 +42,16 @@ def declared_length(scope: Scope) -> int | None:
 def too_slow(timeout_s: float) -> ApiError:
     return ApiError(
         408,
-        f"the request body did not arrive whole within {timeout_s:g} s (server.body_timeout_s)",
+        f"the request body stopped arriving: nothing for {timeout_s:g} s (server.body_timeout_s)",
         headers={"Connection": "close"},
     )
 
 
 class BodyLimit:
-    """Refuses request bodies over `limit` bytes (413 JSON) or not whole `timeout_s` after
-    the app is called (408 JSON), the connection closed."""
+    """Refuses request bodies over `limit` bytes (413 JSON) or that stop arriving for
+    `timeout_s` (408 JSON), the connection closed; a response sent before its request's body
+    was read whole closes the connection too (uvicorn would read the rest for keep-alive,
+    and a client trickling it would hold the connection unbounded)."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
         self.app, self.limit, self.timeout_s = app, limit, timeout_s
@@ -62,15 +64,15 @@ class BodyLimit:
         if declared is not None and declared > self.limit:
             await error_response(too_large(self.limit, declared))(scope, receive, send)
             return
-        received, whole = 0, False
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        received, whole = 0, not has_body(scope, declared)
+        loop = asyncio.get_running_loop()
 
         async def counted() -> Message:
             nonlocal received, whole
             if whole:  # after the body: a disconnect, waited for as long as it takes
                 return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
+            try:  # the deadline is per read: a slow upload that keeps coming is not cut
+                async with asyncio.timeout_at(loop.time() + self.timeout_s):
                     message = await receive()
             except TimeoutError:
                 raise too_slow(self.timeout_s) from None  # the route's read fails
@@ -80,4 +82,19 @@ class BodyLimit:
                 raise too_large(self.limit)  # the route's read fails: its handler answers
             return message
 
-        await self.app(scope, counted, send)
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not whole:
+                headers = [h for h in message.get("headers", []) if h[0].lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, counted, closing)
+
+
+def has_body(scope: Scope, declared: int | None) -> bool:
+    """Whether the request has body bytes to come (a length over 0, or chunked)."""
+    chunked = any(
+        name == b"transfer-encoding" and b"chunked" in value.lower()
+        for name, value in scope["headers"]
+    )
+    return chunked or bool(declared)

@@ -140,7 +140,7 @@ def test_a_body_that_never_ends_is_answered_408_at_the_body_timeout(framing):
         head, body = answer.split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head, head
         error = json.loads(body)["error"]
-        assert "within 0.5 s (server.body_timeout_s)" in error["message"]
+        assert "nothing for 0.5 s (server.body_timeout_s)" in error["message"]
         assert httpx.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
 
 
@@ -182,7 +182,42 @@ def test_after_the_whole_body_the_deadline_no_longer_applies():
             seen.append(await receive())
 
         limited = BodyLimit(app, limit=100, timeout_s=0.1)
-        await limited({"type": "http", "headers": []}, messages.get, None)
+        await limited({"type": "http", "headers": [(b"content-length", b"2")]}, messages.get, None)
         return seen
 
     assert [m["type"] for m in asyncio.run(scenario())] == ["http.request", "http.disconnect"]
+
+
+def test_a_slow_upload_that_keeps_coming_is_not_cut():
+    """The deadline is per read: a body sent in pieces over twice the timeout, each within
+    it, is read whole and answered (a large reference over a slow link)."""
+    spec = compose(["platform=cpu", "server.body_timeout_s=0.4"]).server
+    body = json.dumps(BODY).encode()
+    with ServerThread(FakePipeline(), spec) as s:
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        head = (
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        sock.sendall(head)
+        for i in range(0, len(body), len(body) // 4 + 1):
+            time.sleep(0.25)  # the condition under test: the upload outlasts the timeout
+            sock.sendall(body[i : i + len(body) // 4 + 1])
+        answer = sock.recv(65536)
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+def test_an_answer_before_the_body_is_read_closes_the_connection(server):
+    """A 404 (or any refusal ahead of the read) with the body still coming: the connection
+    closes, so a client trickling the rest cannot hold it (uvicorn would read on for
+    keep-alive, each byte resetting its timer)."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    answer = closed_within(sock, 5.0)
+    sock.close()
+    assert answer is not None, "still open after the answer: the rest of the body is awaited"
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 404 ") and b"connection: close" in head, head
+    kept = httpx.get(server.url + "/health")  # a request without a body keeps its connection
+    assert kept.status_code == 200 and kept.headers.get("connection") != "close"
