@@ -54,14 +54,16 @@ def torch_build_has_gpu() -> bool:
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         return False
-    version = importlib.util.spec_from_file_location(
-        "omniflow_torch_version", Path(spec.origin).with_name("version.py")
-    )
-    if version is None or version.loader is None:
+    path = Path(spec.origin).with_name("version.py")
+    version = importlib.util.spec_from_file_location("omniflow_torch_version", path)
+    if not path.is_file() or version is None or version.loader is None:
         return True  # no build record to read: let torch itself answer
     module = importlib.util.module_from_spec(version)
-    version.loader.exec_module(module)
-    return module.cuda is not None or module.hip is not None
+    try:
+        version.loader.exec_module(module)
+    except (OSError, SyntaxError):
+        return True
+    return getattr(module, "cuda", None) is not None or getattr(module, "hip", None) is not None
 
 
 def cuda_available() -> bool:

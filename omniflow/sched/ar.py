@@ -202,11 +202,11 @@ class ARScheduler:
         rows = self.config.max_num_seqs
         hold = arrival_hold(*self._queue(), self.config, self.playback).steps
         free = 0 if hold is not None else free_seats(self.config, self.playback, self.running)
-        self.seats.planned(len(self.waiting), len(self.running), free, self.playback, rows)
         kept, spare = rows_for_arrivals(self.waiting, self._paused, free, self.kv)
         kept = min(kept, rows - 1) if self.running else kept  # running streams keep a row
         held = self._outstanding.keys() | self._paused
         queued = admissible_waiting(self.waiting, self._paused)
+        self.seats.planned(queued, len(self.running), free, self.playback, rows)
         alone = arrivals_alone(self.running, kept, queued, held, rows, spare, self.playback)
         if not alone:
             preempted_now = self._seat_running(rows - kept, draft)

@@ -35,12 +35,11 @@ class UvicornNoise(logging.Filter):
         if message == UVICORN_INCOMPLETE:
             return not _ENDED_ON_PURPOSE.get()
         if message == UVICORN_BAD_UTF8:
-            record.msg, record.args = (
-                "a WebSocket client sent a text frame that is not UTF-8: closed (1007)",
-                None,
-            )
+            record.msg, record.args = BAD_UTF8_LINE, None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.exc_info = record.exc_text = None
+            # the logger let it through as an ERROR: as a WARNING, only where those pass
+            return logging.getLogger(record.name).isEnabledFor(logging.WARNING)
         return True
 
 

@@ -52,3 +52,19 @@ def test_a_gpu_build_is_read_from_its_version_file(tmp_path, cuda, hip):
     (tmp_path / "torch" / "version.py").write_text(f"cuda = {cuda}\nhip = {hip}\n")
     code = "from omniflow.platforms.base import torch_build_has_gpu as f; print(f())"
     assert python(code, PYTHONPATH=str(tmp_path)).strip() == "True"
+
+
+@pytest.mark.parametrize(
+    ("version", "want"),
+    [(None, "True"), ("cuda = None\n", "False"), ("cuda = (\n", "True")],
+    ids=["no_version_file", "no_hip_attribute", "unreadable"],
+)
+def test_a_build_record_missing_or_partial_is_no_crash(tmp_path, version, want):
+    """No version.py, one without `hip`, one that does not parse: torch answers (True) or
+    what is there is read; `platform=auto` never fails on it."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    if version is not None:
+        (tmp_path / "torch" / "version.py").write_text(version)
+    code = "from omniflow.platforms.base import torch_build_has_gpu as f; print(f())"
+    assert python(code, PYTHONPATH=str(tmp_path)).strip() == want

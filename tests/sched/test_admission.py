@@ -213,3 +213,19 @@ def test_retry_after_is_capped():
 
     assert overloaded("full", 1955.7).headers["Retry-After"] == str(MAX_RETRY_AFTER_S)
     assert overloaded("full", 2.2).headers["Retry-After"] == "3"
+
+
+def test_paused_requests_in_the_queue_do_not_make_seats_contended():
+    """A request paused while queued (its client not reading) takes no seat: with seats free
+    the stage is not contended, and an idle spell does not become a seat gap."""
+    now = [0.0]
+    cfg = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, num_kv_blocks=64)
+    s = ARScheduler(cfg, clock=lambda: now[0])
+    s.seats.freed()  # a reference from a spell before
+    for name in ("p0", "p1"):
+        s.add_request(req(name, prompt_len=4, max_new=50))
+        s.pause(name)
+    s.schedule()  # two seats free, two paused in the queue: not contended
+    now[0] = 100.0
+    s.seats.freed()
+    assert s.seats.interval_s is None  # no 100 s gap
