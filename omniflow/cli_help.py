@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from omniflow.config.command_keys import SECTIONS, SYNTH_SERVER_KEYS, acts
 from omniflow.config.commands import BenchConfig, SynthConfig
 from omniflow.config.compose import CONF_DIR
 from omniflow.config.deploy_schema import DeployConfig
@@ -35,12 +36,13 @@ CHOICE_GROUPS = ("pipeline", "model", "platform", "experiment", "deploy")
 Hydra's own)."""
 
 
-def common_help() -> str:
-    """The group choices, read from the shipped config directory so that every preset is
-    named (a list written by hand drifted)."""
+def common_help(command: str = "config") -> str:
+    """The group choices `command` reads, read from the shipped config directory so that
+    every preset is named (a list written by hand drifted)."""
     choices = [
         f"{group}={'|'.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
         for group in CHOICE_GROUPS
+        if group not in SECTIONS or acts(command, group)
     ]
     return (
         "\nAny other override configures what runs (a group choice, or a.b.c=value as "
@@ -111,18 +113,26 @@ def command_help(command: str, spec: OmniflowSpec | None) -> str:
     if command == "serve":
         deploy = spec.deploy if spec is not None else None
         lines += [_DEPLOY_HEAD, *_keys(DeployConfig, deploy, "deploy.", skip=("name",))]
-    return "\n".join(lines) + "\n" + common_help()
+    if command == "synth":  # the one server key synth reads (its text's limit)
+        server = spec.server if spec is not None else None
+        lines += ["\nserver keys synth reads:"]
+        lines += _keys(ServerConfig, server, "server.", only=SYNTH_SERVER_KEYS)
+    return "\n".join(lines) + "\n" + common_help(command)
 
 
 def _keys(
-    model: type[BaseModel], current: BaseModel | None, prefix: str, skip: tuple[str, ...] = ()
+    model: type[BaseModel],
+    current: BaseModel | None,
+    prefix: str,
+    skip: tuple[str, ...] = (),
+    only: frozenset[str] | None = None,
 ) -> list[str]:
-    """Each field as `prefix + name=value` (the current value, else the default) and its
-    description."""
+    """Each field (of `only`, where given) as `prefix + name=value` (the current value, else
+    the default) and its description."""
     values = current.model_dump() if current is not None else {}
     lines = []
     for name, field in model.model_fields.items():
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
         value = values.get(name, field.default)
         shown = (

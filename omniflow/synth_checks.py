@@ -175,13 +175,25 @@ def compose_synth(
 
 def refused_with(refused: list[ConfigError], check: Callable[[], T]) -> T:
     """`check()`'s result; with keys refused before (`compose_synth`), its errors and
-    theirs at once."""
+    theirs at once, less its errors about a refused key or one such a rule reads (checked
+    at its default, `max_new_tokens` would make `ignore_eos` look unset)."""
     try:
         result = check()
-    except ConfigErrors as exc:
-        refused = [*refused, *exc.errors]
     except ConfigError as exc:
-        refused = [*refused, exc]
+        found = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        keys = {e.key for e in refused}
+        refused = [*refused, *(e for e in found if not _reads_any(e.key, keys))]
     if refused:
         raise _one_or_all(refused)
     return result
+
+
+def _reads_any(key: str, refused: set[str]) -> bool:
+    """Whether a rule's error at synth `key` is about one of the `refused` synth keys, or
+    reads one (`validation.READS`, in synth's names)."""
+    from omniflow.serve.validation import READS
+
+    if key in refused:
+        return True
+    fields = [f for f in {*READS, key.removeprefix("synth.")} if _synth_key(f) == key]
+    return any(_synth_key(read) in refused for f in fields for read in READS.get(f, ()))

@@ -118,3 +118,14 @@ def test_synth_usage_shows_text_and_out_are_optional(capsys):
     text = capsys.readouterr().out
     assert text.startswith('usage: omniflow synth [text="..."] [out=FILE]')
     assert "text and out default to the values below" in text and "  out=out.wav" in text
+
+
+def test_a_commands_help_offers_only_what_it_reads(capsys):
+    """synth reads no deploy group and one server key: its help lists that key and not
+    deploy=local|ray (which it refuses); serve's lists deploy."""
+    assert cli.main(["synth", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "deploy=" not in text and "  server.max_input_chars=4096" in text
+    assert "server.port" not in text
+    assert cli.main(["serve", "--help"]) == 0
+    assert "deploy=local|ray" in capsys.readouterr().out

@@ -207,3 +207,16 @@ def test_a_speed_out_of_range_is_reported_with_the_other_key_errors(capsys):
     err = capsys.readouterr().err
     assert "3 configuration errors" in err and "synth.speed:" in err and "synth.seed:" in err
     assert "synth.voice: unknown voice 'nobody'" in err  # the served model's rule, too
+
+
+def test_a_rule_reading_a_refused_key_is_not_reported_against_its_default(capsys):
+    """`max_new_tokens=0` refused, `ignore_eos=true` must not read "needs max_new_tokens" as
+    if none were given (the refused key sits at its default for the other rules)."""
+    from omniflow import cli
+
+    assert cli.main(["synth", "ignore_eos=true", "max_new_tokens=0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "synth.max_new_tokens:" in err, err
+    assert cli.main(["synth", "ignore_eos=true", "max_new_tokens=abc", "voice=nobody"]) == 2
+    err = capsys.readouterr().err
+    assert "2 configuration errors" in err and "synth.voice:" in err and "ignore_eos" not in err

@@ -35,7 +35,6 @@ def compose_cfg(overrides: Sequence[str] = (), config_dir: str | Path | None = N
     """Compose the raw Hydra config (for the CLI's multirun path and for tests)."""
     dirs = search_dirs(config_dir)
     refuse_printed_only(overrides)
-    refuse_shadowed(overrides)
     refuse_unset_groups(overrides, dirs)
     overrides = plus_sets(overrides)
     try:
@@ -116,16 +115,15 @@ SHADOWED_BY = {"platform.dtype": "model.dtype", "platform.codec_dtype": "model.c
 platform's): both set to different values, the platform's would be ignored."""
 
 
-def refuse_shadowed(overrides: Sequence[str]) -> None:
-    """Refuse a platform key set beside the model key that wins over it, to another value."""
-    values = {}
-    for item in overrides:
-        key, eq, value = item.partition("=")
-        if eq:
-            values[key.lstrip("+")] = value
+def refuse_shadowed(data: dict[str, Any], overrides: Sequence[str]) -> None:
+    """Refuse a platform key set on the command line that the composed model key wins over
+    with another value (set there too, or by an overlay)."""
+    given = {o.partition("=")[0].lstrip("+~") for o in overrides}
     for key, winner in SHADOWED_BY.items():
-        mine, theirs = values.get(key), values.get(winner)
-        if mine is not None and theirs not in (None, "null", "None", mine):
+        section, name = key.split(".")
+        mine = data.get(section, {}).get(name)
+        theirs = data.get(winner.split(".")[0], {}).get(name)
+        if key in given and theirs is not None and theirs != mine:
             raise ConfigError(
                 key,
                 f"{key}={mine} would not act: {winner}={theirs} wins over it (the model's "
@@ -215,6 +213,7 @@ def to_data(cfg: DictConfig) -> dict[str, Any]:
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> OmniflowSpec:
     """Compose `omniflow/conf/` with Hydra overrides and validate it."""
     data = to_data(compose_cfg(overrides, config_dir))
+    refuse_shadowed(data, overrides)
     refuse_foreign_kind(data, overrides)
     return validate(data)
 
@@ -236,8 +235,9 @@ def refuse_foreign_kind(data: dict[str, Any], overrides: Sequence[str]) -> None:
         if cap is not None and stage.get("kind") not in (None, cap.stage_kind):
             raise ConfigError(
                 f"pipeline.stages.{name}.kind",
-                f"{stage['kind']!r}: arch {stage['arch']!r} runs in a {cap.stage_kind!r} stage "
-                f"(a stage's kind follows its arch); set pipeline.stages.{name}.arch",
+                f"{stage['kind']!r}: arch {stage['arch']!r} runs in stages of kind "
+                f"{cap.stage_kind!r} (a stage's kind follows its arch); set "
+                f"pipeline.stages.{name}.arch",
             )
 
 

@@ -156,11 +156,13 @@ class ServerConfig(Frozen):
     @property
     def body_limit(self) -> int:
         """`max_body_bytes`, or what the largest valid request needs: a reference of
-        `max_ref_audio_bytes` in base64 (4 characters per 3 bytes) with its data-URI prefix,
-        and `input`, `instructions` and `ref_text` of `max_input_chars` each, every
-        character at its longest JSON escape (a surrogate pair, 12 bytes), plus 64 KiB for
-        the other fields."""
+        `max_ref_audio_bytes` in base64 (4 characters per 3 bytes) wrapped in lines of 76
+        (an escaped CRLF, 4 bytes of JSON, after each: `ref_audio` may be wrapped) with its
+        data-URI prefix, and `input`, `instructions` and `ref_text` of `max_input_chars`
+        each, every character at its longest JSON escape (a surrogate pair, 12 bytes), plus
+        64 KiB for the other fields."""
         if self.max_body_bytes is not None:
             return self.max_body_bytes
-        reference = 4 * -(-self.max_ref_audio_bytes // 3)
+        base64 = 4 * -(-self.max_ref_audio_bytes // 3)
+        reference = base64 + 4 * -(-base64 // 76)
         return reference + 3 * 12 * self.max_input_chars + 64 * 1024

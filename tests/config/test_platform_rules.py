@@ -103,3 +103,16 @@ def test_a_platform_dtype_the_models_would_override_is_refused(name):
     accepted and ignored."""
     with pytest.raises(ConfigError, match=rf"platform.{name}=float16 would not act: model"):
         compose([f"platform.{name}=float16", f"+model.{name}=bfloat16"])
+
+
+def test_a_platform_dtype_an_overlays_model_dtype_overrides_is_refused_and_equal_ones_pass(
+    tmp_path,
+):
+    """The model's value from an overlay wins as well; the same value however written is
+    no conflict."""
+    (tmp_path / "experiment").mkdir()
+    overlay = "# @package _global_\nmodel:\n  dtype: float32\n"
+    (tmp_path / "experiment" / "fp32.yaml").write_text(overlay)
+    with pytest.raises(ConfigError, match="platform.dtype=bfloat16 would not act"):
+        compose(["experiment=fp32", "platform=cpu", "platform.dtype=bfloat16"], tmp_path)
+    assert compose(["model.dtype=float32", "platform.dtype='float32'"]).platform.dtype == "float32"

@@ -374,7 +374,7 @@ def test_a_stage_kind_other_than_its_archs_is_one_error():
         compose([*FUSED, "pipeline.stages.talker.kind=generation"])
     assert not isinstance(err.value, ConfigErrors)
     assert err.value.key == "pipeline.stages.talker.kind"
-    assert "runs in a 'ar' stage" in str(err.value)
+    assert "runs in stages of kind 'ar'" in str(err.value)
 
 
 @pytest.mark.parametrize(

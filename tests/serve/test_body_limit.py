@@ -100,9 +100,9 @@ def test_a_body_within_the_limit_is_served(server):
 
 
 def test_the_derived_limit_takes_the_largest_valid_request():
-    """null (the default): a reference of max_ref_audio_bytes in a data URI, and three text
-    fields of max_input_chars characters, each at its longest JSON escape."""
-    server = compose(["platform=cpu", "server.max_ref_audio_bytes=3000"]).server
+    """null (the default): a reference of max_ref_audio_bytes in a data URI, wrapped in lines,
+    and three text fields of max_input_chars characters, each at its longest JSON escape."""
+    server = compose(["platform=cpu", "server.max_ref_audio_bytes=3000000"]).server
     assert server.max_body_bytes is None
     astral = "\U0001f600" * server.max_input_chars  # 12 bytes each as json.dumps writes it
     body = {
@@ -110,7 +110,8 @@ def test_the_derived_limit_takes_the_largest_valid_request():
         "input": astral,
         "instructions": astral,
         "ref_text": astral,
-        "ref_audio": "data:audio/wav;base64," + "A" * (4 * 1000),
+        # wrapped as the base64 command does, in CRLF lines: \r\n is 4 bytes of JSON
+        "ref_audio": "data:audio/wav;base64," + "\r\n".join(["A" * 76] * 52631 + ["A" * 44]),
         "task_type": "Base",
         "response_format": "wav",
     }
