@@ -64,10 +64,26 @@ def acts(command: str, key: str) -> bool:
     return (keys is ALL or leaf in keys) and leaf not in UNREAD.get((command, section), ())
 
 
+def leaf_keys(item: str) -> list[str]:
+    """The keys an override sets: its own, or for a whole section given as a mapping
+    (`server={port:5}`), each key of it (`server.port`)."""
+    key, _, value = item.partition("=")
+    key = key.lstrip("+~")
+    if "." in key or not value.lstrip().startswith("{"):
+        return [key]
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([item])[0].value()
+    except HydraException:
+        return [key]  # Hydra itself reports it when composing
+    return [f"{key}.{name}" for name in parsed] if isinstance(parsed, dict) else [key]
+
+
 def check_command_keys(command: str, overrides: Sequence[str]) -> None:
     """Refuse an override of a command section that `command` does not read."""
-    for item in overrides:
-        key = override_key(item)
+    for key in (leaf for item in overrides for leaf in leaf_keys(item)):
         section, _, name = key.partition(".")
         known = not name or name.partition(".")[0] in FIELDS.get(section, {})
         if section not in SECTIONS or not known or acts(command, key):

@@ -91,3 +91,13 @@ def test_config_prints_a_command_section_an_override_names(capsys):
     assert "bench" not in printed and "pipeline" in printed
     assert cli.main(["config"]) == 0
     assert not {"server", "synth", "bench"} & set(yaml.safe_load(capsys.readouterr().out))
+
+
+def test_a_whole_section_given_as_a_mapping_is_checked_key_by_key(capsys, monkeypatch):
+    """`server={port:5}` sets server.port: refused in bench as that key is; synth's one
+    server key passes the same way."""
+    monkeypatch.setitem(cli.COMMANDS, "bench", lambda args: 0)
+    assert cli.main(["bench", "server={port:5}"]) == 2
+    assert "server.port: does not act in `omniflow bench`" in capsys.readouterr().err
+    monkeypatch.setitem(cli.COMMANDS, "synth", lambda args: 0)
+    assert cli.main(["synth", "server={max_input_chars:5}"]) == 0
