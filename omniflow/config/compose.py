@@ -214,31 +214,46 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
     """Compose `omniflow/conf/` with Hydra overrides and validate it."""
     data = to_data(compose_cfg(overrides, config_dir))
     refuse_shadowed(data, overrides)
-    refuse_foreign_kind(data, overrides)
-    return validate(data)
+    foreign = foreign_kinds(data, overrides)
+    try:
+        spec = validate(data)
+    except ConfigError as exc:
+        if not foreign:
+            raise
+        more = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        raise ConfigErrors([*foreign, *more]) from None
+    if foreign:
+        raise foreign[0] if len(foreign) == 1 else ConfigErrors(foreign)
+    return spec
 
 
-def refuse_foreign_kind(data: dict[str, Any], overrides: Sequence[str]) -> None:
-    """A stage's `kind` overridden to another than its arch's, in one line: validated, the
-    other kind's schema would refuse each of the stage's keys it lacks (ten lines for the
-    talker). (An overridden `arch` of another kind is the build rules' one line.)"""
+def foreign_kinds(data: dict[str, Any], overrides: Sequence[str]) -> list[ConfigError]:
+    """A stage's `kind` overridden to another than its arch's: one error each, and the stage
+    validated as its arch's kind (the other kind's schema would refuse each of the stage's
+    keys it lacks: ten lines for the talker), so the command's other errors come with it.
+    (An overridden `arch` of another kind is the build rules' one line.)"""
     stages = data.get("pipeline", {}).get("stages") or {}
     set_kinds = {
         k.split(".")[2]
         for k in (o.partition("=")[0].lstrip("+~") for o in overrides)
         if k.startswith("pipeline.stages.") and k.endswith(".kind") and k.count(".") == 3
     }
+    errors = []
     for name, stage in stages.items() if isinstance(stages, dict) else ():
         if name not in set_kinds:
             continue
         cap = ARCH_CAPABILITIES.get(stage.get("arch")) if isinstance(stage, dict) else None
         if cap is not None and stage.get("kind") not in (None, cap.stage_kind):
-            raise ConfigError(
-                f"pipeline.stages.{name}.kind",
-                f"{stage['kind']!r}: arch {stage['arch']!r} runs in stages of kind "
-                f"{cap.stage_kind!r} (a stage's kind follows its arch); set "
-                f"pipeline.stages.{name}.arch",
+            errors.append(
+                ConfigError(
+                    f"pipeline.stages.{name}.kind",
+                    f"{stage['kind']!r}: arch {stage['arch']!r} runs in stages of kind "
+                    f"{cap.stage_kind!r} (a stage's kind follows its arch); set "
+                    f"pipeline.stages.{name}.arch",
+                )
             )
+            stage["kind"] = cap.stage_kind
+    return errors
 
 
 def _error(err: ErrorDetails, data: dict[str, Any]) -> ConfigError:

@@ -388,3 +388,12 @@ def test_a_codec_rate_its_upsampling_does_not_make_is_refused(override, hz):
     """The dummy decoder's PCM relabelled at another rate would play at the wrong speed."""
     with pytest.raises(ConfigError, match=f"model.codec.sample_rate: .*: {hz}"):
         build_graph(compose([*FUSED, override]))
+
+
+def test_a_foreign_kind_comes_with_the_commands_other_errors():
+    """The stage is validated as its arch's kind beside the error, so a second mistake in
+    the same command is reported with it, not on the next run."""
+    with pytest.raises(ConfigErrors) as err:
+        compose([*FUSED, "pipeline.stages.talker.kind=generation", "server.port=abc"])
+    keys = [e.key for e in err.value.errors]
+    assert keys == ["pipeline.stages.talker.kind", "server.port"]
