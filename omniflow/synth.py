@@ -32,6 +32,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from omniflow.config.commands import SynthConfig
+from omniflow.config.compose import override_key
 from omniflow.config.graph import StageGraph
 from omniflow.config.resolve import build_graph
 from omniflow.config.suggest import closest
@@ -146,7 +147,7 @@ def _run_synth(overrides: list[str], config_dir: str | None) -> int:
     s = spec.synth
     from omniflow.synth_batch import check_batch_keys, run_batch
 
-    given = {o.partition("=")[0].lstrip("+~").removeprefix("synth.") for o in mapped}
+    given = {override_key(o).removeprefix("synth.") for o in mapped}
     if s.texts is not None:
         refused_with(refused, lambda: check_batch_keys(s, frozenset(given)))
         check_memory(graph)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import ValidationError
 
 from omniflow.config.commands import SynthConfig
-from omniflow.config.compose import compose
+from omniflow.config.compose import compose, override_key
 from omniflow.config.graph import StageGraph
 from omniflow.config.schema import OmniflowSpec
 from omniflow.errors import ConfigError, ConfigErrors
@@ -166,7 +166,7 @@ def compose_synth(
         keys = {e.key for e in refused}
         if not all(k.startswith("synth.") for k in keys):
             raise
-        kept = [o for o in mapped if o.partition("=")[0].lstrip("+~") not in keys]
+        kept = [o for o in mapped if override_key(o) not in keys]
         try:
             return compose(kept, config_dir), refused
         except ConfigError:

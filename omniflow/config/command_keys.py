@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from omniflow.config.commands import BenchConfig, SynthConfig
+from omniflow.config.compose import override_key
 from omniflow.config.deploy_schema import DeployConfig
 from omniflow.config.server import ServerConfig
 from omniflow.errors import ConfigError
@@ -44,11 +45,6 @@ FIELDS = {
     "deploy": DeployConfig.model_fields,
 }
 """A key that is no field (a typo) is left to the schema, which suggests the nearest."""
-
-
-def override_key(item: str) -> str:
-    """The dotted key an override sets (`+a.b=1`, `~a.b`, `a=x` -> `a.b`, `a.b`, `a`)."""
-    return item.partition("=")[0].lstrip("+~")
 
 
 def acts(command: str, key: str) -> bool:

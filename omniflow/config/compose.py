@@ -72,6 +72,11 @@ entries as keys (`deploy.resources_per_replica.CPU`), and an entry is set as pri
 the YAML's null has none."""
 
 
+def override_key(item: str) -> str:
+    """The dotted key an override sets (`+a.b=1`, `~a.b`, `a=x` -> `a.b`, `a.b`, `a`)."""
+    return item.partition("=")[0].lstrip("+~")
+
+
 def plus_sets(overrides: Sequence[str]) -> list[str]:
     """`+a.b=v` as Hydra's `++a.b=v` (set it, added or not): the shipped YAML lists every key,
     so a key that once had to be added with `+` (`+platform.cuda_graphs=false`) still works
@@ -93,7 +98,7 @@ def refuse_printed_only(overrides: Sequence[str]) -> None:
     stages and runtime, printed at the top and set under `pipeline.`): refused naming what
     to set, where Hydra would say only that the key is not in the config."""
     for item in overrides:
-        key = item.partition("=")[0].lstrip("+~")
+        key = override_key(item)
         if "@" in key or "=" not in item:
             continue
         parts = key.split(".")
@@ -118,7 +123,7 @@ platform's): both set to different values, the platform's would be ignored."""
 def refuse_shadowed(data: dict[str, Any], overrides: Sequence[str]) -> None:
     """Refuse a platform key set on the command line that the composed model key wins over
     with another value (set there too, or by an overlay)."""
-    given = {o.partition("=")[0].lstrip("+~") for o in overrides}
+    given = {override_key(o) for o in overrides}
     for key, winner in SHADOWED_BY.items():
         section, name = key.split(".")
         mine = data.get(section, {}).get(name)
@@ -235,7 +240,7 @@ def foreign_kinds(data: dict[str, Any], overrides: Sequence[str]) -> list[Config
     stages = data.get("pipeline", {}).get("stages") or {}
     set_kinds = {
         k.split(".")[2]
-        for k in (o.partition("=")[0].lstrip("+~") for o in overrides)
+        for k in map(override_key, overrides)
         if k.startswith("pipeline.stages.") and k.endswith(".kind") and k.count(".") == 3
     }
     errors = []
